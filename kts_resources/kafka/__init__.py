@@ -1,0 +1,1 @@
+"""Kafka's on-disk formats: record batches, indexes, checkpoints, producer snapshots, log dirs."""

@@ -1,0 +1,47 @@
+"""Errors raised for bad bytes in Kafka files: each names the file and the byte position."""
+
+from __future__ import annotations
+
+import os
+
+
+class KafkaFormatError(Exception):
+    """Bytes that do not follow Kafka's format, located by file and byte position."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike | None = None, position: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.path = os.fspath(path) if path is not None else None
+        self.position = position
+
+    def located(self, path: str | os.PathLike | None = None, position: int | None = None) -> "KafkaFormatError":
+        """The same error with a file and/or position filled in where it was not known yet."""
+        return type(self)(
+            self.message,
+            path=self.path if self.path is not None else path,
+            position=self.position if self.position is not None else position,
+        )
+
+    def __str__(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(self.path)
+        if self.position is not None:
+            where.append(f"byte {self.position}")
+        return ": ".join([*where, self.message])
+
+
+class CorruptRecordError(KafkaFormatError):
+    """A record batch that fails its CRC or whose contents cannot be decoded."""
+
+
+class CodecError(KafkaFormatError):
+    """Compressed data that the batch's codec cannot decompress."""
+
+
+class IndexFormatError(KafkaFormatError):
+    """An .index, .timeindex or .txnindex file that is not a whole number of valid entries."""
+
+
+class CheckpointError(KafkaFormatError):
+    """A checkpoint, partition.metadata or producer snapshot file that is malformed."""
