@@ -1,0 +1,592 @@
+"""Kafka record batches: the header-only scan, the full decode, and the batch writer.
+
+Magic 2 (``DefaultRecordBatch``) in full; magic 0/1 message sets (``LegacyRecord``) readable,
+compressed wrappers included. Everything is big-endian. Pure: bytes in, values out.
+
+The header-only scan (:func:`scan_batches`) is the fast path every inventory uses: it reads the
+61-byte batch headers and, when asked, checks each batch's CRC-32C, but never decompresses or
+decodes records.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence
+
+from crc32c import crc32c
+
+from . import codecs
+from .errors import CodecError, CorruptRecordError
+
+# --- layout -------------------------------------------------------------------------------------
+
+# baseOffset, batchLength: the "log overhead" every format starts with.
+LOG_OVERHEAD = 12
+# Magic 2 header: baseOffset q, batchLength i, partitionLeaderEpoch i, magic b, crc I,
+# attributes h, lastOffsetDelta i, baseTimestamp q, maxTimestamp q, producerId q, producerEpoch h,
+# baseSequence i, recordsCount i.
+_V2_HEADER = struct.Struct(">qiibIhiqqqhii")
+V2_HEADER_SIZE = _V2_HEADER.size  # 61
+V2_CRC_START = 21  # the CRC covers attributes .. end, so offset/length/epoch can be rewritten
+_V2_CRC_FIELD = struct.Struct(">I")
+# Legacy message: offset q, size i, crc I, magic b, attributes b (+ timestamp q in v1).
+_LEGACY_HEADER = struct.Struct(">qiIbb")
+_LEGACY_TIMESTAMP = struct.Struct(">q")
+LEGACY_V0_HEADER_SIZE = 12 + 4 + 1 + 1 + 4 + 4  # up to an empty key and value
+LEGACY_V1_HEADER_SIZE = LEGACY_V0_HEADER_SIZE + 8
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+ATTR_CODEC_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08  # 0 CreateTime, 1 LogAppendTime
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+ATTR_DELETE_HORIZON = 0x40
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+# --- values -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """One batch (magic 2) or one top-level message/wrapper (magic 0/1) as it sits in a segment."""
+
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    # None when the scan was asked not to check CRCs.
+    crc_ok: bool | None = None
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & ATTR_CODEC_MASK
+
+    @property
+    def codec_name(self) -> str:
+        return codecs.CODEC_NAMES[self.codec] if self.codec < len(codecs.CODEC_NAMES) else f"unknown({self.codec})"
+
+    @property
+    def timestamp_type(self) -> int:
+        if self.magic == 0:
+            return CREATE_TIME  # magic 0 has no timestamps at all
+        return LOG_APPEND_TIME if self.attributes & ATTR_TIMESTAMP_TYPE else CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & ATTR_DELETE_HORIZON)
+
+    def to_json(self) -> dict:
+        """The batch fields of ARCHITECTURE.md's JSON contract."""
+        return {
+            "position": self.position,
+            "size": self.size,
+            "base_offset": self.base_offset,
+            "last_offset": self.last_offset,
+            "leader_epoch": self.partition_leader_epoch,
+            "magic": self.magic,
+            "codec": self.codec_name,
+            "crc": self.crc,
+            "crc_ok": self.crc_ok,
+            "is_control": self.is_control,
+            "is_transactional": self.is_transactional,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "base_sequence": self.base_sequence,
+            "timestamp_type": "LogAppendTime" if self.timestamp_type == LOG_APPEND_TIME else "CreateTime",
+            "base_timestamp": self.base_timestamp,
+            "max_timestamp": self.max_timestamp,
+            "record_count": self.record_count,
+        }
+
+
+Header = tuple[str, "bytes | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded record with its absolute offset and timestamp."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRecord:
+    """The key and value of the one record in a control batch (transaction marker)."""
+
+    version: int
+    type: int  # CONTROL_ABORT or CONTROL_COMMIT
+    coordinator_epoch: int | None
+
+    @property
+    def type_name(self) -> str:
+        return {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}.get(self.type, f"UNKNOWN({self.type})")
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A record to write: the writer assigns its offset from its place in the batch."""
+
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[Header] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidBytes:
+    """Bytes after the last whole batch that do not form a batch (a crash's partial write)."""
+
+    position: int
+    length: int
+    reason: str
+
+
+@dataclass(slots=True)
+class SegmentScan:
+    """What a header-only scan found: the whole batches and any invalid bytes after them."""
+
+    batches: list[BatchHeader] = field(default_factory=list)
+    valid_bytes: int = 0
+    invalid: InvalidBytes | None = None
+
+    @property
+    def crc_failures(self) -> list[BatchHeader]:
+        return [b for b in self.batches if b.crc_ok is False]
+
+
+# --- varints ------------------------------------------------------------------------------------
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag, then base-128 with the low group first (Kafka's ByteUtils.writeVarlong)."""
+    v = (value << 1) ^ (value >> 63)
+    v &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while v & ~0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def decode_varint(buf: bytes | memoryview, pos: int, max_bytes: int = 10) -> tuple[int, int]:
+    """Read one zigzag varint/varlong at ``pos``; return (value, position after it).
+
+    ``max_bytes`` is 5 for a varint (int32) and 10 for a varlong, as Kafka enforces.
+    """
+    result = 0
+    shift = 0
+    end = len(buf)
+    for i in range(max_bytes):
+        if pos >= end:
+            raise CorruptRecordError("varint runs past the end of the data")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+    raise CorruptRecordError(f"varint longer than {max_bytes} bytes")
+
+
+# --- header-only scan ---------------------------------------------------------------------------
+
+
+def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: int = 0) -> SegmentScan:
+    """Walk a segment's batches reading only their headers (and CRCs when ``verify_crc``).
+
+    Stops at the first bytes that cannot be a whole batch and reports them as ``invalid`` rather
+    than raising: that is what a crash leaves behind, and Kafka's recovery truncates there.
+    """
+    view = memoryview(data)
+    end = len(view)
+    scan = SegmentScan(valid_bytes=start)
+    pos = start
+    append = scan.batches.append
+    unpack_v2 = _V2_HEADER.unpack_from
+    while pos < end:
+        remaining = end - pos
+        if remaining < LOG_OVERHEAD + 5:
+            scan.invalid = InvalidBytes(pos, remaining, f"partial batch header: {remaining} bytes")
+            break
+        batch_length = int.from_bytes(view[pos + 8 : pos + 12], "big", signed=True)
+        magic = view[pos + 16]
+        size = batch_length + LOG_OVERHEAD
+        if magic == 2:
+            if batch_length < V2_HEADER_SIZE - LOG_OVERHEAD:
+                scan.invalid = InvalidBytes(pos, remaining, f"batch length {batch_length} is below the minimum of {V2_HEADER_SIZE - LOG_OVERHEAD}")
+                break
+            if size > remaining:
+                scan.invalid = InvalidBytes(pos, remaining, f"partial batch: {remaining} of {size} bytes")
+                break
+            f = unpack_v2(view, pos)
+            crc_ok = None
+            if verify_crc:
+                crc_ok = crc32c(view[pos + V2_CRC_START : pos + size]) == f[4]
+            append(BatchHeader(pos, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], crc_ok))
+        elif magic in (0, 1):
+            minimum = (LEGACY_V0_HEADER_SIZE if magic == 0 else LEGACY_V1_HEADER_SIZE) - LOG_OVERHEAD
+            if batch_length < minimum:
+                scan.invalid = InvalidBytes(pos, remaining, f"message size {batch_length} is below the minimum of {minimum}")
+                break
+            if size > remaining:
+                scan.invalid = InvalidBytes(pos, remaining, f"partial message: {remaining} of {size} bytes")
+                break
+            try:
+                append(_legacy_header(view, pos, size, verify_crc))
+            except (CorruptRecordError, CodecError) as e:
+                # A wrapper whose inner messages cannot be read: its framing is whole, so it is a
+                # corrupt batch rather than trailing garbage.
+                append(_legacy_header(view, pos, size, verify_crc, inner_error=e))
+        else:
+            scan.invalid = InvalidBytes(pos, remaining, f"unknown magic {magic}")
+            break
+        pos += size
+        scan.valid_bytes = pos
+    return scan
+
+
+def iter_batch_headers(data: bytes | memoryview, *, verify_crc: bool = True) -> Iterator[BatchHeader]:
+    """The whole batches of a segment (see :func:`scan_batches`), ignoring invalid trailing bytes."""
+    return iter(scan_batches(data, verify_crc=verify_crc).batches)
+
+
+# --- full decode (magic 2) ----------------------------------------------------------------------
+
+
+def batch_crc_ok(data: bytes | memoryview, header: BatchHeader) -> bool:
+    """Recompute a batch's checksum: CRC-32C for magic 2, CRC-32 for each legacy message."""
+    view = memoryview(data)
+    if header.magic == 2:
+        return crc32c(view[header.position + V2_CRC_START : header.position + header.size]) == header.crc
+    return zlib.crc32(view[header.position + 16 : header.position + header.size]) == header.crc
+
+
+def decode_batch(data: bytes | memoryview, header: BatchHeader, *, verify_crc: bool = True) -> list[Record]:
+    """Decode every record of one batch found by :func:`scan_batches` in the same ``data``.
+
+    Raises :class:`CorruptRecordError` (positioned at the batch) on a CRC mismatch or records that
+    do not parse.
+    """
+    view = memoryview(data)
+    try:
+        if verify_crc and not batch_crc_ok(view, header):
+            raise CorruptRecordError(f"batch at offset {header.base_offset} fails its CRC (stored {header.crc:#010x})")
+        if header.magic < 2:
+            return [r for r, _ in _legacy_records(view, header.position, header.size)]
+        body = view[header.position + V2_HEADER_SIZE : header.position + header.size]
+        if header.codec != codecs.NONE:
+            body = memoryview(codecs.decompress(header.codec, body, magic=2))
+        return _decode_v2_records(body, header)
+    except (CorruptRecordError, CodecError) as e:
+        if isinstance(e, CodecError):
+            e = CorruptRecordError(f"batch at offset {header.base_offset}: {e.message}")
+        raise e.located(position=header.position) from None
+
+
+def _decode_v2_records(body: memoryview, header: BatchHeader) -> list[Record]:
+    records: list[Record] = []
+    pos = 0
+    end = len(body)
+    log_append = header.timestamp_type == LOG_APPEND_TIME
+    for _ in range(header.record_count):
+        length, pos = decode_varint(body, pos, 5)
+        record_end = pos + length
+        if length < 0 or record_end > end:
+            raise CorruptRecordError(f"record length {length} runs past the end of the batch")
+        pos += 1  # record attributes: unused
+        ts_delta, pos = decode_varint(body, pos, 10)
+        offset_delta, pos = decode_varint(body, pos, 5)
+        key, pos = _read_bytes(body, pos, record_end)
+        value, pos = _read_bytes(body, pos, record_end)
+        header_count, pos = decode_varint(body, pos, 5)
+        if header_count < 0:
+            raise CorruptRecordError(f"negative header count {header_count}")
+        headers = []
+        for _ in range(header_count):
+            hkey, pos = _read_bytes(body, pos, record_end)
+            if hkey is None:
+                raise CorruptRecordError("null header key")
+            hvalue, pos = _read_bytes(body, pos, record_end)
+            try:
+                headers.append((hkey.decode("utf-8"), hvalue))
+            except UnicodeDecodeError:
+                raise CorruptRecordError("header key is not UTF-8") from None
+        if pos != record_end:
+            raise CorruptRecordError(f"record declares {length} bytes but holds {length + pos - record_end}")
+        timestamp = header.max_timestamp if log_append else header.base_timestamp + ts_delta
+        records.append(Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers)))
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes after the batch's {header.record_count} records")
+    return records
+
+
+def _read_bytes(body: memoryview, pos: int, limit: int) -> tuple[bytes | None, int]:
+    length, pos = decode_varint(body, pos, 5)
+    if length < 0:
+        if length != -1:
+            raise CorruptRecordError(f"invalid length {length}")
+        return None, pos
+    if pos + length > limit:
+        raise CorruptRecordError(f"field of {length} bytes runs past the end of its record")
+    return bytes(body[pos : pos + length]), pos + length
+
+
+def parse_control_record(record: Record) -> ControlRecord:
+    """Read a transaction marker: key = version int16 + type int16, value = version + coordinatorEpoch."""
+    if record.key is None or len(record.key) < 4:
+        raise CorruptRecordError(f"control record at offset {record.offset} has a key of {0 if record.key is None else len(record.key)} bytes")
+    version, type_ = struct.unpack_from(">hh", record.key)
+    coordinator_epoch = None
+    if record.value is not None and len(record.value) >= 6:
+        coordinator_epoch = struct.unpack_from(">i", record.value, 2)[0]
+    return ControlRecord(version, type_, coordinator_epoch)
+
+
+# --- legacy message sets (magic 0/1) ------------------------------------------------------------
+
+
+def _legacy_header(view: memoryview, pos: int, size: int, verify_crc: bool, inner_error: Exception | None = None) -> BatchHeader:
+    """Describe a legacy top-level message (or compressed wrapper) as a batch header."""
+    offset, length, crc, magic, attributes = _LEGACY_HEADER.unpack_from(view, pos)
+    timestamp = _LEGACY_TIMESTAMP.unpack_from(view, pos + 18)[0] if magic == 1 else NO_TIMESTAMP
+    crc_ok = zlib.crc32(view[pos + 16 : pos + size]) == crc if verify_crc else None
+    base_offset, count, max_ts = offset, 1, timestamp
+    if attributes & ATTR_CODEC_MASK and inner_error is None and crc_ok is not False:
+        # A wrapper's offset is its LAST inner offset; the base offset and count need the inner set.
+        inner = [r for r, _ in _legacy_records(view, pos, size)]
+        if inner:
+            base_offset, count = inner[0].offset, len(inner)
+            if magic == 1 and not attributes & ATTR_TIMESTAMP_TYPE:
+                max_ts = max(r.timestamp for r in inner)
+    return BatchHeader(
+        position=pos, base_offset=base_offset, batch_length=length, partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
+        magic=magic, crc=crc, attributes=attributes, last_offset_delta=offset - base_offset,
+        base_timestamp=timestamp, max_timestamp=max_ts, producer_id=NO_PRODUCER_ID, producer_epoch=-1,
+        base_sequence=-1, record_count=count, crc_ok=crc_ok if inner_error is None else False,
+    )
+
+
+def _legacy_records(view: memoryview, pos: int, size: int, depth: int = 0) -> list[tuple[Record, int]]:
+    """The records of one top-level legacy message; a compressed wrapper yields its inner messages.
+
+    Returns (record, wrapper-relative inner offset) pairs; inner offsets are made absolute here.
+    """
+    offset, length, crc, magic, attributes = _LEGACY_HEADER.unpack_from(view, pos)
+    p = pos + 18
+    timestamp = NO_TIMESTAMP
+    if magic == 1:
+        timestamp = _LEGACY_TIMESTAMP.unpack_from(view, p)[0]
+        p += 8
+    end = pos + size
+    key, p = _legacy_bytes(view, p, end)
+    value, p = _legacy_bytes(view, p, end)
+    if p != end:
+        raise CorruptRecordError(f"message at offset {offset} declares {size - 12} bytes but holds {p - pos - 12}")
+    codec = attributes & ATTR_CODEC_MASK
+    if codec == codecs.NONE:
+        return [(Record(offset, timestamp, key, value), offset)]
+    if depth > 0:
+        raise CorruptRecordError(f"nested compressed message at offset {offset}")
+    if value is None:
+        raise CorruptRecordError(f"compressed wrapper at offset {offset} has no value")
+    inner_bytes = memoryview(codecs.decompress(codec, value, magic=magic))
+    inner: list[tuple[Record, int]] = []
+    q = 0
+    while q < len(inner_bytes):
+        if len(inner_bytes) - q < LOG_OVERHEAD + 5:
+            raise CorruptRecordError(f"truncated inner message in wrapper at offset {offset}")
+        inner_length = int.from_bytes(inner_bytes[q + 8 : q + 12], "big", signed=True)
+        inner_size = inner_length + LOG_OVERHEAD
+        if inner_length < LEGACY_V0_HEADER_SIZE - LOG_OVERHEAD or q + inner_size > len(inner_bytes):
+            raise CorruptRecordError(f"inner message of {inner_length} bytes does not fit the wrapper at offset {offset}")
+        if zlib.crc32(inner_bytes[q + 16 : q + inner_size]) != int.from_bytes(inner_bytes[q + 12 : q + 16], "big"):
+            raise CorruptRecordError(f"inner message {len(inner)} of wrapper at offset {offset} fails its CRC")
+        inner.extend(_legacy_records(inner_bytes, q, inner_size, depth + 1))
+        q += inner_size
+    if not inner:
+        return []
+    log_append = magic == 1 and attributes & ATTR_TIMESTAMP_TYPE
+    if magic == 1:
+        # Magic 1 inner offsets are relative (0..n-1); the wrapper carries the absolute last one.
+        last_relative = inner[-1][1]
+        fixed = [Record(offset - (last_relative - rel), timestamp if log_append else r.timestamp, r.key, r.value) for r, rel in inner]
+    else:
+        fixed = [r for r, _ in inner]
+    return [(r, r.offset) for r in fixed]
+
+
+def _legacy_bytes(view: memoryview, p: int, end: int) -> tuple[bytes | None, int]:
+    if p + 4 > end:
+        raise CorruptRecordError("message ends inside a length field")
+    n = int.from_bytes(view[p : p + 4], "big", signed=True)
+    p += 4
+    if n < 0:
+        return None, p
+    if p + n > end:
+        raise CorruptRecordError(f"field of {n} bytes runs past the end of its message")
+    return bytes(view[p : p + n]), p + n
+
+
+# --- reading a whole segment --------------------------------------------------------------------
+
+
+def read_records(data: bytes | memoryview, *, verify_crc: bool = True) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Every whole batch of a segment with its decoded records, in order."""
+    for header in scan_batches(data, verify_crc=False).batches:
+        yield header, decode_batch(data, header, verify_crc=verify_crc)
+
+
+# --- writing (magic 2) --------------------------------------------------------------------------
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None, headers: Iterable[Header] = ()) -> bytes:
+    """One magic-2 record with its length prefix."""
+    parts = [b"\x00", encode_varint(timestamp_delta), encode_varint(offset_delta)]
+    for field_bytes in (key, value):
+        if field_bytes is None:
+            parts.append(encode_varint(-1))
+        else:
+            parts.append(encode_varint(len(field_bytes)))
+            parts.append(field_bytes)
+    headers = list(headers)
+    parts.append(encode_varint(len(headers)))
+    for hkey, hvalue in headers:
+        encoded_key = hkey.encode("utf-8")
+        parts.append(encode_varint(len(encoded_key)))
+        parts.append(encoded_key)
+        if hvalue is None:
+            parts.append(encode_varint(-1))
+        else:
+            parts.append(encode_varint(len(hvalue)))
+            parts.append(hvalue)
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def build_batch(
+    records: Sequence[NewRecord],
+    *,
+    base_offset: int,
+    codec: int = codecs.NONE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    log_append_time: int | None = None,
+    compression_level: int | None = None,
+) -> bytes:
+    """Write one magic-2 batch, as a producer (CreateTime) or a broker (``log_append_time``) would.
+
+    Offsets are ``base_offset + i`` for the i-th record. With ``log_append_time`` set, the batch is
+    LogAppendTime and its base and max timestamps are that time, as the broker stamps them.
+    """
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    if log_append_time is not None:
+        base_ts = max_ts = log_append_time
+        deltas = [0] * len(records)
+    else:
+        timestamps = [r.timestamp for r in records]
+        base_ts = timestamps[0]
+        max_ts = max(timestamps)
+        deltas = [t - base_ts for t in timestamps]
+    body = b"".join(encode_record(i, deltas[i], r.key, r.value, r.headers) for i, r in enumerate(records))
+    if codec != codecs.NONE:
+        body = codecs.compress(codec, body, level=compression_level)
+    attributes = codec
+    if log_append_time is not None:
+        attributes |= ATTR_TIMESTAMP_TYPE
+    if is_transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    if is_control:
+        attributes |= ATTR_CONTROL
+    header = bytearray(
+        _V2_HEADER.pack(
+            base_offset, V2_HEADER_SIZE - LOG_OVERHEAD + len(body), partition_leader_epoch, 2, 0, attributes,
+            len(records) - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records),
+        )
+    )
+    crc = crc32c(body, crc32c(bytes(header[V2_CRC_START:])))
+    _V2_CRC_FIELD.pack_into(header, 17, crc)
+    return bytes(header) + body
+
+
+def build_control_batch(
+    *,
+    base_offset: int,
+    commit: bool,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    timestamp: int,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """A transaction marker as the coordinator writes it: one control record, transactional, no codec."""
+    key = struct.pack(">hh", 0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch(
+        [NewRecord(timestamp, key, value)],
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=-1,
+        is_transactional=True,
+        is_control=True,
+    )
+
+
+def with_base_offset_and_epoch(batch: bytes, base_offset: int, partition_leader_epoch: int) -> bytes:
+    """Rewrite the two fields a broker assigns on append; the CRC does not cover them."""
+    out = bytearray(batch)
+    struct.pack_into(">q", out, 0, base_offset)
+    struct.pack_into(">i", out, 12, partition_leader_epoch)
+    return bytes(out)
