@@ -1,0 +1,2 @@
+"""kts assets: the Dagster pipeline (partitions, assets, checks, sensors, schedules, the one
+``Definitions``) and the ``kts`` command line."""

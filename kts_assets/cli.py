@@ -1,0 +1,319 @@
+"""The ``kts`` command line.
+
+Bad input gets one line on stderr naming the file and byte position, and a non-zero exit: 1 for
+findings in the data, 2 for a command used wrongly. Heavy modules (dagster, pyspark, boto3) are
+imported only by the commands that need them, so inspection commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from kts_resources.kafka.errors import KafkaFormatError
+
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+
+
+class CommandError(Exception):
+    """A problem worth one line on stderr, and the exit status to leave with."""
+
+    def __init__(self, message: str, status: int = EXIT_FINDINGS):
+        super().__init__(message)
+        self.status = status
+
+
+# --- small parsers --------------------------------------------------------------------------------
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "ki": 1024, "kib": 1024, "m": 1000**2, "mb": 1000**2,
+               "mi": 1024**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gi": 1024**3, "gib": 1024**3,
+               "t": 1000**4, "tb": 1000**4, "ti": 1024**4, "tib": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """``4096``, ``64KiB``, ``1.5GB``: a byte count."""
+    m = _SIZE.match(text)
+    unit = (m.group(2) or "").lower() if m else None
+    if not m or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4096, 64KiB, 1GiB)")
+    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+
+
+_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``500``/``500ms``, ``30s``, ``10m``, ``1h``, ``7d``: milliseconds."""
+    m = re.match(r"^\s*(-?\d+)\s*(ms|s|m|min|h|d)?\s*$", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 500ms, 30s, 1h, 7d)")
+    return int(m.group(1)) * _DURATION_UNITS[m.group(2) or "ms"]
+
+
+def b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def print_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=None, separators=(",", ":"))
+    sys.stdout.write("\n")
+
+
+def print_table(rows: list[dict], columns: Sequence[str]) -> None:
+    """Left-aligned text columns, as wide as their widest cell."""
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def report(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(f"kts: {line}", file=sys.stderr)
+
+
+def existing_file(path: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise CommandError(f"{path}: no such file", EXIT_USAGE)
+    if not p.is_file():
+        raise CommandError(f"{path}: not a file", EXIT_USAGE)
+    return p
+
+
+def existing_dir(path: str) -> Path:
+    p = Path(path)
+    if not p.is_dir():
+        raise CommandError(f"{path}: no such directory", EXIT_USAGE)
+    return p
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def cmd_segments(args) -> int:
+    from kts_resources.kafka.logdir import list_segments
+    from kts_resources.kafka.segment import summarize_segment
+
+    partition_dir = existing_dir(args.partition_dir)
+    segments = list_segments(partition_dir)
+    summaries = [summarize_segment(s.log_path, s.base_offset, active=s.active) for s in segments]
+    if args.json:
+        print_json([s.to_json() for s in summaries])
+    else:
+        rows = [
+            {
+                "base_offset": s.base_offset,
+                "last_offset": "-" if s.last_offset is None else s.last_offset,
+                "next_offset": s.next_offset,
+                "size_bytes": s.size_bytes,
+                "batches": s.batch_count,
+                "records": s.record_count,
+                "max_timestamp": s.max_timestamp,
+                "epochs": ",".join(map(str, s.leader_epochs)) or "-",
+                "active": "yes" if s.active else "",
+                "health": s.health,
+            }
+            for s in summaries
+        ]
+        print_table(rows, ["base_offset", "last_offset", "next_offset", "size_bytes", "batches", "records",
+                           "max_timestamp", "epochs", "active", "health"])
+    problems = [line for s in summaries for line in s.problems()]
+    report(problems)
+    return EXIT_FINDINGS if problems else 0
+
+
+def cmd_dump(args) -> int:
+    from kts_resources.kafka.records import decode_batch, parse_control_record, scan_batches
+    from kts_resources.kafka.segment import mapped
+
+    path = existing_file(args.segment)
+    problems: list[str] = []
+    out_batches = []
+    with mapped(path) as view:
+        scan = scan_batches(view, verify_crc=True)
+        if not args.json:
+            print(f"Dumping {path}")
+        for batch in scan.batches:
+            if batch.crc_ok is False:
+                problems.append(f"{path}: byte {batch.position}: batch at offset {batch.base_offset} fails its CRC")
+            records = None
+            if args.records:
+                try:
+                    records = decode_batch(view, batch, verify_crc=False)
+                except KafkaFormatError as e:
+                    problems.append(str(e.located(path=str(path))))
+            if args.json:
+                item = batch.to_json()
+                if records is not None:
+                    item["records"] = [_record_json(batch, r, parse_control_record) for r in records]
+                out_batches.append(item)
+            else:
+                print(_batch_line(batch))
+                for r in records or ():
+                    print(_record_line(batch, r, parse_control_record))
+        if scan.invalid is not None:
+            problems.append(f"{path}: byte {scan.invalid.position}: {scan.invalid.length} invalid bytes at the end ({scan.invalid.reason})")
+    if args.json:
+        print_json({
+            "path": str(path),
+            "batches": out_batches,
+            "valid_bytes": scan.valid_bytes,
+            "invalid_bytes": None if scan.invalid is None else {
+                "position": scan.invalid.position, "length": scan.invalid.length, "reason": scan.invalid.reason},
+        })
+    report(problems)
+    return EXIT_FINDINGS if problems else 0
+
+
+def _batch_line(b) -> str:
+    ts_type = "LogAppendTime" if b.timestamp_type else "CreateTime"
+    return (
+        f"baseOffset: {b.base_offset} lastOffset: {b.last_offset} count: {b.record_count} "
+        f"baseSequence: {b.base_sequence} partitionLeaderEpoch: {b.partition_leader_epoch} "
+        f"isTransactional: {str(b.is_transactional).lower()} isControl: {str(b.is_control).lower()} "
+        f"producerId: {b.producer_id} producerEpoch: {b.producer_epoch} position: {b.position} "
+        f"{ts_type}: {b.max_timestamp} size: {b.size} magic: {b.magic} compresscodec: {b.codec_name} "
+        f"crc: {b.crc} isvalid: {str(bool(b.crc_ok)).lower()}"
+    )
+
+
+def _record_line(batch, r, parse_control_record) -> str:
+    ts_type = "LogAppendTime" if batch.timestamp_type else "CreateTime"
+    line = (
+        f"| offset: {r.offset} {ts_type}: {r.timestamp} keySize: {-1 if r.key is None else len(r.key)} "
+        f"valueSize: {-1 if r.value is None else len(r.value)}"
+    )
+    if batch.magic >= 2 and batch.base_sequence >= 0:
+        line += f" sequence: {batch.base_sequence + (r.offset - batch.base_offset)}"
+    if r.headers:
+        line += " headerKeys: [" + ",".join(k for k, _ in r.headers) + "]"
+    if batch.is_control:
+        try:
+            marker = parse_control_record(r)
+            line += f" endTxnMarker: {marker.type_name} coordinatorEpoch: {marker.coordinator_epoch}"
+        except KafkaFormatError as e:
+            line += f" controlRecord: unreadable ({e.message})"
+    return line
+
+
+def _record_json(batch, r, parse_control_record) -> dict:
+    item = {
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "key": b64(r.key),
+        "value": b64(r.value),
+        "headers": [[k, b64(v)] for k, v in r.headers],
+    }
+    if batch.is_control:
+        try:
+            marker = parse_control_record(r)
+            item["control"] = {"type": marker.type_name, "coordinator_epoch": marker.coordinator_epoch}
+        except KafkaFormatError:
+            item["control"] = None
+    return item
+
+
+def cmd_index_rebuild(args) -> int:
+    from kts_resources.kafka.indexes import rebuild_segment_indexes
+
+    path = existing_file(args.segment)
+    if args.out is not None:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    rebuilt = rebuild_segment_indexes(path, out_dir=args.out, index_interval_bytes=args.index_interval_bytes)
+    out_dir = Path(args.out) if args.out is not None else path.parent
+    stem = path.name[: -len(".log")] if path.name.endswith(".log") else path.stem
+    print(f"rebuilt {out_dir / (stem + '.index')} and {out_dir / (stem + '.timeindex')} "
+          f"from {len(rebuilt.scan.batches)} batches")
+    if rebuilt.scan.invalid is not None:
+        inv = rebuilt.scan.invalid
+        report([f"{path}: byte {inv.position}: {inv.length} invalid bytes at the end ({inv.reason}); indexed the valid prefix"])
+        return EXIT_FINDINGS
+    return 0
+
+
+def cmd_index_verify(args) -> int:
+    from kts_resources.kafka.indexes import verify_segment_indexes
+
+    path = existing_file(args.segment)
+    findings = verify_segment_indexes(path)
+    if not findings:
+        print(f"{path}: indexes ok")
+        return 0
+    report([str(f) for f in findings])
+    return EXIT_FINDINGS
+
+
+# --- wiring ---------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kts", description="Kafka tiered storage, orchestrated by Dagster.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("segments", help="one row per segment of a partition directory, with CRC health")
+    p.add_argument("partition_dir", metavar="PARTITION_DIR")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_segments)
+
+    p = sub.add_parser("dump", help="the batches (and records) of a segment, like Kafka's DumpLogSegments")
+    p.add_argument("segment", metavar="SEGMENT.log")
+    p.add_argument("--records", action="store_true", help="decode and print every record")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=cmd_dump)
+
+    p = sub.add_parser("index", help="rebuild or verify a segment's .index and .timeindex")
+    index_sub = p.add_subparsers(dest="index_command", required=True, metavar="ACTION")
+    r = index_sub.add_parser("rebuild", help="rebuild .index and .timeindex by the broker's rule, replaced atomically")
+    r.add_argument("segment", metavar="SEGMENT.log")
+    r.add_argument("--out", metavar="DIR", help="write the rebuilt indexes here instead of beside the segment")
+    r.add_argument("--index-interval-bytes", type=parse_size, default=4096, metavar="N",
+                   help="the topic's index.interval.bytes (default 4096)")
+    r.set_defaults(func=cmd_index_rebuild)
+    v = index_sub.add_parser("verify", help="check the indexes against the log; exit 1 on any finding")
+    v.add_argument("segment", metavar="SEGMENT.log")
+    v.set_defaults(func=cmd_index_verify)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
+    except CommandError as e:
+        report([str(e)])
+        return e.status
+    except KafkaFormatError as e:
+        report([str(e)])
+        return EXIT_FINDINGS
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
+        report([f"{e.filename}: {e.strerror.lower() if e.strerror else e}"])
+        return EXIT_FINDINGS
+    except BrokenPipeError:
+        # `kts dump ... | head`: the reader left; that is not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry_point(argv: Sequence[str] | None = None) -> None:
+    sys.exit(main(argv))
+
+
+if __name__ == "__main__":
+    entry_point()

@@ -1,0 +1,130 @@
+"""One log segment summarised from its batch headers: offsets, sizes, epochs, CRC health.
+
+This is the inventory row kts keeps per segment; it reads headers only (the fast path) and checks
+every batch's CRC-32C.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from .records import NO_TIMESTAMP, BatchHeader, InvalidBytes, SegmentScan, scan_batches
+
+
+@contextmanager
+def mapped(path: str | os.PathLike) -> Iterator[memoryview]:
+    """A read-only view of a whole file without copying it (segments can be a GiB)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            yield memoryview(b"")
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            view = memoryview(m)
+            try:
+                yield view
+            finally:
+                view.release()
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSummary:
+    """What a segment holds, from its batch headers."""
+
+    path: str
+    base_offset: int
+    active: bool
+    size_bytes: int
+    batch_count: int = 0
+    record_count: int = 0
+    # None for an empty segment.
+    last_offset: int | None = None
+    max_timestamp: int = NO_TIMESTAMP
+    leader_epochs: tuple[int, ...] = ()
+    first_timestamp: int = NO_TIMESTAMP
+    crc_failures: tuple[int, ...] = field(default=())  # byte positions of batches failing their CRC
+    invalid: InvalidBytes | None = None
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset if self.last_offset is None else self.last_offset + 1
+
+    @property
+    def healthy(self) -> bool:
+        return not self.crc_failures and self.invalid is None
+
+    @property
+    def health(self) -> str:
+        if self.crc_failures:
+            return "corrupt"
+        if self.invalid is not None:
+            return "invalid-bytes"
+        return "ok"
+
+    def problems(self) -> list[str]:
+        """One line per finding, each naming the file and byte position."""
+        lines = [f"{self.path}: byte {p}: batch fails its CRC" for p in self.crc_failures]
+        if self.invalid is not None:
+            lines.append(f"{self.path}: byte {self.invalid.position}: {self.invalid.length} invalid bytes at the end ({self.invalid.reason})")
+        return lines
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path,
+            "base_offset": self.base_offset,
+            "last_offset": self.last_offset,
+            "next_offset": self.next_offset,
+            "size_bytes": self.size_bytes,
+            "batch_count": self.batch_count,
+            "record_count": self.record_count,
+            "max_timestamp": self.max_timestamp,
+            "leader_epochs": list(self.leader_epochs),
+            "active": self.active,
+            "health": self.health,
+            "crc_failures": list(self.crc_failures),
+            "invalid_bytes": None if self.invalid is None else {
+                "position": self.invalid.position, "length": self.invalid.length, "reason": self.invalid.reason,
+            },
+        }
+
+
+def summarize_scan(path: str, base_offset: int, active: bool, size: int, scan: SegmentScan) -> SegmentSummary:
+    batches: list[BatchHeader] = scan.batches
+    if not batches:
+        return SegmentSummary(path, base_offset, active, size, invalid=scan.invalid)
+    epochs = sorted({b.partition_leader_epoch for b in batches if b.partition_leader_epoch >= 0})
+    return SegmentSummary(
+        path=path,
+        base_offset=base_offset,
+        active=active,
+        size_bytes=size,
+        batch_count=len(batches),
+        record_count=sum(b.record_count for b in batches),
+        last_offset=batches[-1].last_offset,
+        max_timestamp=max(b.max_timestamp for b in batches),
+        leader_epochs=tuple(epochs),
+        first_timestamp=batches[0].max_timestamp,
+        crc_failures=tuple(b.position for b in batches if b.crc_ok is False),
+        invalid=scan.invalid,
+    )
+
+
+def summarize_segment(log_path: str | os.PathLike, base_offset: int, *, active: bool) -> SegmentSummary:
+    """Scan one ``.log`` file's headers, checking every CRC."""
+    path = os.fspath(log_path)
+    with mapped(path) as view:
+        scan = scan_batches(view, verify_crc=True)
+        return summarize_scan(path, base_offset, active, len(view), scan)
+
+
+def base_offset_of(log_path: str | os.PathLike) -> int:
+    """The base offset a segment's 20-digit file name carries."""
+    stem = Path(log_path).name.split(".", 1)[0]
+    if len(stem) != 20 or not stem.isdigit():
+        raise ValueError(f"{os.fspath(log_path)}: not a segment file name (20-digit base offset expected)")
+    return int(stem)
