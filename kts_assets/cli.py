@@ -106,7 +106,7 @@ def cmd_segments(args) -> int:
 
     partition_dir = existing_dir(args.partition_dir)
     segments = list_segments(partition_dir)
-    summaries = [summarize_segment(s.log_path, s.base_offset, active=s.active) for s in segments]
+    summaries = [summarize_segment(s.log, s.base_offset, active=s.active) for s in segments]
     if args.json:
         print_json([s.to_json() for s in summaries])
     else:

@@ -10,7 +10,6 @@ import mmap
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator
 
 from .records import NO_TIMESTAMP, BatchHeader, InvalidBytes, SegmentScan, scan_batches
@@ -121,10 +120,3 @@ def summarize_segment(log_path: str | os.PathLike, base_offset: int, *, active: 
         scan = scan_batches(view, verify_crc=True)
         return summarize_scan(path, base_offset, active, len(view), scan)
 
-
-def base_offset_of(log_path: str | os.PathLike) -> int:
-    """The base offset a segment's 20-digit file name carries."""
-    stem = Path(log_path).name.split(".", 1)[0]
-    if len(stem) != 20 or not stem.isdigit():
-        raise ValueError(f"{os.fspath(log_path)}: not a segment file name (20-digit base offset expected)")
-    return int(stem)
