@@ -1,0 +1,18 @@
+"""kts's environment contract (ARCHITECTURE.md): where things are when nothing is configured."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def kts_home() -> Path:
+    """``KTS_HOME``, default ``~/.kts``: embedded Postgres, the local remote tier, caches."""
+    return Path(os.environ.get("KTS_HOME") or Path.home() / ".kts").expanduser()
+
+
+def log_dirs() -> list[Path]:
+    """``KTS_LOG_DIRS`` (comma-separated broker log dirs), default ``KTS_HOME/logs``."""
+    raw = os.environ.get("KTS_LOG_DIRS", "")
+    dirs = [Path(p.strip()).expanduser() for p in raw.split(",") if p.strip()]
+    return dirs or [kts_home() / "logs"]
