@@ -1,0 +1,606 @@
+"""A segment's offset index (.index) and time index (.timeindex): read, write, rebuild, verify.
+
+Formats (big-endian, KAFKA_FORMATS.md §3–4):
+
+- ``.index``: 8-byte entries, relativeOffset int32 + position int32 (byte position of a batch in
+  the ``.log``). The offset is a batch's LAST offset.
+- ``.timeindex``: 12-byte entries, timestamp int64 + relativeOffset int32; the entry says "every
+  record after this offset has a timestamp greater than this one's predecessors' maximum".
+
+Both are sparse and written by one rule (``LogSegment.append`` / ``LogSegment.recover``), which
+:class:`SegmentIndexer` implements. The active segment's files are preallocated
+(``segment.index.bytes``) and zero-filled past the last entry; a closed segment's are trimmed.
+
+Pure: bytes in, values out. The only I/O is on the files a caller names.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import re
+import struct
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from .errors import CorruptRecordError, IndexFormatError
+from .records import NO_TIMESTAMP, SegmentScan, scan_batches
+
+OFFSET_ENTRY_SIZE = 8
+TIME_ENTRY_SIZE = 12
+DEFAULT_INDEX_INTERVAL_BYTES = 4096  # index.interval.bytes
+DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024  # segment.index.bytes
+
+LOG_SUFFIX = ".log"
+OFFSET_INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_INT32_MAX = 2**31 - 1
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+
+
+# --- values -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetPosition:
+    """An offset index entry: the batch whose last offset is ``offset`` starts at byte ``position``."""
+
+    offset: int  # absolute
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    """A time index entry: ``timestamp`` is the largest timestamp up to and including ``offset``."""
+
+    timestamp: int
+    offset: int  # absolute
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFinding:
+    """One thing wrong with a segment's index files; ``position`` is a byte in the index file."""
+
+    path: str
+    position: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path if self.position is None else f"{self.path}: byte {self.position}"
+        return f"{where}: {self.message}"
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "position": self.position, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class RebuiltIndexes:
+    """Index bytes rebuilt from a segment's batches, and the scan they came from.
+
+    ``scan.invalid`` is set when the segment ends in bytes that are not a whole batch: only the
+    valid prefix was indexed, and callers should report those bytes as a warning.
+    """
+
+    offset_index: bytes
+    time_index: bytes
+    scan: SegmentScan
+    offset_entries: tuple[OffsetPosition, ...]
+    time_entries: tuple[TimestampOffset, ...]
+    closed: bool
+    # Set by rebuild_segment_indexes: where the files were written.
+    offset_index_path: str | None = None
+    time_index_path: str | None = None
+
+
+# --- sizes --------------------------------------------------------------------------------------
+
+
+def preallocated_size(segment_index_bytes: int, entry_size: int) -> int:
+    """The length an active segment's index file is preallocated to (AbstractIndex rounds down)."""
+    if segment_index_bytes < entry_size:
+        raise ValueError(f"segment.index.bytes {segment_index_bytes} cannot hold one {entry_size}-byte entry")
+    return entry_size * (segment_index_bytes // entry_size)
+
+
+def max_entries(segment_index_bytes: int, entry_size: int) -> int:
+    """How many entries a preallocated index holds.
+
+    The offset index is full at ``max_entries`` entries; the time index is full one entry earlier,
+    because TimeIndex keeps its last slot for the entry appended when the segment rolls. Either
+    being full rolls the segment (see :meth:`SegmentIndexer.is_full`).
+    """
+    return preallocated_size(segment_index_bytes, entry_size) // entry_size
+
+
+# --- decode / encode ----------------------------------------------------------------------------
+
+
+def _decode(
+    data: bytes | memoryview, entry: struct.Struct, relative_at: int, path: str | os.PathLike | None, what: str
+) -> tuple[list[tuple[int, int]], int | None]:
+    """The whole entries before the zero-filled tail, raw, and the byte where that tail starts.
+
+    The tail starts at the first entry i > 0 whose relative offset is 0 (no real entry after the
+    first can point at the base offset: offsets strictly increase). An all-zero file of more than
+    one entry is a preallocated index with no entries yet.
+    """
+    size = entry.size
+    length = len(data)
+    partial = length % size
+    if partial:
+        raise IndexFormatError(
+            f"{what} is {length} bytes, not a whole number of {size}-byte entries: "
+            f"the last entry has only {partial} bytes",
+            path=path,
+            position=length - partial,
+        )
+    count = length // size
+    raw = bytes(data)
+    # Skip the (possibly 10 MiB) zero run in C before walking entries in Python.
+    used = len(raw.rstrip(b"\0"))
+    if used == 0:
+        if count > 1:
+            return [], 0
+        return ([entry.unpack_from(raw, 0)] if count else []), None
+    walk = min(count, -(-used // size))
+    out: list[tuple[int, int]] = []
+    for i, fields in enumerate(entry.iter_unpack(raw[: walk * size])):
+        if i > 0 and fields[relative_at] == 0:
+            return out, i * size
+        out.append(fields)
+    return out, (walk * size if walk < count else None)
+
+
+def _decode_offsets(data: bytes | memoryview, base_offset: int, path: str | os.PathLike | None) -> tuple[list[OffsetPosition], int | None]:
+    raw, tail = _decode(data, _OFFSET_ENTRY, 0, path, "offset index")
+    return [OffsetPosition(base_offset + rel, pos) for rel, pos in raw], tail
+
+
+def _decode_times(data: bytes | memoryview, base_offset: int, path: str | os.PathLike | None) -> tuple[list[TimestampOffset], int | None]:
+    raw, tail = _decode(data, _TIME_ENTRY, 1, path, "time index")
+    return [TimestampOffset(ts, base_offset + rel) for ts, rel in raw], tail
+
+
+def decode_offset_index(data: bytes | memoryview, base_offset: int, *, path: str | os.PathLike | None = None) -> list[OffsetPosition]:
+    """The entries of an ``.index`` file, stopping at a preallocated zero-filled tail.
+
+    Tolerant: entries out of order are returned as they are (:func:`verify_segment_indexes` judges
+    them). Raises :class:`IndexFormatError` when the length is not a multiple of 8.
+    """
+    return _decode_offsets(data, base_offset, path)[0]
+
+
+def decode_time_index(data: bytes | memoryview, base_offset: int, *, path: str | os.PathLike | None = None) -> list[TimestampOffset]:
+    """The entries of a ``.timeindex`` file, stopping at a preallocated zero-filled tail.
+
+    Raises :class:`IndexFormatError` when the length is not a multiple of 12.
+    """
+    return _decode_times(data, base_offset, path)[0]
+
+
+def _relative(offset: int, base_offset: int) -> int:
+    relative = offset - base_offset
+    if not 0 <= relative <= _INT32_MAX:
+        # Kafka's IndexOffsetOverflowException: the segment must roll before this offset.
+        raise ValueError(f"offset {offset} does not fit a relative offset from base offset {base_offset}")
+    return relative
+
+
+def encode_offset_index(entries: Iterable[OffsetPosition], base_offset: int) -> bytes:
+    """A trimmed ``.index`` file holding ``entries``."""
+    out = bytearray()
+    for e in entries:
+        if not 0 <= e.position <= _INT32_MAX:
+            raise ValueError(f"position {e.position} does not fit an int32")
+        out += _OFFSET_ENTRY.pack(_relative(e.offset, base_offset), e.position)
+    return bytes(out)
+
+
+def encode_time_index(entries: Iterable[TimestampOffset], base_offset: int) -> bytes:
+    """A trimmed ``.timeindex`` file holding ``entries``."""
+    out = bytearray()
+    for e in entries:
+        out += _TIME_ENTRY.pack(e.timestamp, _relative(e.offset, base_offset))
+    return bytes(out)
+
+
+def _base_offset_of(path: str | os.PathLike) -> int:
+    stem = Path(path).name.split(".", 1)[0]
+    if len(stem) != 20 or not stem.isdigit():
+        raise ValueError(f"{os.fspath(path)}: not a segment file name (20-digit base offset expected)")
+    return int(stem)
+
+
+def read_offset_index(path: str | os.PathLike, base_offset: int | None = None) -> list[OffsetPosition]:
+    """Read an ``.index`` file; the base offset defaults to the one its name carries."""
+    base = _base_offset_of(path) if base_offset is None else base_offset
+    return decode_offset_index(Path(path).read_bytes(), base, path=path)
+
+
+def read_time_index(path: str | os.PathLike, base_offset: int | None = None) -> list[TimestampOffset]:
+    """Read a ``.timeindex`` file; the base offset defaults to the one its name carries."""
+    base = _base_offset_of(path) if base_offset is None else base_offset
+    return decode_time_index(Path(path).read_bytes(), base, path=path)
+
+
+# --- the broker's indexing rule -----------------------------------------------------------------
+
+
+class SegmentIndexer:
+    """The broker's indexing rule for one segment (LogSegment.append / LogSegment.recover).
+
+    Feed every batch in log order with :meth:`append_batch`; call :meth:`close` when the segment
+    rolls. Before a batch, if more than ``index_interval_bytes`` were appended since the last
+    entry, the batch gets an offset entry (its last offset, its position) and the time index gets
+    (max timestamp so far, its offset) if that timestamp is strictly greater than the last time
+    entry's. So the first batch is never indexed.
+    """
+
+    def __init__(self, base_offset: int, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES):
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.offset_entries: list[OffsetPosition] = []
+        self.time_entries: list[TimestampOffset] = []
+        # An empty time index's last entry is (NO_TIMESTAMP, base offset); Kafka starts from it.
+        self.max_timestamp_so_far: int = NO_TIMESTAMP
+        self.offset_of_max_timestamp_so_far: int = base_offset
+        self.bytes_since_last_index_entry = 0
+
+    def append_batch(
+        self, position: int, size: int, last_offset: int, max_timestamp: int
+    ) -> tuple[OffsetPosition | None, TimestampOffset | None]:
+        """Index one batch; returns the entries it added (so a writer can append them to files)."""
+        _relative(last_offset, self.base_offset)  # LogSegment.ensureOffsetInRange
+        if max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = max_timestamp
+            # The batch's last offset, not the record's: the time index points at batch boundaries.
+            self.offset_of_max_timestamp_so_far = last_offset
+        offset_entry = time_entry = None
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            if self.offset_entries and last_offset <= self.offset_entries[-1].offset:
+                # OffsetIndex.append's InvalidOffsetException.
+                raise ValueError(f"offset {last_offset} is not above the last indexed offset {self.offset_entries[-1].offset}")
+            offset_entry = OffsetPosition(last_offset, position)
+            self.offset_entries.append(offset_entry)
+            time_entry = self._maybe_append_time_entry()
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += size
+        return offset_entry, time_entry
+
+    def close(self) -> TimestampOffset | None:
+        """The segment rolls: append the final time entry (same strictly-greater rule).
+
+        That makes a closed segment's last time entry carry its largest timestamp, which time-based
+        retention reads. Calling it again adds nothing.
+        """
+        return self._maybe_append_time_entry()
+
+    def _maybe_append_time_entry(self) -> TimestampOffset | None:
+        last = self.time_entries[-1].timestamp if self.time_entries else NO_TIMESTAMP
+        if self.max_timestamp_so_far <= last:
+            return None
+        entry = TimestampOffset(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+        self.time_entries.append(entry)
+        return entry
+
+    def is_full(self, segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES) -> bool:
+        """Whether either index is full, which rolls the segment before the next append."""
+        return (
+            len(self.offset_entries) >= max_entries(segment_index_bytes, OFFSET_ENTRY_SIZE)
+            # TimeIndex.isFull keeps one slot for the entry the roll appends.
+            or len(self.time_entries) >= max_entries(segment_index_bytes, TIME_ENTRY_SIZE) - 1
+        )
+
+    def offset_index_bytes(self) -> bytes:
+        return encode_offset_index(self.offset_entries, self.base_offset)
+
+    def time_index_bytes(self) -> bytes:
+        return encode_time_index(self.time_entries, self.base_offset)
+
+
+# --- rebuild ------------------------------------------------------------------------------------
+
+
+def rebuild_indexes(
+    log_data: bytes | memoryview,
+    base_offset: int,
+    *,
+    closed: bool,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    path: str | os.PathLike | None = None,
+) -> RebuiltIndexes:
+    """Both indexes of a segment, rebuilt from its batches as LogSegment.recover does.
+
+    For a closed segment the output is byte-identical to what a broker leaves after the roll:
+    trimmed files, the time index ending with the segment's largest timestamp. For an active
+    segment the files are trimmed and WITHOUT that final time entry, as a running broker's active
+    index holds (it adds the entry at roll or shutdown, and re-preallocates the files on load).
+
+    Invalid bytes at the end (a crash's partial write) end the indexing: the valid prefix is
+    indexed and ``scan.invalid`` tells the caller. A batch failing its CRC raises
+    :class:`CorruptRecordError` naming ``path`` and its position: Kafka's recovery would truncate
+    the log there, and kts never edits a log.
+    """
+    scan = scan_batches(log_data, verify_crc=True)
+    indexer = SegmentIndexer(base_offset, index_interval_bytes)
+    for batch in scan.batches:
+        if batch.crc_ok is False:
+            raise CorruptRecordError(
+                f"batch at offset {batch.base_offset} fails its CRC; Kafka's recovery would truncate the "
+                "segment here, and kts does not edit logs",
+                path=path,
+                position=batch.position,
+            )
+        try:
+            indexer.append_batch(batch.position, batch.size, batch.last_offset, batch.max_timestamp)
+        except ValueError as e:
+            raise CorruptRecordError(f"batch at offset {batch.base_offset}: {e}", path=path, position=batch.position) from None
+    if closed:
+        indexer.close()
+    return RebuiltIndexes(
+        offset_index=indexer.offset_index_bytes(),
+        time_index=indexer.time_index_bytes(),
+        scan=scan,
+        offset_entries=tuple(indexer.offset_entries),
+        time_entries=tuple(indexer.time_entries),
+        closed=closed,
+    )
+
+
+@contextmanager
+def _mapped(path: str | os.PathLike) -> Iterator[memoryview]:
+    """A read-only view of a whole file without copying it (segments can be a GiB)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield memoryview(b"")
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            view = memoryview(m)
+            try:
+                yield view
+            finally:
+                view.release()
+
+
+def is_active_segment(log_path: str | os.PathLike) -> bool:
+    """Whether a segment is its partition's active one: the highest base offset in its directory."""
+    path = Path(log_path)
+    base = _base_offset_of(path)
+    bases = [int(m.group(1)) for name in os.listdir(path.parent) if (m := _SEGMENT_FILE.match(name))]
+    return base >= max(bases, default=base)
+
+
+def index_paths(log_path: str | os.PathLike, directory: str | os.PathLike | None = None) -> tuple[Path, Path]:
+    """The ``.index`` and ``.timeindex`` paths of a segment (beside it, or in ``directory``)."""
+    path = Path(log_path)
+    stem = path.name.split(".", 1)[0]
+    where = path.parent if directory is None else Path(directory)
+    return where / (stem + OFFSET_INDEX_SUFFIX), where / (stem + TIME_INDEX_SUFFIX)
+
+
+def _replace_atomically(target: Path, data: bytes) -> None:
+    """Write to a temporary file beside ``target``, fsync it, rename it over, fsync the directory."""
+    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself must survive a crash
+    finally:
+        os.close(dir_fd)
+
+
+def rebuild_segment_indexes(
+    log_path: str | os.PathLike,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    closed: bool | None = None,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+) -> RebuiltIndexes:
+    """Rebuild ``<base>.index`` and ``<base>.timeindex`` of a segment file (see :func:`rebuild_indexes`).
+
+    Writes beside the segment, or into ``out_dir``; each file is replaced atomically. ``closed=None``
+    decides from the directory: the segment is active iff it has the highest base offset there.
+    Nothing is written when the segment has a batch failing its CRC.
+
+    Beside a live broker's active segment, prefer ``out_dir``: the broker keeps writing to the
+    index it has mapped, not to the replacement.
+    """
+    path = Path(log_path)
+    base_offset = _base_offset_of(path)
+    if closed is None:
+        closed = not is_active_segment(path)
+    with _mapped(path) as view:
+        rebuilt = rebuild_indexes(view, base_offset, closed=closed, index_interval_bytes=index_interval_bytes, path=path)
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    offset_path, time_path = index_paths(path, out_dir)
+    _replace_atomically(offset_path, rebuilt.offset_index)
+    _replace_atomically(time_path, rebuilt.time_index)
+    return RebuiltIndexes(
+        rebuilt.offset_index, rebuilt.time_index, rebuilt.scan, rebuilt.offset_entries, rebuilt.time_entries,
+        rebuilt.closed, os.fspath(offset_path), os.fspath(time_path),
+    )
+
+
+# --- verify -------------------------------------------------------------------------------------
+
+
+def _read_for_verify(path: Path, entry_size: int, what: str, findings: list[IndexFinding]) -> bytes | None:
+    """The whole-entry prefix of an index file, recording a missing file or a partial last entry."""
+    if not path.exists():
+        findings.append(IndexFinding(os.fspath(path), None, f"{what} file is missing"))
+        return None
+    data = path.read_bytes()
+    partial = len(data) % entry_size
+    if partial:
+        findings.append(IndexFinding(
+            os.fspath(path), len(data) - partial,
+            f"{what} is {len(data)} bytes, not a whole number of {entry_size}-byte entries "
+            f"(truncated: the last entry has {partial} bytes)",
+        ))
+        data = data[: len(data) - partial]
+    return data
+
+
+def _check_tail(path: str, data: bytes, tail: int | None, entry_size: int, closed: bool, what: str, findings: list[IndexFinding]) -> None:
+    if tail is None:
+        return
+    if closed:
+        findings.append(IndexFinding(
+            path, tail, f"closed segment's {what} has a zero-filled preallocated tail from here (a rolled segment's index is trimmed)"
+        ))
+    stray = len(data[tail:].rstrip(b"\0"))
+    if stray:
+        findings.append(IndexFinding(
+            path, tail,
+            f"entry {tail // entry_size} has relative offset 0, which reads as the start of the zero-filled tail, "
+            f"but non-zero bytes follow up to byte {tail + stray}: entries after it are invisible to readers",
+        ))
+
+
+def verify_segment_indexes(log_path: str | os.PathLike, *, closed: bool | None = None) -> list[IndexFinding]:
+    """Check a segment's ``.index`` and ``.timeindex`` against its batches; an empty list is healthy.
+
+    Like DumpLogSegments ``--verify-index-only`` plus the brokers' sanity checks: whole entries;
+    offsets strictly increasing and inside the segment; every offset entry at the start of a batch
+    whose last offset it names; every time entry at a batch's last offset, carrying the largest
+    timestamp up to there, timestamps strictly increasing (the broker appends only greater ones);
+    for a closed segment, trimmed files whose time index ends with the segment's largest timestamp.
+    ``closed=None`` decides from the directory as :func:`rebuild_segment_indexes` does.
+
+    Batch CRCs and invalid trailing bytes are the segment summary's business, not checked here.
+    """
+    path = Path(log_path)
+    base_offset = _base_offset_of(path)
+    if closed is None:
+        closed = not is_active_segment(path)
+    with _mapped(path) as view:
+        batches = scan_batches(view, verify_crc=False).batches
+    offset_path, time_path = index_paths(path)
+    findings: list[IndexFinding] = []
+
+    by_position = {b.position: b for b in batches}
+    last_offsets = [b.last_offset for b in batches]
+    last_offset_set = set(last_offsets)
+    running_max: list[int] = []
+    for b in batches:
+        running_max.append(max(b.max_timestamp, running_max[-1] if running_max else NO_TIMESTAMP))
+    segment_last = last_offsets[-1] if batches else None
+
+    def out_of_range(offset: int) -> str | None:
+        if segment_last is None:
+            return f"offset {offset} is indexed but the segment holds no batches"
+        if not base_offset <= offset <= segment_last:
+            return f"offset {offset} is outside the segment's offsets [{base_offset}, {segment_last}]"
+        return None
+
+    data = _read_for_verify(offset_path, OFFSET_ENTRY_SIZE, "offset index", findings)
+    if data is not None:
+        p = os.fspath(offset_path)
+        entries, tail = _decode_offsets(data, base_offset, p)
+        _check_tail(p, data, tail, OFFSET_ENTRY_SIZE, closed, "offset index", findings)
+        prev: OffsetPosition | None = None
+        for i, e in enumerate(entries):
+            at = i * OFFSET_ENTRY_SIZE
+            if prev is not None and e.offset <= prev.offset:
+                findings.append(IndexFinding(p, at, f"offset {e.offset} does not increase on the previous entry's {prev.offset}"))
+            if prev is not None and e.position <= prev.position:
+                findings.append(IndexFinding(p, at, f"position {e.position} does not increase on the previous entry's {prev.position}"))
+            prev = e
+            if (problem := out_of_range(e.offset)) is not None:
+                findings.append(IndexFinding(p, at, problem))
+            batch = by_position.get(e.position)
+            if batch is None:
+                findings.append(IndexFinding(p, at, f"offset {e.offset} points at byte {e.position} of the log, where no batch starts"))
+            elif batch.last_offset != e.offset:
+                message = f"offset {e.offset} points at the batch at byte {e.position}, whose last offset is {batch.last_offset}"
+                if batch.last_offset < e.offset and e.offset in last_offset_set:
+                    # Before KAFKA-806, LogSegment.append indexed a multi-batch append (a follower's
+                    # fetch) as (its largest offset, its first batch's position).
+                    message += (
+                        "; the offset ends a later batch, as a multi-batch append by a broker before KAFKA-806 "
+                        "(e.g. a follower's) indexed it: lookups stay correct, a rebuild makes it exact"
+                    )
+                findings.append(IndexFinding(p, at, message))
+
+    data = _read_for_verify(time_path, TIME_ENTRY_SIZE, "time index", findings)
+    if data is not None:
+        p = os.fspath(time_path)
+        entries_t, tail = _decode_times(data, base_offset, p)
+        _check_tail(p, data, tail, TIME_ENTRY_SIZE, closed, "time index", findings)
+        prev_t: TimestampOffset | None = None
+        for i, e in enumerate(entries_t):
+            at = i * TIME_ENTRY_SIZE
+            if prev_t is not None:
+                if e.offset <= prev_t.offset:
+                    findings.append(IndexFinding(p, at, f"offset {e.offset} does not increase on the previous entry's {prev_t.offset}"))
+                if e.timestamp < prev_t.timestamp:
+                    findings.append(IndexFinding(p, at, f"timestamp {e.timestamp} goes backwards from the previous entry's {prev_t.timestamp}"))
+                elif e.timestamp == prev_t.timestamp:
+                    findings.append(IndexFinding(
+                        p, at, f"timestamp {e.timestamp} repeats the previous entry's (the broker appends only greater timestamps)"
+                    ))
+            prev_t = e
+            if (problem := out_of_range(e.offset)) is not None:
+                findings.append(IndexFinding(p, at, problem))
+                continue
+            k = bisect.bisect_left(last_offsets, e.offset)
+            batch = batches[k]
+            if batch.last_offset != e.offset or batch.base_offset > e.offset:
+                findings.append(IndexFinding(
+                    p, at, f"offset {e.offset} is not the last offset of a batch (the batch at byte {batch.position} "
+                    f"holds offsets {batch.base_offset}..{batch.last_offset})",
+                ))
+            elif running_max[k] != e.timestamp:
+                findings.append(IndexFinding(
+                    p, at, f"timestamp {e.timestamp} at offset {e.offset}, but the largest timestamp up to that offset is {running_max[k]}"
+                ))
+        largest = running_max[-1] if running_max else NO_TIMESTAMP
+        if closed and largest != NO_TIMESTAMP:
+            if not entries_t:
+                findings.append(IndexFinding(p, 0, f"closed segment's time index is empty, but the segment's largest timestamp is {largest}"))
+            elif entries_t[-1].timestamp != largest:
+                findings.append(IndexFinding(
+                    p, (len(entries_t) - 1) * TIME_ENTRY_SIZE,
+                    f"closed segment's last time entry has timestamp {entries_t[-1].timestamp}, not the segment's largest {largest} "
+                    "(the roll appends it; time-based retention reads it)",
+                ))
+    return findings
+
+
+# --- lookup -------------------------------------------------------------------------------------
+
+
+def lookup_offset(entries: Sequence[OffsetPosition], target_offset: int, base_offset: int) -> OffsetPosition:
+    """Where to start scanning for ``target_offset``: the largest entry with offset <= target, else (base, 0)."""
+    i = bisect.bisect_right(entries, target_offset, key=lambda e: e.offset) - 1
+    return entries[i] if i >= 0 else OffsetPosition(base_offset, 0)
+
+
+def lookup_timestamp(entries: Sequence[TimestampOffset], target_timestamp: int, base_offset: int) -> TimestampOffset:
+    """Where to start scanning for ``target_timestamp``: the largest entry with timestamp <= target,
+    else (NO_TIMESTAMP, base offset).
+
+    Scan from the batch holding the returned offset (find it with :func:`lookup_offset`): no record
+    with timestamp >= target sits before that batch (KIP-33).
+    """
+    i = bisect.bisect_right(entries, target_timestamp, key=lambda e: e.timestamp) - 1
+    return entries[i] if i >= 0 else TimestampOffset(NO_TIMESTAMP, base_offset)
