@@ -202,10 +202,13 @@ class SegmentScan:
 # --- varints ------------------------------------------------------------------------------------
 
 
+_UINT32_MASK = 0xFFFFFFFF
+_UINT64_MASK = 0xFFFFFFFFFFFFFFFF
+
+
 def encode_varint(value: int) -> bytes:
     """Zigzag, then base-128 with the low group first (Kafka's ByteUtils.writeVarlong)."""
-    v = (value << 1) ^ (value >> 63)
-    v &= 0xFFFFFFFFFFFFFFFF
+    v = ((value << 1) ^ (value >> 63)) & _UINT64_MASK
     out = bytearray()
     while v & ~0x7F:
         out.append((v & 0x7F) | 0x80)
@@ -217,11 +220,14 @@ def encode_varint(value: int) -> bytes:
 def decode_varint(buf: bytes | memoryview, pos: int, max_bytes: int = 10) -> tuple[int, int]:
     """Read one zigzag varint/varlong at ``pos``; return (value, position after it).
 
-    ``max_bytes`` is 5 for a varint (int32) and 10 for a varlong, as Kafka enforces.
+    ``max_bytes`` is 5 for a varint (int32) and 10 for a varlong, as Kafka enforces. Like Kafka's
+    ``ByteUtils``, the bits of the last group that do not fit the type are dropped, so the value
+    always lies in int32 (int64).
     """
     result = 0
     shift = 0
     end = len(buf)
+    mask = _UINT32_MASK if max_bytes <= 5 else _UINT64_MASK
     for i in range(max_bytes):
         if pos >= end:
             raise CorruptRecordError("varint runs past the end of the data")
@@ -229,6 +235,7 @@ def decode_varint(buf: bytes | memoryview, pos: int, max_bytes: int = 10) -> tup
         pos += 1
         result |= (b & 0x7F) << shift
         if not b & 0x80:
+            result &= mask
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
     raise CorruptRecordError(f"varint longer than {max_bytes} bytes")
