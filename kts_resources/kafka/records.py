@@ -360,10 +360,9 @@ def _decode_v2_records(body: memoryview, header: BatchHeader) -> list[Record]:
             if hkey is None:
                 raise CorruptRecordError("null header key")
             hvalue, pos = _read_bytes(body, pos, record_end)
-            try:
-                headers.append((hkey.decode("utf-8"), hvalue))
-            except UnicodeDecodeError:
-                raise CorruptRecordError("header key is not UTF-8") from None
+            # Kafka stores header keys as bytes and Java decodes them with replacement, so a key
+            # that is not UTF-8 is still a readable record, not a corrupt one.
+            headers.append((hkey.decode("utf-8", "replace"), hvalue))
         if pos != record_end:
             raise CorruptRecordError(f"record declares {length} bytes but holds {length + pos - record_end}")
         timestamp = header.max_timestamp if log_append else header.base_timestamp + ts_delta
