@@ -375,9 +375,7 @@ def _decode_v2_records(body: memoryview, header: BatchHeader) -> list[Record]:
 def _read_bytes(body: memoryview, pos: int, limit: int) -> tuple[bytes | None, int]:
     length, pos = decode_varint(body, pos, 5)
     if length < 0:
-        if length != -1:
-            raise CorruptRecordError(f"invalid length {length}")
-        return None, pos
+        return None, pos  # any negative length is null to Kafka's DefaultRecord, not just -1
     if pos + length > limit:
         raise CorruptRecordError(f"field of {length} bytes runs past the end of its record")
     return bytes(body[pos : pos + length]), pos + length
