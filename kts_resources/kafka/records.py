@@ -52,6 +52,16 @@ LOG_APPEND_TIME = 1
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
+# Kafka's ControlRecordType: the two transaction markers, then KRaft's own control records.
+CONTROL_TYPE_NAMES = {
+    CONTROL_ABORT: "ABORT",
+    CONTROL_COMMIT: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -159,12 +169,12 @@ class ControlRecord:
     """The key and value of the one record in a control batch (transaction marker)."""
 
     version: int
-    type: int  # CONTROL_ABORT or CONTROL_COMMIT
-    coordinator_epoch: int | None
+    type: int  # CONTROL_ABORT, CONTROL_COMMIT, or one of KRaft's (see CONTROL_TYPE_NAMES)
+    coordinator_epoch: int | None  # transaction markers only
 
     @property
     def type_name(self) -> str:
-        return {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}.get(self.type, f"UNKNOWN({self.type})")
+        return CONTROL_TYPE_NAMES.get(self.type, f"UNKNOWN({self.type})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,12 +392,13 @@ def _read_bytes(body: memoryview, pos: int, limit: int) -> tuple[bytes | None, i
 
 
 def parse_control_record(record: Record) -> ControlRecord:
-    """Read a transaction marker: key = version int16 + type int16, value = version + coordinatorEpoch."""
+    """Read a control record: key = version int16 + type int16; a transaction marker's value is
+    version int16 + coordinatorEpoch int32 (other control types have values of their own)."""
     if record.key is None or len(record.key) < 4:
         raise CorruptRecordError(f"control record at offset {record.offset} has a key of {0 if record.key is None else len(record.key)} bytes")
     version, type_ = struct.unpack_from(">hh", record.key)
     coordinator_epoch = None
-    if record.value is not None and len(record.value) >= 6:
+    if type_ in (CONTROL_ABORT, CONTROL_COMMIT) and record.value is not None and len(record.value) >= 6:
         coordinator_epoch = struct.unpack_from(">i", record.value, 2)[0]
     return ControlRecord(version, type_, coordinator_epoch)
 
