@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
+from .files import fsync_directory, write_atomically  # noqa: F401  (re-exported)
 from .errors import CheckpointError
 from .partition import TopicPartition, topic_name_problem
 
@@ -47,37 +48,6 @@ class MissingCheckpointError(CheckpointError, FileNotFoundError):
 
 
 # --- atomic writes ------------------------------------------------------------------------------
-
-
-def write_atomically(path: str | os.PathLike, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, never a mix.
-
-    Kafka's sequence: ``<name>.tmp``, flush + fsync, rename over the target, fsync the directory
-    (so the rename itself survives a power loss).
-    """
-    target = Path(path)
-    tmp = target.with_name(target.name + TMP_SUFFIX)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_directory(target.parent)
-
-
-def fsync_directory(directory: str | os.PathLike) -> None:
-    """Make a rename in ``directory`` durable; Windows cannot open a directory, and Kafka skips it there too."""
-    if os.name == "nt":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_checkpoint_bytes(path: str | os.PathLike, what: str | None = None) -> bytes:

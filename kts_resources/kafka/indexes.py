@@ -17,17 +17,15 @@ Pure: bytes in, values out. The only I/O is on the files a caller names.
 from __future__ import annotations
 
 import bisect
-import mmap
 import os
-import re
 import struct
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 from .errors import CorruptRecordError, IndexFormatError
+from .files import mapped, write_atomically
+from .logdir import list_segments, parse_offset_file_name
 from .records import NO_TIMESTAMP, SegmentScan, scan_batches
 
 OFFSET_ENTRY_SIZE = 8
@@ -42,7 +40,6 @@ TIME_INDEX_SUFFIX = ".timeindex"
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _INT32_MAX = 2**31 - 1
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -212,10 +209,10 @@ def encode_time_index(entries: Iterable[TimestampOffset], base_offset: int) -> b
 
 
 def _base_offset_of(path: str | os.PathLike) -> int:
-    stem = Path(path).name.split(".", 1)[0]
-    if len(stem) != 20 or not stem.isdigit():
-        raise ValueError(f"{os.fspath(path)}: not a segment file name (20-digit base offset expected)")
-    return int(stem)
+    try:
+        return parse_offset_file_name(Path(path).name)[0]
+    except ValueError as e:
+        raise ValueError(f"{os.fspath(path)}: not a segment file name ({e})") from None
 
 
 def read_offset_index(path: str | os.PathLike, base_offset: int | None = None) -> list[OffsetPosition]:
@@ -354,27 +351,12 @@ def rebuild_indexes(
     )
 
 
-@contextmanager
-def _mapped(path: str | os.PathLike) -> Iterator[memoryview]:
-    """A read-only view of a whole file without copying it (segments can be a GiB)."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            yield memoryview(b"")
-            return
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            view = memoryview(m)
-            try:
-                yield view
-            finally:
-                view.release()
-
-
 def is_active_segment(log_path: str | os.PathLike) -> bool:
     """Whether a segment is its partition's active one: the highest base offset in its directory."""
     path = Path(log_path)
     base = _base_offset_of(path)
-    bases = [int(m.group(1)) for name in os.listdir(path.parent) if (m := _SEGMENT_FILE.match(name))]
-    return base >= max(bases, default=base)
+    segments = list_segments(path.parent)
+    return not segments or base >= segments[-1].base_offset
 
 
 def index_paths(log_path: str | os.PathLike, directory: str | os.PathLike | None = None) -> tuple[Path, Path]:
@@ -383,28 +365,6 @@ def index_paths(log_path: str | os.PathLike, directory: str | os.PathLike | None
     stem = path.name.split(".", 1)[0]
     where = path.parent if directory is None else Path(directory)
     return where / (stem + OFFSET_INDEX_SUFFIX), where / (stem + TIME_INDEX_SUFFIX)
-
-
-def _replace_atomically(target: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``target``, fsync it, rename it over, fsync the directory."""
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself must survive a crash
-    finally:
-        os.close(dir_fd)
 
 
 def rebuild_segment_indexes(
@@ -427,13 +387,13 @@ def rebuild_segment_indexes(
     base_offset = _base_offset_of(path)
     if closed is None:
         closed = not is_active_segment(path)
-    with _mapped(path) as view:
+    with mapped(path) as view:
         rebuilt = rebuild_indexes(view, base_offset, closed=closed, index_interval_bytes=index_interval_bytes, path=path)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     offset_path, time_path = index_paths(path, out_dir)
-    _replace_atomically(offset_path, rebuilt.offset_index)
-    _replace_atomically(time_path, rebuilt.time_index)
+    write_atomically(offset_path, rebuilt.offset_index)
+    write_atomically(time_path, rebuilt.time_index)
     return RebuiltIndexes(
         rebuilt.offset_index, rebuilt.time_index, rebuilt.scan, rebuilt.offset_entries, rebuilt.time_entries,
         rebuilt.closed, os.fspath(offset_path), os.fspath(time_path),
@@ -492,7 +452,7 @@ def verify_segment_indexes(log_path: str | os.PathLike, *, closed: bool | None =
     base_offset = _base_offset_of(path)
     if closed is None:
         closed = not is_active_segment(path)
-    with _mapped(path) as view:
+    with mapped(path) as view:
         batches = scan_batches(view, verify_crc=False).batches
     offset_path, time_path = index_paths(path)
     findings: list[IndexFinding] = []

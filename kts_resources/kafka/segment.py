@@ -6,29 +6,10 @@ every batch's CRC-32C.
 
 from __future__ import annotations
 
-import mmap
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
-
+from .files import mapped
 from .records import NO_TIMESTAMP, BatchHeader, InvalidBytes, SegmentScan, scan_batches
-
-
-@contextmanager
-def mapped(path: str | os.PathLike) -> Iterator[memoryview]:
-    """A read-only view of a whole file without copying it (segments can be a GiB)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            yield memoryview(b"")
-            return
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            view = memoryview(m)
-            try:
-                yield view
-            finally:
-                view.release()
 
 
 @dataclass(frozen=True, slots=True)
