@@ -166,7 +166,7 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class ControlRecord:
-    """The key and value of the one record in a control batch (transaction marker)."""
+    """The key and value of the one record in a control batch: a transaction marker or a KRaft control record."""
 
     version: int
     type: int  # CONTROL_ABORT, CONTROL_COMMIT, or one of KRaft's (see CONTROL_TYPE_NAMES)
