@@ -200,7 +200,10 @@ def _record_line(batch, r, parse_control_record) -> str:
     if batch.is_control:
         try:
             marker = parse_control_record(r)
-            line += f" endTxnMarker: {marker.type_name} coordinatorEpoch: {marker.coordinator_epoch}"
+            if marker.coordinator_epoch is not None:
+                line += f" endTxnMarker: {marker.type_name} coordinatorEpoch: {marker.coordinator_epoch}"
+            else:  # a KRaft control record (leader change, snapshot header/footer, voters)
+                line += f" controlType: {marker.type_name}"
         except KafkaFormatError as e:
             line += f" controlRecord: unreadable ({e.message})"
     return line
