@@ -256,6 +256,72 @@ def cmd_index_verify(args) -> int:
     return EXIT_FINDINGS
 
 
+def cmd_simulate(args) -> int:
+    import dataclasses
+    import time
+
+    from kts_resources import settings
+    from kts_resources.kafka.simulate import SimulationConfig, simulate
+
+    options = {f.name: getattr(args, f.name) for f in dataclasses.fields(SimulationConfig) if getattr(args, f.name, None) is not None}
+    try:
+        config = SimulationConfig(**options)
+    except ValueError as e:
+        raise CommandError(f"simulate: {e}", EXIT_USAGE) from None
+    log_dir = Path(args.log_dir) if args.log_dir else settings.log_dirs()[0]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    last = {"at": 0.0, "done": False}
+
+    def progress(written: int, total: int) -> None:
+        # A line every couple of seconds: long runs show they are alive without flooding a log.
+        now = time.monotonic()
+        finished = written >= total
+        if (now - last["at"] >= 2.0 and not last["done"]) or (finished and not last["done"]):
+            last["at"], last["done"] = now, finished
+            print(f"simulate: {written / 2**20:,.1f} / {total / 2**20:,.1f} MiB ({min(100.0, 100.0 * written / max(total, 1)):.0f}%)", file=sys.stderr)
+
+    summary = simulate(log_dir, config, progress=progress)
+    if args.json:
+        print_json(summary.to_json())
+    else:
+        print(f"wrote {summary.bytes_written:,} bytes in {summary.batches_written:,} batches ({summary.records_written:,} records) "
+              f"to {len(summary.partitions)} partitions under {log_dir}")
+        print(f"segments rolled {summary.segments_rolled}, deleted {summary.segments_deleted}; transactions committed "
+              f"{summary.transactions_committed}, aborted {summary.transactions_aborted}; leader epoch changes {summary.leader_epoch_changes}")
+    return 0
+
+
+def add_simulate_parser(sub) -> None:
+    """One option per SimulationConfig field, so the CLI can never fall behind the simulator."""
+    import dataclasses
+
+    from kts_resources.kafka.simulate import SimulationConfig
+
+    p = sub.add_parser("simulate", help="write (or keep appending to) broker-like partitions in a log dir",
+                       description="Writes broker-like partitions: batches of every codec, rolls, indexes, "
+                                   "producer snapshots, leader epochs, transactions, checkpoints. Deterministic per --seed; "
+                                   "run it again on the same dir to keep appending.")
+    p.add_argument("--log-dir", metavar="D", help="the broker log dir to write (default: first of KTS_LOG_DIRS, else KTS_HOME/logs)")
+    p.add_argument("--json", action="store_true", help="print the run's summary as JSON")
+    for f in dataclasses.fields(SimulationConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        if f.name.endswith("_bytes") or f.name in ("record_size", "batch_size"):
+            kind, metavar = parse_size, "BYTES"
+        elif f.name.endswith("_ms"):
+            kind, metavar = parse_duration_ms, "MS"
+        elif isinstance(default, float):
+            kind, metavar = float, "X"
+        elif isinstance(default, int):
+            kind, metavar = int, "N"
+        else:
+            kind, metavar = str, "A,B"
+            default = ",".join(default)
+        aliases = [flag, "--rate"] if f.name == "messages_per_second" else [flag]
+        p.add_argument(*aliases, dest=f.name, type=kind, metavar=metavar, default=None, help=f"default {default}")
+    p.set_defaults(func=cmd_simulate)
+
+
 # --- wiring ---------------------------------------------------------------------------------------
 
 
@@ -286,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("segment", metavar="SEGMENT.log")
     v.set_defaults(func=cmd_index_verify)
 
+    add_simulate_parser(sub)
     return parser
 
 
