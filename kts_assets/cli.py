@@ -132,11 +132,22 @@ def cmd_segments(args) -> int:
     return EXIT_FINDINGS if problems else 0
 
 
+def _entry_readers() -> dict[str, Callable]:
+    from kts_resources.kafka.indexes import read_offset_index, read_time_index
+    from kts_resources.kafka.snapshots import read_producer_snapshot, read_txn_index
+
+    return {".index": read_offset_index, ".timeindex": read_time_index,
+            ".snapshot": read_producer_snapshot, ".txnindex": read_txn_index}
+
+
 def cmd_dump(args) -> int:
     from kts_resources.kafka.records import decode_batch, parse_control_record, scan_batches
     from kts_resources.kafka.segment import mapped
 
     path = existing_file(args.segment)
+    reader = _entry_readers().get(path.suffix)
+    if reader is not None:
+        return _dump_entries(path, reader, args.json)
     problems: list[str] = []
     out_batches = []
     with mapped(path) as view:
@@ -173,6 +184,20 @@ def cmd_dump(args) -> int:
         })
     report(problems)
     return EXIT_FINDINGS if problems else 0
+
+
+def _dump_entries(path: Path, reader: Callable, as_json: bool) -> int:
+    """The other files DumpLogSegments reads: offset and time indexes, producer snapshots, txn indexes."""
+    import dataclasses
+
+    entries = [dataclasses.asdict(e) for e in reader(path)]
+    if as_json:
+        print_json({"path": str(path), "entries": entries})
+    else:
+        print(f"Dumping {path}")
+        for entry in entries:
+            print(" ".join(f"{k}: {v}" for k, v in entry.items()))
+    return 0
 
 
 def _batch_line(b) -> str:
@@ -334,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_segments)
 
-    p = sub.add_parser("dump", help="the batches (and records) of a segment, like Kafka's DumpLogSegments")
+    p = sub.add_parser("dump", help="the batches (and records) of a segment, like Kafka's DumpLogSegments; "
+                                    "also .index, .timeindex, .snapshot and .txnindex files")
     p.add_argument("segment", metavar="SEGMENT.log")
     p.add_argument("--records", action="store_true", help="decode and print every record")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")

@@ -65,3 +65,22 @@ def test_a_bad_option_is_one_line_and_exit_2(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("kts: simulate: topics: ")
     bad_size = kts("simulate", "--log-dir", tmp_path, "--total-bytes", "lots")
     assert bad_size.returncode == 2 and "not a size" in bad_size.stderr
+
+
+def test_dump_reads_the_other_files_of_a_partition_like_dump_log_segments(tmp_path):
+    assert kts("simulate", "--log-dir", tmp_path, "--seed", "3", *SMALL).returncode == 0
+    partition = tmp_path / "orders-0"
+    snapshot = sorted(partition.glob("*.snapshot"))[0]
+    for path, fields in [
+        (partition / "00000000000000000000.index", {"offset", "position"}),
+        (partition / "00000000000000000000.timeindex", {"timestamp", "offset"}),
+        (snapshot, {"producer_id", "producer_epoch", "last_sequence", "last_offset", "current_txn_first_offset"}),
+    ]:
+        result = kts("dump", path, "--json")
+        assert result.returncode == 0, result.stderr
+        entries = json.loads(result.stdout)["entries"]
+        assert entries and all(fields <= e.keys() for e in entries)
+    damaged = tmp_path / "00000000000000000000.index"
+    damaged.write_bytes((partition / "00000000000000000000.index").read_bytes()[:-3])
+    result = kts("dump", damaged)
+    assert result.returncode == 1 and result.stderr.startswith(f"kts: {damaged}: byte ")
