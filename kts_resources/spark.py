@@ -1,0 +1,105 @@
+"""Spark for the per-segment work: a local-or-cluster session and the segment inventory scan.
+
+The scan runs kts's header-only reader inside Spark tasks, one task per segment file, so a
+partition's (or a whole log dir's) segments are read in parallel on every core or executor.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Iterable
+
+from kts_resources.kafka.logdir import PartitionDir
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# What a shared-nothing local session needs: no UI port to collide on, few shuffle partitions.
+_DEFAULT_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+}
+
+
+def spark_master() -> str:
+    """``KTS_SPARK_MASTER``, default ``local[*]``."""
+    return os.environ.get("KTS_SPARK_MASTER") or "local[*]"
+
+
+def spark_conf(master: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {"spark.master": master or spark_master(), **_DEFAULT_CONF, **(extra or {})}
+
+
+def build_spark_session(app_name: str = "kts", master: str | None = None, extra: dict[str, str] | None = None) -> "SparkSession":
+    from pyspark.sql import SparkSession
+
+    conf = spark_conf(master, extra)
+    if conf["spark.master"].startswith("local"):
+        # Local workers must run this interpreter (kts's virtualenv), not whatever python3 is on
+        # PATH; PySpark's RDD path reads only the environment variable.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+INVENTORY_COLUMNS = (
+    "topic", "partition", "base_offset", "last_offset", "next_offset", "size_bytes", "batch_count",
+    "record_count", "max_timestamp", "leader_epochs", "active", "health", "crc_failures",
+    "invalid_bytes_position", "path",
+)
+
+
+def _inventory_schema():
+    from pyspark.sql import types as T
+
+    return T.StructType([
+        T.StructField("topic", T.StringType(), False),
+        T.StructField("partition", T.IntegerType(), False),
+        T.StructField("base_offset", T.LongType(), False),
+        T.StructField("last_offset", T.LongType(), True),
+        T.StructField("next_offset", T.LongType(), False),
+        T.StructField("size_bytes", T.LongType(), False),
+        T.StructField("batch_count", T.LongType(), False),
+        T.StructField("record_count", T.LongType(), False),
+        T.StructField("max_timestamp", T.LongType(), False),
+        T.StructField("leader_epochs", T.ArrayType(T.IntegerType(), False), False),
+        T.StructField("active", T.BooleanType(), False),
+        T.StructField("health", T.StringType(), False),
+        T.StructField("crc_failures", T.IntegerType(), False),
+        T.StructField("invalid_bytes_position", T.LongType(), True),
+        T.StructField("path", T.StringType(), False),
+    ])
+
+
+def _summarize(task: tuple[str, int, str, int, bool]) -> tuple:
+    # Runs on an executor: imports stay inside so the closure ships only the task tuple.
+    from kts_resources.kafka.segment import summarize_segment
+
+    topic, partition, path, base_offset, active = task
+    s = summarize_segment(path, base_offset, active=active)
+    return (
+        topic, partition, s.base_offset, s.last_offset, s.next_offset, s.size_bytes, s.batch_count, s.record_count,
+        s.max_timestamp, list(s.leader_epochs), s.active, s.health, len(s.crc_failures),
+        None if s.invalid is None else s.invalid.position, s.path,
+    )
+
+
+def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir]) -> "DataFrame":
+    """One row per segment of the given partitions: header-only scan with every CRC checked."""
+    tasks = [
+        (p.topic, p.partition, str(s.log), s.base_offset, s.active)
+        for p in partitions
+        for s in p.segments()
+    ]
+    if not tasks:
+        return spark.createDataFrame([], _inventory_schema())
+    rdd = spark.sparkContext.parallelize(tasks, numSlices=len(tasks)).map(_summarize)
+    return spark.createDataFrame(rdd, _inventory_schema())
