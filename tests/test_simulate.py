@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.kafka.broker_log import LogConfig, PartitionLog
+from kts_resources.kafka.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
 from kts_resources.kafka.checkpoints import read_leader_epoch_checkpoint, read_offset_checkpoint, read_partition_metadata
 from kts_resources.kafka.codecs import CODEC_NAMES
 from kts_resources.kafka.indexes import (
@@ -273,8 +273,13 @@ def test_producer_snapshots_exist_at_every_roll_offset_and_describe_the_producer
         assert sorted(snapshots) == [s.base_offset for s in segments[1:]]
         for offset, path in snapshots.items():
             entries = read_producer_snapshot(path)
-            assert [e.producer_id for e in entries] == sorted(e.producer_id for e in entries)
             before = [(seg, b) for seg, b in batches if b.last_offset < offset]
+            # Listed in the broker's HashMap order: producers put in as they first appeared.
+            order = JavaLongHashMapOrder()
+            for _, b in before:
+                if b.producer_id >= 0:
+                    order.put(b.producer_id)
+            assert [e.producer_id for e in entries] == list(order)
             assert {e.producer_id for e in entries} == {b.producer_id for _, b in before if b.producer_id >= 0}
             for e in entries:
                 mine = [(seg, b) for seg, b in before if b.producer_id == e.producer_id]

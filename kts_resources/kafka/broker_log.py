@@ -234,11 +234,88 @@ class _Producer:
         )
 
 
+class JavaLongHashMapOrder:
+    """The iteration order of a ``java.util.HashMap<Long, …>`` holding these keys.
+
+    ProducerStateManager keeps its producers in a HashMap and writes a snapshot by iterating it,
+    so the entries of a ``.snapshot`` file come in that order, not by producer id. The order is:
+    bucket by bucket (bucket = the spread Long hash masked by the table size), and within a bucket
+    in insertion order. The table starts at 16 buckets when the first key goes in and doubles
+    when the size passes 0.75 × the table, or when a bucket reaches 9 keys while the table has
+    fewer than 64 buckets; a resize keeps each bucket's relative order; removing keys and
+    ``clear`` never shrink it. Not modelled: a bucket of 9+ keys in a table of 64+ buckets
+    (Java turns it into a tree), which producer ids would have to be chosen to provoke.
+    """
+
+    _INITIAL_CAPACITY = 16
+    _TREEIFY_THRESHOLD = 8
+    _MIN_TREEIFY_CAPACITY = 64
+
+    def __init__(self) -> None:
+        self._table: list[list[int]] = []  # allocated on the first put, as Java does
+        self._size = 0
+
+    @staticmethod
+    def spread_hash(key: int) -> int:
+        """``HashMap.hash(Long.valueOf(key))``: Long.hashCode folded, then its high half mixed in."""
+        k = key & 0xFFFF_FFFF_FFFF_FFFF
+        h = (k ^ (k >> 32)) & 0xFFFF_FFFF
+        return h ^ (h >> 16)
+
+    @property
+    def capacity(self) -> int:
+        return len(self._table)
+
+    def _bucket(self, key: int) -> list[int]:
+        return self._table[self.spread_hash(key) & (len(self._table) - 1)]
+
+    def _resize(self) -> None:
+        capacity = 2 * len(self._table) if self._table else self._INITIAL_CAPACITY
+        old, self._table = self._table, [[] for _ in range(capacity)]
+        for bucket in old:
+            for key in bucket:
+                self._bucket(key).append(key)
+
+    def put(self, key: int) -> None:
+        if not self._table:
+            self._resize()
+        bucket = self._bucket(key)
+        if key in bucket:
+            return  # a new value for a present key keeps its place
+        bucket.append(key)
+        if len(bucket) > self._TREEIFY_THRESHOLD and len(self._table) < self._MIN_TREEIFY_CAPACITY:
+            self._resize()  # treeifyBin resizes a small table instead
+        self._size += 1
+        if self._size > len(self._table) * 3 // 4:
+            self._resize()
+
+    def remove(self, key: int) -> None:
+        if self._table:
+            bucket = self._bucket(key)
+            if key in bucket:
+                bucket.remove(key)
+                self._size -= 1
+
+    def clear(self) -> None:
+        for bucket in self._table:
+            bucket.clear()
+        self._size = 0
+
+    def __iter__(self) -> Iterator[int]:
+        for bucket in self._table:
+            yield from bucket
+
+    def __len__(self) -> int:
+        return self._size
+
+
 class ProducerStateManager:
     """Producer ids, their sequences and open transactions for one partition (ProducerStateManager)."""
 
     def __init__(self) -> None:
         self._producers: dict[int, _Producer] = {}
+        # Where each producer sits in the broker's HashMap: the order a snapshot lists them in.
+        self._order = JavaLongHashMapOrder()
         # Open transactions by first offset; appends only grow offsets, so insertion order is
         # offset order (load() sorts), which is what the last stable offset needs.
         self._ongoing: dict[int, int] = {}
@@ -250,8 +327,9 @@ class ProducerStateManager:
         return None if p is None else p.to_entry()
 
     def entries(self) -> list[ProducerSnapshotEntry]:
-        """Every producer's state in producer-id order (the order snapshots are written in)."""
-        return [self._producers[pid].to_entry() for pid in sorted(self._producers)]
+        """Every producer's state in the order a snapshot lists them: the iteration order of
+        ProducerStateManager's HashMap (see :class:`JavaLongHashMapOrder`), not producer-id order."""
+        return [self._producers[pid].to_entry() for pid in self._order]
 
     @property
     def ongoing_transactions(self) -> dict[int, int]:
@@ -264,7 +342,12 @@ class ProducerStateManager:
     # -- loading --
 
     def load(self, entries: list[ProducerSnapshotEntry]) -> None:
+        """Start from a snapshot's entries, put into a fresh map in file order (as a broker
+        loading the snapshot does, so the order within each bucket survives)."""
         self._producers = {e.producer_id: _Producer.from_entry(e) for e in entries}
+        self._order = JavaLongHashMapOrder()
+        for e in entries:
+            self._order.put(e.producer_id)
         open_txns = sorted((p.current_txn_first_offset, p.producer_id) for p in self._producers.values() if p.current_txn_first_offset >= 0)
         self._ongoing = dict(open_txns)
 
@@ -306,6 +389,7 @@ class ProducerStateManager:
         p = self._producers.get(pid)
         if p is None:
             p = self._producers[pid] = _Producer(pid)
+            self._order.put(pid)
         if header.is_control:
             if marker is None:
                 return None  # an empty control batch: its transaction was cleaned away
@@ -349,6 +433,7 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self._producers[pid]
+            self._order.remove(pid)
         return sorted(expired)
 
 

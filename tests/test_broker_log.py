@@ -1,0 +1,69 @@
+"""The broker-like writer against the rules of Apache Kafka's broker, one rule per test.
+
+Each test pins a behaviour of Kafka's UnifiedLog / LogSegment / ProducerStateManager /
+ProducerAppendInfo / LeaderEpochFileCache that ``kts_resources.kafka.broker_log`` must reproduce
+byte for byte (the expected values were worked out from Kafka's source, and the HashMap orders
+were printed by a JVM's java.util.HashMap).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kts_resources.kafka.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
+from kts_resources.kafka.logdir import list_producer_snapshots
+from kts_resources.kafka.records import NewRecord, build_batch
+from kts_resources.kafka.snapshots import read_producer_snapshot
+
+T0 = 1_700_000_000_000
+
+
+def data(producer_id: int = -1, epoch: int = -1, sequence: int = -1, *, ts: int = T0, records: int = 1,
+         transactional: bool = False, value: bytes = b"v") -> bytes:
+    return build_batch(
+        [NewRecord(ts + i, b"k", value) for i in range(records)], base_offset=0, producer_id=producer_id,
+        producer_epoch=epoch, base_sequence=sequence, is_transactional=transactional,
+    )
+
+
+@pytest.fixture
+def log(tmp_path: Path):
+    log = PartitionLog.open(tmp_path / "orders-0", LogConfig(segment_bytes=64 * 1024))
+    yield log
+    log.close()
+
+
+# --- producer snapshots -------------------------------------------------------------------------
+
+
+def test_java_long_hashmap_order_is_the_jvms(tmp_path):
+    # Printed by java.util.HashMap<Long, …>.keySet() after the same puts and removes.
+    m = JavaLongHashMapOrder()
+    for k in (1000, 1001, 100000, 100001, 100002):
+        m.put(k)
+    assert list(m) == [100001, 100000, 100002, 1000, 1001]  # keys ≥ 2^16 have their high half mixed in
+    m.clear()
+    for k in (33, 1, 17, 49, 2, 18, 34, 50, 3, 19, 35, 51):
+        m.put(k)
+    assert list(m) == [33, 1, 17, 49, 2, 18, 34, 50, 3, 19, 35, 51]  # 16 buckets, insertion order within one
+    m.put(4)  # the 13th key doubles the table; each bucket keeps its order
+    assert list(m) == [33, 1, 2, 34, 3, 35, 4, 17, 49, 18, 50, 19, 51]
+    m.remove(1)
+    m.put(65)
+    m.put(1)  # a key put again goes to the end of its bucket
+    assert list(m) == [33, 65, 1, 2, 34, 3, 35, 4, 17, 49, 18, 50, 19, 51]
+    crowded = JavaLongHashMapOrder()
+    for k in (0, 16, 32, 48, 64, 80, 96, 112, 128, 5):
+        crowded.put(k)  # a 9th key in one bucket of a small table doubles it instead of making a tree
+    assert list(crowded) == [0, 32, 64, 96, 128, 5, 16, 48, 80, 112]
+    assert crowded.capacity == 32
+
+
+def test_a_snapshot_lists_producers_in_the_brokers_hashmap_order_not_by_id(log):
+    for pid in (1000, 1001, 100000, 100001, 100002):
+        log.append(data(pid, 0, 0), leader_epoch=0)
+    log.roll()
+    entries = read_producer_snapshot(list_producer_snapshots(log.directory)[5])
+    assert [e.producer_id for e in entries] == [100001, 100000, 100002, 1000, 1001]
