@@ -14,7 +14,7 @@ import pytest
 
 from kts_resources.kafka.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
 from kts_resources.kafka.logdir import list_producer_snapshots
-from kts_resources.kafka.records import NewRecord, build_batch
+from kts_resources.kafka.records import NewRecord, build_batch, build_control_batch
 from kts_resources.kafka.snapshots import read_producer_snapshot
 
 T0 = 1_700_000_000_000
@@ -67,3 +67,53 @@ def test_a_snapshot_lists_producers_in_the_brokers_hashmap_order_not_by_id(log):
     log.roll()
     entries = read_producer_snapshot(list_producer_snapshots(log.directory)[5])
     assert [e.producer_id for e in entries] == [100001, 100000, 100002, 1000, 1001]
+
+
+def marker(producer_id: int, epoch: int, *, commit: bool, coordinator_epoch: int = 0, ts: int = T0) -> bytes:
+    return build_control_batch(base_offset=0, commit=commit, producer_id=producer_id, producer_epoch=epoch,
+                               coordinator_epoch=coordinator_epoch, timestamp=ts)
+
+
+def snapshot_entry(log: PartitionLog, producer_id: int):
+    log.roll()
+    offset = max(list_producer_snapshots(log.directory))
+    return {e.producer_id: e for e in read_producer_snapshot(list_producer_snapshots(log.directory)[offset])}[producer_id]
+
+
+# --- producer state (ProducerAppendInfo) --------------------------------------------------------
+
+
+def test_a_marker_that_bumps_the_epoch_clears_the_batch_metadata_and_the_next_batch_must_start_at_sequence_zero(log):
+    log.append(data(7, 0, 0, transactional=True, records=3), leader_epoch=0)
+    log.append(marker(7, 1, commit=False, ts=T0 + 50), leader_epoch=0)  # the coordinator fenced epoch 0
+    entry = snapshot_entry(log, 7)
+    assert (entry.producer_epoch, entry.last_sequence, entry.last_offset, entry.offset_delta) == (1, -1, -1, 0)
+    assert entry.timestamp == T0 + 50 and entry.current_txn_first_offset == -1
+    with pytest.raises(ValueError, match="out-of-order sequence 5, expected 0"):
+        log.append(data(7, 1, 5), leader_epoch=0)
+    log.append(data(7, 1, 0), leader_epoch=0)
+
+
+def test_a_batch_without_a_base_sequence_leaves_the_last_sequence_unset(log):
+    log.append(data(9, 0, -1, records=4), leader_epoch=0)  # RecordBatch.lastSequence is NO_SEQUENCE
+    entry = snapshot_entry(log, 9)
+    assert (entry.last_sequence, entry.last_offset, entry.offset_delta) == (-1, 3, 3)
+
+
+def test_a_marker_from_an_older_coordinator_epoch_is_fenced(log):
+    log.append(data(7, 0, 0, transactional=True), leader_epoch=0)
+    log.append(marker(7, 0, commit=True, coordinator_epoch=4), leader_epoch=0)
+    log.append(data(7, 0, 1, transactional=True), leader_epoch=0)
+    end = log.log_end_offset
+    with pytest.raises(ValueError, match="coordinator epoch 3, older than 4"):
+        log.append(marker(7, 0, commit=True, coordinator_epoch=3), leader_epoch=0)
+    assert log.log_end_offset == end
+    log.append(marker(7, 0, commit=False, coordinator_epoch=4), leader_epoch=0)
+
+
+def test_a_batch_larger_than_segment_bytes_is_rejected(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=1024))
+    with pytest.raises(ValueError, match="exceeds segment.bytes 1024"):
+        log.append(data(value=b"x" * 2000), leader_epoch=0)
+    assert log.log_end_offset == 0 and log.size == 0
+    log.close()

@@ -89,7 +89,6 @@ from .records import (
     NO_TIMESTAMP,
     V2_CRC_START,
     BatchHeader,
-    ControlRecord,
     decode_batch,
     parse_control_record,
     scan_batches,
@@ -353,11 +352,13 @@ class ProducerStateManager:
 
     # -- appending --
 
-    def check(self, header: BatchHeader) -> None:
-        """Reject what the leader would reject (fenced epoch, sequence gap, mixed txn writes).
+    def check(self, header: BatchHeader, marker: TxnMarker | None = None) -> None:
+        """Reject what the leader would reject (ProducerAppendInfo: fenced producer epoch, sequence
+        gap, mixed txn writes, a marker from a fenced coordinator).
 
         An unknown producer is accepted with any sequence: it may have expired, and Kafka's
-        leader cannot tell that from a new producer here either.
+        leader cannot tell that from a new producer here either. A known producer whose epoch has
+        no batches yet (a marker bumped it) must start at sequence 0.
         """
         pid = header.producer_id
         if pid < 0:
@@ -370,18 +371,22 @@ class ProducerStateManager:
         if header.producer_epoch < p.producer_epoch:
             raise ValueError(f"producer {pid} is fenced: epoch {header.producer_epoch} is older than {p.producer_epoch}")
         if header.is_control:
+            if marker is not None and marker.coordinator_epoch < p.coordinator_epoch:
+                raise ValueError(
+                    f"producer {pid}: marker from coordinator epoch {marker.coordinator_epoch}, older than {p.coordinator_epoch}"
+                )
             return
         if header.producer_epoch != p.producer_epoch:
             if header.base_sequence != 0 and p.producer_epoch != NO_PRODUCER_EPOCH:
                 raise ValueError(f"producer {pid}: a new epoch {header.producer_epoch} must start at sequence 0, not {header.base_sequence}")
-        elif p.last_sequence != NO_SEQUENCE and header.base_sequence != next_sequence(p.last_sequence):
+        elif p.producer_epoch != NO_PRODUCER_EPOCH and header.base_sequence != next_sequence(p.last_sequence):
             raise ValueError(
                 f"producer {pid}: out-of-order sequence {header.base_sequence}, expected {next_sequence(p.last_sequence)}"
             )
         if p.current_txn_first_offset >= 0 and not header.is_transactional:
             raise ValueError(f"producer {pid} wrote a non-transactional batch inside its open transaction")
 
-    def update(self, header: BatchHeader, marker: ControlRecord | None = None) -> CompletedTxn | None:
+    def update(self, header: BatchHeader, marker: TxnMarker | None = None) -> CompletedTxn | None:
         """Apply one appended batch (offsets assigned); a marker returns the transaction it closes."""
         pid = header.producer_id
         if pid < 0:
@@ -398,13 +403,17 @@ class ProducerStateManager:
             if p.current_txn_first_offset >= 0:
                 completed = CompletedTxn(pid, p.current_txn_first_offset, header.base_offset, marker.type == CONTROL_ABORT)
             p.maybe_update_epoch(header.producer_epoch)
-            if marker.coordinator_epoch is not None:
-                p.coordinator_epoch = marker.coordinator_epoch
+            p.coordinator_epoch = marker.coordinator_epoch
             p.current_txn_first_offset = NO_TXN_FIRST_OFFSET
-            p.timestamp = header.max_timestamp
+            # The marker RECORD's timestamp (ProducerAppendInfo.appendEndTxnMarker), not the batch's.
+            p.timestamp = marker.timestamp
             return completed
         p.maybe_update_epoch(header.producer_epoch)
-        p.last_sequence = next_sequence(header.base_sequence, header.last_offset_delta)
+        # RecordBatch.lastSequence: no sequence stays no sequence.
+        if header.base_sequence == NO_SEQUENCE:
+            p.last_sequence = NO_SEQUENCE
+        else:
+            p.last_sequence = next_sequence(header.base_sequence, header.last_offset_delta)
         p.last_offset = header.last_offset
         p.offset_delta = header.last_offset_delta
         p.timestamp = header.max_timestamp
@@ -502,13 +511,25 @@ def _parse_one_batch(batch: bytes) -> BatchHeader:
     return scan.batches[0]
 
 
-def _transaction_marker(data: bytes | memoryview, header: BatchHeader) -> ControlRecord | None:
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A COMMIT/ABORT marker as ProducerAppendInfo reads it: its type, coordinator epoch and the
+    marker record's own timestamp."""
+
+    type: int
+    coordinator_epoch: int
+    timestamp: int
+
+
+def _transaction_marker(data: bytes | memoryview, header: BatchHeader) -> TxnMarker | None:
     """The COMMIT/ABORT marker a control batch holds; None for an empty batch or another control type."""
     records = decode_batch(data, header, verify_crc=False)
     if not records:
         return None
-    record = parse_control_record(records[0])
-    return record if record.type in (CONTROL_ABORT, CONTROL_COMMIT) else None
+    control = parse_control_record(records[0])
+    if control.type not in (CONTROL_ABORT, CONTROL_COMMIT) or control.coordinator_epoch is None:
+        return None
+    return TxnMarker(control.type, control.coordinator_epoch, records[0].timestamp)
 
 
 def _rename_deleted(path: Path) -> Path:
@@ -877,8 +898,11 @@ class PartitionLog:
         base_offset = active.next_offset
         batch = with_base_offset_and_epoch(batch, base_offset, leader_epoch)
         header = _parse_one_batch(batch)
-        self.producer_state.check(header)
+        if len(batch) > self.config.segment_bytes:
+            # UnifiedLog.append's RecordBatchTooLargeException: a batch never spans segments.
+            raise ValueError(f"a {len(batch)}-byte batch exceeds segment.bytes {self.config.segment_bytes}")
         marker = _transaction_marker(batch, header) if header.is_control else None
+        self.producer_state.check(header, marker)
 
         self.epochs.assign(leader_epoch, base_offset)
         rolled = False
