@@ -67,9 +67,13 @@ CONTROL_TYPE_NAMES = {
 # --- values -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchHeader:
-    """One batch (magic 2) or one top-level message/wrapper (magic 0/1) as it sits in a segment."""
+    """One batch (magic 2) or one top-level message/wrapper (magic 0/1) as it sits in a segment.
+
+    Not frozen on purpose: a frozen dataclass's __init__ costs ~9x more, and the header scan makes
+    one of these per batch (bench/scan.py). Treat it as read-only.
+    """
 
     position: int
     base_offset: int
@@ -269,19 +273,6 @@ def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: in
     header_size = V2_HEADER_SIZE
     min_v2_length = V2_HEADER_SIZE - LOG_OVERHEAD
     crc_start = V2_CRC_START
-    # Speed (bench/scan.py): BatchHeader's frozen __init__ sets its 15 fields through
-    # object.__setattr__, about half the cost of a batch here. Filling the slots through their
-    # descriptors makes the same object in half the time; only while the class is exactly the
-    # one this expects, otherwise the ordinary constructor.
-    cls = BatchHeader
-    fields = ("position", "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
-              "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
-              "base_sequence", "record_count", "crc_ok")
-    fast = getattr(cls, "__slots__", None) == fields and not hasattr(cls, "__post_init__")
-    if fast:
-        new = object.__new__
-        (set_pos, set_bo, set_bl, set_ple, set_magic, set_crc, set_attr, set_lod, set_bts, set_mts, set_pid, set_pe,
-         set_bs, set_rc, set_ok) = (cls.__dict__[name].__set__ for name in fields)
     while pos < end:
         remaining = end - pos
         if remaining >= header_size and view[pos + 16] == 2:
@@ -298,26 +289,7 @@ def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: in
             crc_ok = None
             if verify_crc:
                 crc_ok = crc32c(view[pos + crc_start : pos + size]) == f[4]
-            if fast:
-                h = new(cls)
-                set_pos(h, pos)
-                set_bo(h, f[0])
-                set_bl(h, batch_length)
-                set_ple(h, f[2])
-                set_magic(h, 2)
-                set_crc(h, f[4])
-                set_attr(h, f[5])
-                set_lod(h, f[6])
-                set_bts(h, f[7])
-                set_mts(h, f[8])
-                set_pid(h, f[9])
-                set_pe(h, f[10])
-                set_bs(h, f[11])
-                set_rc(h, f[12])
-                set_ok(h, crc_ok)
-                append(h)
-            else:
-                append(cls(pos, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], crc_ok))
+            append(BatchHeader(pos, f[0], batch_length, f[2], 2, f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], crc_ok))
             pos += size
             continue
         if remaining < LOG_OVERHEAD + 5:
