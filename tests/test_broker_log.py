@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kts_resources.kafka.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
+from kts_resources.kafka.checkpoints import EpochEntry, read_leader_epoch_checkpoint
 from kts_resources.kafka.logdir import list_producer_snapshots
 from kts_resources.kafka.records import NewRecord, build_batch, build_control_batch
 from kts_resources.kafka.snapshots import read_producer_snapshot
@@ -116,4 +117,74 @@ def test_a_batch_larger_than_segment_bytes_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="exceeds segment.bytes 1024"):
         log.append(data(value=b"x" * 2000), leader_epoch=0)
     assert log.log_end_offset == 0 and log.size == 0
+    log.close()
+
+
+# --- retention (UnifiedLog.deleteOldSegments) ---------------------------------------------------
+
+
+def segmented_log(directory: Path, batches: int = 12, *, epochs: tuple[int, ...] = (0,)) -> PartitionLog:
+    """A log whose batches of ~300 bytes roll every 3 batches; batch i at T0 + i seconds."""
+    log = PartitionLog.open(directory, LogConfig(segment_bytes=1000))
+    for i in range(batches):
+        epoch = epochs[min(i * len(epochs) // batches, len(epochs) - 1)]
+        log.append(data(ts=T0 + i * 1000, value=b"v" * 250), leader_epoch=epoch)
+    return log
+
+
+def bases(log: PartitionLog) -> list[int]:
+    return [s.base_offset for s in log.segments()]
+
+
+def test_retention_deletes_the_active_segment_too_by_rolling_first_when_the_high_watermark_is_at_the_log_end(tmp_path):
+    log = segmented_log(tmp_path / "t-0", epochs=(0, 2))
+    assert bases(log) == [0, 3, 6, 9] and log.log_end_offset == 12
+    log.update_high_watermark(12)
+    assert log.delete_old_segments(T0 + 60_000, retention_ms=1000) == [0, 3, 6, 9]
+    # The log rolled to an empty active segment at the log end offset, which is all that is left.
+    assert bases(log) == [12] and log.log_start_offset == 12
+    # (Kafka opens the new segment's indexes lazily, on first use; kts has them ready at once.)
+    assert sorted(p.name for p in log.directory.iterdir() if p.suffix in (".log", ".snapshot", ".txnindex", ".deleted")) == [
+        "00000000000000000012.log", "00000000000000000012.snapshot",
+    ]
+    # LeaderEpochFileCache.truncateFromStart: the latest epoch now starts at the log start offset.
+    assert read_leader_epoch_checkpoint(log.directory / "leader-epoch-checkpoint") == [EpochEntry(2, 12)]
+    log.close()
+
+
+def test_retention_keeps_the_active_segment_while_the_high_watermark_is_below_the_log_end(tmp_path):
+    log = segmented_log(tmp_path / "t-0")
+    log.update_high_watermark(11)
+    assert log.delete_old_segments(T0 + 60_000, retention_ms=1000) == [0, 3, 6]
+    assert bases(log) == [9] and log.log_start_offset == 9
+    log.update_high_watermark(12)
+    # retention.bytes = 0: the whole log is over the limit, the active segment included.
+    assert log.delete_old_segments(T0, retention_bytes=0) == [9]
+    assert bases(log) == [12] and log.size == 0
+    assert log.delete_old_segments(T0 + 60_000, retention_ms=0, retention_bytes=0) == []  # an empty active one stays
+    log.close()
+
+
+def test_segments_wholly_below_the_log_start_offset_go_first_whatever_the_retention(tmp_path):
+    segmented_log(tmp_path / "t-0").close()
+    # A log start offset checkpointed inside segment 6..8 (DeleteRecords): 0..2 and 3..5 are below it.
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=1000), log_start_offset=7, high_watermark=12)
+    assert log.delete_old_segments(T0) == [0, 3]
+    assert bases(log) == [6, 9] and log.log_start_offset == 7
+    log.close()
+
+
+def test_retention_deletes_only_the_snapshots_at_the_deleted_segments_base_offsets(tmp_path):
+    log = segmented_log(tmp_path / "t-0", batches=5)  # segments 0, 3; a snapshot at 3
+    log.close()
+    # A clean shutdown left a snapshot at the log end offset (5), which is no segment's base.
+    stray = tmp_path / "t-0" / "00000000000000000005.snapshot"
+    stray.write_bytes((tmp_path / "t-0" / "00000000000000000003.snapshot").read_bytes())
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=1000))
+    for i in range(5, 12):
+        log.append(data(ts=T0 + i * 1000, value=b"v" * 250), leader_epoch=0)
+    assert bases(log) == [0, 3, 6, 9]
+    log.update_high_watermark(12)
+    assert log.delete_old_segments(T0 + 60_000, retention_ms=1000) == [0, 3, 6, 9]
+    assert sorted(list_producer_snapshots(log.directory)) == [5, 12]
     log.close()

@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from crc32c import crc32c
 
@@ -953,47 +953,56 @@ class PartitionLog:
     def delete_old_segments(self, now_ms: int, *, retention_ms: int = -1, retention_bytes: int = -1) -> list[int]:
         """Broker-side retention (UnifiedLog.deleteOldSegments): returns the deleted base offsets.
 
-        Oldest first, stopping at the first segment kept; never the active segment, and only
-        segments wholly below the high watermark. retention.bytes deletes while the log stays at
-        or above the limit without the segment; retention.ms deletes segments whose largest
-        timestamp (the last time-index entry, else the file's modification time) is more than
-        retention.ms before ``now_ms``. −1 disables either rule.
+        Three passes, in Kafka's order, each walking the segments oldest first and stopping at the
+        first one kept: segments wholly below the log start offset (the next segment starts at or
+        before it); retention.bytes (delete while the log stays at or above the limit without the
+        segment); retention.ms (the segment's largest timestamp, else its file's modification
+        time, is more than retention.ms before ``now_ms``). −1 disables a rule. A segment is only
+        deleted when it lies wholly below the high watermark, and an empty active segment never
+        is; the active segment itself can be (cleanup.policy=delete on a non-tiered topic): when
+        every segment goes, the log first rolls, so it keeps an empty active segment at the log
+        end offset.
         """
-        deleted: list[int] = []
+        deleted = self._delete_old_segments(lambda s: not s.active and s.next_offset <= self._log_start_offset)
         if retention_bytes >= 0 and self.size >= retention_bytes:
             excess = self.size - retention_bytes
-            count = 0
-            for s, next_base in self._deletable():
+
+            def size_breached(s: LocalSegment) -> bool:
+                nonlocal excess
                 if excess - s.size < 0:
-                    break
+                    return False
                 excess -= s.size
-                count += 1
-            deleted += self._delete_oldest(count)
+                return True
+
+            deleted += self._delete_old_segments(size_breached)
         if retention_ms >= 0:
-            count = 0
-            for s, next_base in self._deletable():
-                if not now_ms - self._largest_timestamp(s) > retention_ms:
-                    break
-                count += 1
-            deleted += self._delete_oldest(count)
+            deleted += self._delete_old_segments(lambda s: now_ms - self._largest_timestamp(s) > retention_ms)
         return deleted
 
-    def _deletable(self) -> Iterator[tuple[_ClosedSegment, int]]:
-        """Closed segments oldest first, while they lie below the high watermark."""
-        bases = [s.base_offset for s in self._closed] + [self.active_segment_base_offset]
-        for i, s in enumerate(self._closed):
-            if self._high_watermark < bases[i + 1]:
-                return
-            yield s, bases[i + 1]
+    def _delete_old_segments(self, predicate: Callable[[LocalSegment], bool]) -> list[int]:
+        """UnifiedLog.deletableSegments + deleteSegments for one predicate."""
+        segments = self.segments()
+        count = 0
+        for s in segments:
+            # The predicate only runs for segments below the high watermark (it may keep state).
+            if not (self._high_watermark >= s.next_offset and predicate(s)):
+                break
+            if s.active and s.size == 0:
+                break
+            count += 1
+        if count == 0:
+            return []
+        if count == len(segments):
+            self._roll()  # a log always keeps a segment: roll first, then delete all the old ones
+        return self._delete_oldest(count)
 
-    def _largest_timestamp(self, s: _ClosedSegment) -> int:
-        if s.largest_timestamp != NO_TIMESTAMP:
+    def _largest_timestamp(self, s: LocalSegment) -> int:
+        """LogSegment.largestTimestamp: the largest timestamp seen, else the .log's modification time."""
+        if s.largest_timestamp >= 0:
             return s.largest_timestamp
         return int((self.directory / offset_file_name(s.base_offset, LOG_SUFFIX)).stat().st_mtime * 1000)
 
     def _delete_oldest(self, count: int) -> list[int]:
-        if count == 0:
-            return []
         doomed, self._closed = self._closed[:count], self._closed[count:]
         new_start = self._closed[0].base_offset if self._closed else self.active_segment_base_offset
         # The log start offset moves before any file goes, so no reader is sent to a missing one.
@@ -1006,12 +1015,15 @@ class PartitionLog:
                 path = self.directory / offset_file_name(s.base_offset, suffix)
                 if path.exists():
                     renamed.append(_rename_deleted(path))
-        stale = [o for o in self._snapshot_offsets if o < self._log_start_offset]
-        for offset in stale:
+        # UnifiedLog.deleteProducerSnapshots: the snapshots AT the deleted segments' base offsets.
+        doomed_bases = {s.base_offset for s in doomed}
+        for offset in self._snapshot_offsets:
             path = self.directory / offset_file_name(offset, PRODUCER_SNAPSHOT_SUFFIX)
-            if path.exists():
+            if offset in doomed_bases and path.exists():
                 renamed.append(_rename_deleted(path))
-        self._snapshot_offsets = [o for o in self._snapshot_offsets if o >= self._log_start_offset]
+        self._snapshot_offsets = [o for o in self._snapshot_offsets if o not in doomed_bases]
+        # Kafka removes the .deleted files file.delete.delay.ms (60 s) later; the state written
+        # here is the one after that delay.
         for path in renamed:
             path.unlink()
         return [s.base_offset for s in doomed]
