@@ -157,9 +157,13 @@ class BatchHeader:
 Header = tuple[str, "bytes | None"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
-    """A decoded record with its absolute offset and timestamp."""
+    """A decoded record with its absolute offset and timestamp.
+
+    Not frozen on purpose, like :class:`BatchHeader`: a full read makes one per record, and a
+    frozen dataclass's __init__ costs several times more. Treat it as read-only.
+    """
 
     offset: int
     timestamp: int
@@ -357,58 +361,100 @@ def decode_batch(data: bytes | memoryview, header: BatchHeader, *, verify_crc: b
         if header.magic < 2:
             return [r for r, _ in _legacy_records(view, header.position, header.size)]
         body = view[header.position + V2_HEADER_SIZE : header.position + header.size]
-        if header.codec != codecs.NONE:
-            body = memoryview(codecs.decompress(header.codec, body, magic=2))
-        return _decode_v2_records(body, header)
+        if header.codec == codecs.NONE:
+            return _decode_v2_records(body.tobytes(), header)
+        return _decode_v2_records(codecs.decompress(header.codec, body, magic=2), header)
     except (CorruptRecordError, CodecError) as e:
         if isinstance(e, CodecError):
             e = CorruptRecordError(f"batch at offset {header.base_offset}: {e.message}")
         raise e.located(position=header.position) from None
 
 
-def _decode_v2_records(body: memoryview, header: BatchHeader) -> list[Record]:
+def _decode_v2_records(body: bytes, header: BatchHeader) -> list[Record]:
+    # The hot loop of every full read (bench/scan.py): varints are inlined with a one-byte fast
+    # path (most lengths, deltas and counts fit one byte) and the buffer is bytes, which indexes
+    # faster than a memoryview. Running off the end surfaces as IndexError, turned into corruption.
     records: list[Record] = []
+    append = records.append
     pos = 0
     end = len(body)
+    base_offset = header.base_offset
     log_append = header.timestamp_type == LOG_APPEND_TIME
-    for _ in range(header.record_count):
-        length, pos = decode_varint(body, pos, 5)
-        record_end = pos + length
-        if length < 0 or record_end > end:
-            raise CorruptRecordError(f"record length {length} runs past the end of the batch")
-        pos += 1  # record attributes: unused
-        ts_delta, pos = decode_varint(body, pos, 10)
-        offset_delta, pos = decode_varint(body, pos, 5)
-        key, pos = _read_bytes(body, pos, record_end)
-        value, pos = _read_bytes(body, pos, record_end)
-        header_count, pos = decode_varint(body, pos, 5)
-        if header_count < 0:
-            raise CorruptRecordError(f"negative header count {header_count}")
-        headers = []
-        for _ in range(header_count):
-            hkey, pos = _read_bytes(body, pos, record_end)
-            if hkey is None:
-                raise CorruptRecordError("null header key")
-            hvalue, pos = _read_bytes(body, pos, record_end)
-            # Kafka stores header keys as bytes and Java decodes them with replacement, so a key
-            # that is not UTF-8 is still a readable record, not a corrupt one.
-            headers.append((hkey.decode("utf-8", "replace"), hvalue))
-        if pos != record_end:
-            raise CorruptRecordError(f"record declares {length} bytes but holds {length + pos - record_end}")
-        timestamp = header.max_timestamp if log_append else header.base_timestamp + ts_delta
-        records.append(Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers)))
+    base_timestamp = header.max_timestamp if log_append else header.base_timestamp
+    try:
+        for _ in range(header.record_count):
+            b = body[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif body[pos + 1] < 0x80:  # records of 64 B to 8 KiB: a two-byte length
+                raw = (b & 0x7F) | (body[pos + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            else:
+                length, pos = decode_varint(body, pos, 5)
+            record_end = pos + length
+            if length < 0 or record_end > end:
+                raise CorruptRecordError(f"record length {length} runs past the end of the batch")
+            pos += 1  # record attributes: unused
+            b = body[pos]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = decode_varint(body, pos, 10)
+            b = body[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = decode_varint(body, pos, 5)
+            key, pos = _read_bytes(body, pos, record_end)
+            value, pos = _read_bytes(body, pos, record_end)
+            b = body[pos]
+            if b == 0:
+                headers = ()
+                pos += 1
+            else:
+                header_count, pos = decode_varint(body, pos, 5)
+                if header_count < 0:
+                    raise CorruptRecordError(f"negative header count {header_count}")
+                header_list = []
+                for _ in range(header_count):
+                    hkey, pos = _read_bytes(body, pos, record_end)
+                    if hkey is None:
+                        raise CorruptRecordError("null header key")
+                    hvalue, pos = _read_bytes(body, pos, record_end)
+                    # Kafka stores header keys as bytes and Java decodes them with replacement, so a
+                    # key that is not UTF-8 is still a readable record, not a corrupt one.
+                    header_list.append((hkey.decode("utf-8", "replace"), hvalue))
+                headers = tuple(header_list)
+            if pos != record_end:
+                raise CorruptRecordError(f"record declares {length} bytes but holds {length + pos - record_end}")
+            append(Record(base_offset + offset_delta, base_timestamp if log_append else base_timestamp + ts_delta, key, value, headers))
+    except IndexError:
+        raise CorruptRecordError(f"record {len(records)} runs past the end of the batch") from None
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes after the batch's {header.record_count} records")
     return records
 
 
-def _read_bytes(body: memoryview, pos: int, limit: int) -> tuple[bytes | None, int]:
-    length, pos = decode_varint(body, pos, 5)
+def _read_bytes(body: bytes, pos: int, limit: int) -> tuple[bytes | None, int]:
+    b = body[pos]
+    if b < 0x80:
+        length = (b >> 1) ^ -(b & 1)
+        pos += 1
+    elif body[pos + 1] < 0x80:
+        raw = (b & 0x7F) | (body[pos + 1] << 7)
+        length = (raw >> 1) ^ -(raw & 1)
+        pos += 2
+    else:
+        length, pos = decode_varint(body, pos, 5)
     if length < 0:
         return None, pos  # any negative length is null to Kafka's DefaultRecord, not just -1
     if pos + length > limit:
         raise CorruptRecordError(f"field of {length} bytes runs past the end of its record")
-    return bytes(body[pos : pos + length]), pos + length
+    return body[pos : pos + length], pos + length
 
 
 def parse_control_record(record: Record) -> ControlRecord:
