@@ -97,15 +97,35 @@ def existing_dir(path: str) -> Path:
     return p
 
 
+def segment_file(path: str) -> Path:
+    """An existing ``<20-digit base offset>.log`` file: the base offset comes from the name."""
+    from kts_resources.kafka.logdir import LOG_SUFFIX, parse_offset_file_name
+
+    p = existing_file(path)
+    try:
+        _, suffix = parse_offset_file_name(p.name)
+    except ValueError:
+        suffix = None
+    if suffix != LOG_SUFFIX:
+        raise CommandError(f"{path}: not a segment file (expected <20-digit base offset>.log)", EXIT_USAGE)
+    return p
+
+
 # --- commands -------------------------------------------------------------------------------------
 
 
 def cmd_segments(args) -> int:
-    from kts_resources.kafka.logdir import list_segments
+    from kts_resources.kafka.logdir import PartitionDir
     from kts_resources.kafka.segment import summarize_segment
 
-    partition_dir = existing_dir(args.partition_dir)
-    segments = list_segments(partition_dir)
+    try:
+        partition = PartitionDir.at(existing_dir(args.partition_dir))
+    except ValueError as e:
+        raise CommandError(f"{e} (kts segments takes a partition directory, <log dir>/<topic>-<partition>)", EXIT_USAGE) from None
+    scan = partition.scan()
+    for skipped in scan.skipped:
+        print(f"kts: note: {partition.path / skipped.name}: skipped: {skipped.reason}", file=sys.stderr)
+    segments = scan.segments
     summaries = [summarize_segment(s.log, s.base_offset, active=s.active) for s in segments]
     if args.json:
         print_json([s.to_json() for s in summaries])
@@ -254,14 +274,9 @@ def _record_json(batch, r, parse_control_record) -> dict:
 def cmd_index_rebuild(args) -> int:
     from kts_resources.kafka.indexes import rebuild_segment_indexes
 
-    path = existing_file(args.segment)
-    if args.out is not None:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
+    path = segment_file(args.segment)
     rebuilt = rebuild_segment_indexes(path, out_dir=args.out, index_interval_bytes=args.index_interval_bytes)
-    out_dir = Path(args.out) if args.out is not None else path.parent
-    stem = path.name[: -len(".log")] if path.name.endswith(".log") else path.stem
-    print(f"rebuilt {out_dir / (stem + '.index')} and {out_dir / (stem + '.timeindex')} "
-          f"from {len(rebuilt.scan.batches)} batches")
+    print(f"rebuilt {rebuilt.offset_index_path} and {rebuilt.time_index_path} from {len(rebuilt.scan.batches)} batches")
     if rebuilt.scan.invalid is not None:
         inv = rebuilt.scan.invalid
         report([f"{path}: byte {inv.position}: {inv.length} invalid bytes at the end ({inv.reason}); indexed the valid prefix"])
@@ -272,7 +287,7 @@ def cmd_index_rebuild(args) -> int:
 def cmd_index_verify(args) -> int:
     from kts_resources.kafka.indexes import verify_segment_indexes
 
-    path = existing_file(args.segment)
+    path = segment_file(args.segment)
     findings = verify_segment_indexes(path)
     if not findings:
         print(f"{path}: indexes ok")

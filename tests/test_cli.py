@@ -164,7 +164,7 @@ def test_index_rebuild_refuses_a_corrupt_segment_and_writes_nothing(partition_di
     result = kts("index", "rebuild", log, "--out", out)
     assert result.returncode == 1
     assert result.stderr.startswith(f"kts: {log}: byte 0: ")
-    assert not out.exists() or not any(out.iterdir())
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -183,3 +183,28 @@ def test_a_segment_that_is_all_garbage_is_reported_not_raised(tmp_path):
     result = kts("dump", log)
     assert result.returncode == 1
     assert result.stderr.startswith(f"kts: {log}: byte 0: 100 invalid bytes at the end")
+
+
+@pytest.mark.parametrize("command", [["index", "verify"], ["index", "rebuild"]])
+def test_index_commands_refuse_a_file_that_is_not_a_segment(command, partition_dir):
+    not_a_segment = partition_dir / "00000000000000000000.index"
+    result = kts(*command, not_a_segment)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"kts: {not_a_segment}: not a segment file (expected <20-digit base offset>.log)"
+
+
+def test_segments_refuses_a_directory_that_is_not_a_partition(tmp_path):
+    result = kts("segments", tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"kts: {tmp_path}: not a partition directory")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_segments_notes_files_it_skipped_without_failing(partition_dir):
+    (partition_dir / "00000000000000000000.log.deleted").write_bytes(b"being deleted")
+    (partition_dir / "garbage.log").write_bytes(b"?")
+    result = kts("segments", partition_dir, "--json")
+    assert result.returncode == 0
+    assert [r["base_offset"] for r in json.loads(result.stdout)] == [0, 37]
+    notes = result.stderr.strip().splitlines()
+    assert len(notes) == 2 and all(n.startswith("kts: note: ") and "skipped" in n for n in notes)
