@@ -8,6 +8,7 @@ were printed by a JVM's java.util.HashMap).
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from kts_resources.kafka.broker_log import JavaLongHashMapOrder, LogConfig, Part
 from kts_resources.kafka.checkpoints import EpochEntry, read_leader_epoch_checkpoint
 from kts_resources.kafka.logdir import list_producer_snapshots
 from kts_resources.kafka.records import NewRecord, build_batch, build_control_batch
-from kts_resources.kafka.snapshots import read_producer_snapshot
+from kts_resources.kafka.snapshots import AbortedTxn, ProducerSnapshotEntry, read_producer_snapshot, read_txn_index
 
 T0 = 1_700_000_000_000
 
@@ -188,3 +189,45 @@ def test_retention_deletes_only_the_snapshots_at_the_deleted_segments_base_offse
     assert log.delete_old_segments(T0 + 60_000, retention_ms=1000) == [0, 3, 6, 9]
     assert sorted(list_producer_snapshots(log.directory)) == [5, 12]
     log.close()
+
+
+# --- transactions (UnifiedLog.append → LogSegment.updateTxnIndex) -------------------------------
+
+
+def test_an_aborted_txn_is_indexed_in_the_segment_holding_the_marker_with_the_lso_of_the_other_open_txns(tmp_path):
+    size = len(data(1, 0, 0, transactional=True))
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=3 * size))
+    log.append(data(1, 0, 0, transactional=True), leader_epoch=0)  # 0: txn of producer 1 opens
+    log.append(data(2, 0, 0, transactional=True), leader_epoch=0)  # 1: txn of producer 2 opens
+    log.append(data(1, 0, 1, transactional=True), leader_epoch=0)  # 2
+    result = log.append(marker(1, 0, commit=False), leader_epoch=0)  # 3: rolls, then aborts producer 1's
+    assert result.rolled and result.segment_base_offset == 3
+    # lastStableOffset: the first offset of the earliest OTHER open transaction (producer 2's, at 1).
+    assert read_txn_index(log.directory / f"{3:020d}.txnindex") == [AbortedTxn(1, 0, 3, 1)]
+    assert not (log.directory / f"{0:020d}.txnindex").exists()
+    log.append(marker(2, 0, commit=True), leader_epoch=0)  # 4: a commit is not indexed
+    log.append(data(3, 0, 0, transactional=True), leader_epoch=0)  # 5
+    at = log.append(marker(3, 0, commit=False), leader_epoch=0).segment_base_offset  # 6: none open: marker + 1
+    log.append(marker(3, 0, commit=False), leader_epoch=0)  # 7: an empty transaction: not indexed
+    assert read_txn_index(log.directory / f"{at:020d}.txnindex") == [AbortedTxn(3, 5, 6, 7)]
+    assert sorted(p.name for p in log.directory.glob("*.txnindex")) == [f"{3:020d}.txnindex", f"{at:020d}.txnindex"]
+    # The high watermark plays no part in the recorded offset.
+    assert log.high_watermark == 0
+    log.close()
+
+
+def test_after_a_marker_the_producer_keeps_its_last_batch_and_takes_the_markers_time_and_coordinator_epoch(log):
+    log.append(data(4, 2, 0, transactional=True, records=3, ts=T0), leader_epoch=0)
+    log.append(data(4, 2, 3, transactional=True, records=2, ts=T0 + 7), leader_epoch=0)  # offsets 3..4
+    log.append(marker(4, 2, commit=True, coordinator_epoch=6, ts=T0 + 20), leader_epoch=0)
+    entry = snapshot_entry(log, 4)
+    assert entry == ProducerSnapshotEntry(4, 2, 4, 4, 1, T0 + 20, 6, -1)
+
+
+def test_an_appended_batch_and_its_txn_entry_are_on_disk_when_append_returns(log):
+    # Kafka's FileChannel writes leave nothing in a user-space buffer: a reader sees the batch the
+    # index entries point at.
+    log.append(data(5, 0, 0, transactional=True), leader_epoch=0)
+    result = log.append(marker(5, 0, commit=False), leader_epoch=0)
+    assert (log.directory / f"{0:020d}.log").stat().st_size == result.position + result.size
+    assert read_txn_index(log.directory / f"{0:020d}.txnindex") == [AbortedTxn(5, 0, 1, 2)]
