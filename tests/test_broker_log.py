@@ -191,6 +191,76 @@ def test_retention_deletes_only_the_snapshots_at_the_deleted_segments_base_offse
     log.close()
 
 
+# --- rolling and indexes (LogSegment.shouldRoll / append / onBecomeInactiveSegment) ------------
+
+
+def seg_file(log: PartitionLog, base: int, suffix: str) -> bytes:
+    return (log.directory / f"{base:020d}{suffix}").read_bytes()
+
+
+def test_a_segment_takes_batches_while_its_size_plus_the_batch_fits_segment_bytes(tmp_path):
+    size = len(data())
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=3 * size))
+    rolled = [log.append(data(), leader_epoch=0).rolled for _ in range(7)]
+    # size > segment.bytes − batch size rolls: three batches fill a segment exactly, the 4th rolls.
+    assert rolled == [False, False, False, True, False, False, True]
+    assert bases(log) == [0, 3, 6]
+    log.close()
+
+
+def test_segment_ms_counts_from_the_first_batchs_max_timestamp_and_rolls_only_past_it(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_ms=5000))
+    log.append(data(ts=T0, records=2), leader_epoch=0)  # max timestamp T0 + 1
+    assert not log.append(data(ts=T0 + 5001), leader_epoch=0).rolled  # exactly segment.ms later
+    assert not log.append(data(ts=T0 - 9000), leader_epoch=0).rolled  # out of order: earlier
+    assert log.append(data(ts=T0 + 5002), leader_epoch=0).rolled
+    assert bases(log) == [0, 4]
+    log.close()
+
+
+def test_the_time_index_keeps_its_last_slot_for_the_entry_the_roll_appends(tmp_path):
+    # segment.index.bytes 35: the offset index holds 4 entries (32 bytes), the time index 2 (24).
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_index_bytes=35, index_interval_bytes=0))
+    assert len(seg_file(log, 0, ".index")) == 32 and len(seg_file(log, 0, ".timeindex")) == 24
+    first = data(ts=T0 + 100)
+    log.append(first, leader_epoch=0)
+    log.append(data(ts=T0 + 50), leader_epoch=0)  # indexed: the max so far is the first batch's
+    # One time entry is all a 2-slot time index takes before the segment counts as full.
+    assert log.append(data(ts=T0 + 300), leader_epoch=0).rolled
+    assert seg_file(log, 0, ".index") == struct.pack(">ii", 1, len(first))
+    assert seg_file(log, 0, ".timeindex") == struct.pack(">qi", T0 + 100, 0)
+    log.close()
+
+
+def test_an_index_entry_goes_before_a_batch_once_more_than_index_interval_bytes_went_since_the_last(tmp_path):
+    size = len(data(records=2))
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(index_interval_bytes=size + 1))
+    for i in range(6):
+        log.append(data(ts=T0 + 10 * i, records=2), leader_epoch=0)
+    log.roll()
+    # Before batch 2 (2·size > size + 1 bytes since the start), then before batch 4: each entry is
+    # (that batch's LAST offset, that batch's position) and (max timestamp so far, its batch's last offset).
+    assert seg_file(log, 0, ".index") == struct.pack(">iiii", 5, 2 * size, 9, 4 * size)
+    assert seg_file(log, 0, ".timeindex") == struct.pack(
+        ">qiqiqi", T0 + 21, 5, T0 + 41, 9, T0 + 51, 11,  # the last one appended by the roll
+    )
+    log.close()
+
+
+def test_a_rolled_segment_gets_its_final_time_entry_and_trimmed_indexes_and_the_new_one_preallocated_ones(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0")
+    log.append(data(ts=T0, records=3), leader_epoch=0)  # offsets 0..2, max T0 + 2
+    log.append(data(ts=T0 + 10), leader_epoch=0)  # offset 3: the largest timestamp
+    log.append(data(ts=T0 + 5), leader_epoch=0)  # offset 4
+    log.roll()
+    assert seg_file(log, 0, ".index") == b""
+    assert seg_file(log, 0, ".timeindex") == struct.pack(">qi", T0 + 10, 3)
+    # The active segment's indexes: segment.index.bytes rounded down to whole entries, zeros.
+    assert seg_file(log, 5, ".index") == bytes(10 * 1024 * 1024)
+    assert seg_file(log, 5, ".timeindex") == bytes(10 * 1024 * 1024 // 12 * 12)
+    log.close()
+
+
 # --- transactions (UnifiedLog.append → LogSegment.updateTxnIndex) -------------------------------
 
 
