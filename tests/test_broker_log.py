@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kts_resources.kafka.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
-from kts_resources.kafka.checkpoints import EpochEntry, read_leader_epoch_checkpoint
+from kts_resources.kafka.checkpoints import EpochEntry, read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
 from kts_resources.kafka.logdir import list_producer_snapshots
 from kts_resources.kafka.records import NewRecord, build_batch, build_control_batch
 from kts_resources.kafka.snapshots import AbortedTxn, ProducerSnapshotEntry, read_producer_snapshot, read_txn_index
@@ -188,6 +188,21 @@ def test_retention_deletes_only_the_snapshots_at_the_deleted_segments_base_offse
     log.update_high_watermark(12)
     assert log.delete_old_segments(T0 + 60_000, retention_ms=1000) == [0, 3, 6, 9]
     assert sorted(list_producer_snapshots(log.directory)) == [5, 12]
+    log.close()
+
+
+# --- leader epochs (LeaderEpochFileCache) ------------------------------------------------------
+
+
+def test_reopening_trims_the_epoch_lineage_to_the_checkpointed_log_start_offset_and_the_log_end(tmp_path):
+    segmented_log(tmp_path / "t-0", epochs=(0, 1, 3)).close()  # epochs start at 0, 4 and 8; LEO 12
+    path = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    assert read_leader_epoch_checkpoint(path) == [EpochEntry(0, 0), EpochEntry(1, 4), EpochEntry(3, 8)]
+    # An entry no batch has (an epoch assigned at the log end offset) is stale after a restart.
+    write_leader_epoch_checkpoint(path, [EpochEntry(0, 0), EpochEntry(1, 4), EpochEntry(3, 8), EpochEntry(5, 12)])
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=1000), log_start_offset=6, high_watermark=12)
+    assert read_leader_epoch_checkpoint(path) == [EpochEntry(1, 6), EpochEntry(3, 8)]
+    assert path.read_bytes() == b"0\n2\n1 6\n3 8\n"
     log.close()
 
 

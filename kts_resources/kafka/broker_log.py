@@ -477,6 +477,13 @@ class LeaderEpochCache:
         self.write()
         return True
 
+    def truncate_from_end(self, end_offset: int) -> None:
+        """The log ends at ``end_offset``: entries starting at or after it go (no batch has them)."""
+        kept = [e for e in self._entries if e.start_offset < end_offset]
+        if len(kept) != len(self._entries):
+            self._entries = kept
+            self.write()
+
     def truncate_from_start(self, start_offset: int) -> None:
         """The log start offset moved: entries at or before it collapse into one starting there."""
         removed = [e for e in self._entries if e.start_offset <= start_offset]
@@ -747,7 +754,8 @@ class PartitionLog:
         path = Path(directory)
         tp = PartitionDir.at(path).topic_partition
         log = cls(path, tp, config)
-        if path.is_dir() and list_segments(path):
+        reopened = path.is_dir() and bool(list_segments(path))
+        if reopened:
             log._recover()
         else:
             path.mkdir(parents=True, exist_ok=True)
@@ -758,6 +766,11 @@ class PartitionLog:
             log._ensure_topic_id(topic_id)
         start = log._closed[0].base_offset if log._closed else log.active_segment_base_offset
         log._log_start_offset = max(start, log_start_offset if log_start_offset is not None else start)
+        if reopened:
+            # LogLoader.load: the lineage ends below the log end offset and starts at the
+            # checkpointed log start offset (0 when the partition is not checkpointed).
+            log.epochs.truncate_from_end(log.log_end_offset)
+            log.epochs.truncate_from_start(log_start_offset if log_start_offset is not None else 0)
         log._high_watermark = log._clamp_high_watermark(high_watermark if high_watermark is not None else log._log_start_offset)
         return log
 
