@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 
 from kts_resources.kafka.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
 from kts_resources.kafka.checkpoints import EpochEntry, read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
@@ -96,10 +97,41 @@ def test_a_marker_that_bumps_the_epoch_clears_the_batch_metadata_and_the_next_ba
     log.append(data(7, 1, 0), leader_epoch=0)
 
 
-def test_a_batch_without_a_base_sequence_leaves_the_last_sequence_unset(log):
-    log.append(data(9, 0, -1, records=4), leader_epoch=0)  # RecordBatch.lastSequence is NO_SEQUENCE
+def test_a_coordinator_batch_without_a_base_sequence_is_not_sequence_checked_and_leaves_the_last_sequence_unset(log):
+    # The group coordinator writes transactional offset commits with the producer's id and epoch
+    # but NO_SEQUENCE; RecordBatch.lastSequence is then NO_SEQUENCE too.
+    log.append(data(9, 0, 0, transactional=True), leader_epoch=0)
+    log.append(data(9, 0, -1, records=4, transactional=True), leader_epoch=0)
     entry = snapshot_entry(log, 9)
-    assert (entry.last_sequence, entry.last_offset, entry.offset_delta) == (-1, 3, 3)
+    assert (entry.last_sequence, entry.last_offset, entry.offset_delta) == (-1, 4, 3)
+    assert entry.current_txn_first_offset == 0
+
+
+def test_a_batch_whose_last_offset_delta_disagrees_with_its_record_count_is_rejected(log):
+    batch = bytearray(data(records=3))
+    struct.pack_into(">i", batch, 23, 5)  # lastOffsetDelta 5 for 3 records
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    with pytest.raises(ValueError, match="3 records but lastOffsetDelta 5"):
+        log.append(bytes(batch), leader_epoch=0)
+    assert log.log_end_offset == 0
+
+
+def test_a_batch_failing_its_crc_is_rejected_before_the_broker_restamps_it(log):
+    batch = bytearray(data())
+    batch[-1] ^= 1
+    for log_append_time in (None, T0):  # stamping LogAppendTime rewrites the CRC, but comes after the check
+        with pytest.raises(ValueError, match="CRC"):
+            log.append(bytes(batch), leader_epoch=0, log_append_time=log_append_time)
+    assert log.log_end_offset == 0
+
+
+def test_a_batch_over_max_message_bytes_is_rejected(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(max_message_bytes=500))
+    with pytest.raises(ValueError, match="exceeds max.message.bytes 500"):
+        log.append(data(value=b"x" * 600), leader_epoch=0)
+    log.append(data(value=b"x" * 400), leader_epoch=0)
+    assert LogConfig().max_message_bytes == 1048588
+    log.close()
 
 
 def test_a_marker_from_an_older_coordinator_epoch_is_fenced(log):

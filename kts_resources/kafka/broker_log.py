@@ -111,6 +111,7 @@ GiB = 1024 * MiB
 DEFAULT_SEGMENT_BYTES = 1 * GiB  # segment.bytes
 DEFAULT_SEGMENT_MS = 7 * 24 * 3600 * 1000  # segment.ms
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000  # producer.id.expiration.ms (broker)
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12  # max.message.bytes: the largest batch a leader accepts
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 10 * 60 * 1000  # producer.id.expiration.check.interval.ms
 
 NO_SEQUENCE = -1
@@ -140,6 +141,7 @@ class LogConfig:
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
     segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         if not 1 <= self.segment_bytes <= _INT32_MAX:
@@ -151,6 +153,8 @@ class LogConfig:
         # The time index keeps its last slot for the roll's entry, so it needs two.
         if not 2 * TIME_ENTRY_SIZE <= self.segment_index_bytes <= _INT32_MAX:
             raise ValueError(f"segment.index.bytes must be {2 * TIME_ENTRY_SIZE}..{_INT32_MAX}, not {self.segment_index_bytes}")
+        if self.max_message_bytes < 0:
+            raise ValueError(f"max.message.bytes must not be negative, not {self.max_message_bytes}")
         if self.producer_id_expiration_ms < 1:
             raise ValueError(f"producer.id.expiration.ms must be at least 1, not {self.producer_id_expiration_ms}")
 
@@ -358,7 +362,9 @@ class ProducerStateManager:
 
         An unknown producer is accepted with any sequence: it may have expired, and Kafka's
         leader cannot tell that from a new producer here either. A known producer whose epoch has
-        no batches yet (a marker bumped it) must start at sequence 0.
+        no batches yet (a marker bumped it) must start at sequence 0. Data with no sequence comes
+        from a coordinator (AppendOrigin.COORDINATOR: transactional offset commits) and, like
+        markers, gets the epoch check only.
         """
         pid = header.producer_id
         if pid < 0:
@@ -376,7 +382,9 @@ class ProducerStateManager:
                     f"producer {pid}: marker from coordinator epoch {marker.coordinator_epoch}, older than {p.coordinator_epoch}"
                 )
             return
-        if header.producer_epoch != p.producer_epoch:
+        if header.base_sequence == NO_SEQUENCE:
+            pass  # only a coordinator writes data with no sequence (transactional offset commits): no check
+        elif header.producer_epoch != p.producer_epoch:
             if header.base_sequence != 0 and p.producer_epoch != NO_PRODUCER_EPOCH:
                 raise ValueError(f"producer {pid}: a new epoch {header.producer_epoch} must start at sequence 0, not {header.base_sequence}")
         elif p.producer_epoch != NO_PRODUCER_EPOCH and header.base_sequence != next_sequence(p.last_sequence):
@@ -511,10 +519,13 @@ def with_log_append_time(batch: bytes, log_append_time: int) -> bytes:
     return bytes(out)
 
 
-def _parse_one_batch(batch: bytes) -> BatchHeader:
-    scan = scan_batches(batch, verify_crc=False)
+def _parse_one_batch(batch: bytes, *, verify_crc: bool = False) -> BatchHeader:
+    scan = scan_batches(batch, verify_crc=verify_crc)
     if len(scan.batches) != 1 or scan.invalid is not None or scan.batches[0].magic != 2:
         raise ValueError("append takes exactly one whole magic-2 record batch")
+    if verify_crc and scan.batches[0].crc_ok is False:
+        # UnifiedLog.analyzeAndValidateRecords' CorruptRecordException.
+        raise ValueError("the batch is corrupt: its CRC does not match")
     return scan.batches[0]
 
 
@@ -906,7 +917,9 @@ class PartitionLog:
         """Append one magic-2 batch as the leader: offsets from the log end offset, this epoch.
 
         ``log_append_time`` stamps the batch LogAppendTime (message.timestamp.type=LogAppendTime).
-        Raises ValueError, writing nothing, for what the leader would reject.
+        Raises ValueError, writing nothing, for what the leader would reject: a batch over
+        max.message.bytes or segment.bytes, a CRC that does not match, a record count that
+        disagrees with lastOffsetDelta, an older leader epoch, and the producer-state checks.
         """
         active = self._active
         assert active is not None
@@ -915,11 +928,19 @@ class PartitionLog:
         latest_epoch = self.epochs.latest_epoch
         if latest_epoch is not None and leader_epoch < latest_epoch:
             raise ValueError(f"leader epoch {leader_epoch} is older than the latest epoch {latest_epoch}")
+        incoming = _parse_one_batch(batch, verify_crc=True)
+        if incoming.size > self.config.max_message_bytes:
+            raise ValueError(f"a {incoming.size}-byte batch exceeds max.message.bytes {self.config.max_message_bytes}")
         if log_append_time is not None:
             batch = with_log_append_time(batch, log_append_time)
         base_offset = active.next_offset
         batch = with_base_offset_and_epoch(batch, base_offset, leader_epoch)
         header = _parse_one_batch(batch)
+        if header.record_count <= 0 or header.record_count != header.last_offset_delta + 1:
+            # LogValidator: the leader assigns one offset per record, so the two must agree.
+            raise ValueError(
+                f"inconsistent batch: {header.record_count} records but lastOffsetDelta {header.last_offset_delta}"
+            )
         if len(batch) > self.config.segment_bytes:
             # UnifiedLog.append's RecordBatchTooLargeException: a batch never spans segments.
             raise ValueError(f"a {len(batch)}-byte batch exceeds segment.bytes {self.config.segment_bytes}")
