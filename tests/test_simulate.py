@@ -138,11 +138,21 @@ def test_segments_roll_when_the_next_batch_would_pass_segment_bytes(small_dir):
             size = len(seg.data)
             first_of_next = nxt.batches[0].size
             assert size > SMALL.segment_bytes - first_of_next, f"{seg.path} rolled early"
-            assert size <= SMALL.segment_bytes or len(seg.batches) == 1
+            assert size <= SMALL.segment_bytes  # no batch is larger than segment.bytes
             # A batch's position is the segment's size before it: the rule did not fire there.
             assert all(not b.position > SMALL.segment_bytes - b.size for b in seg.batches[1:])
             rolls += 1
     assert rolls >= 10
+
+
+def test_producer_batches_are_cut_to_what_the_broker_takes_when_segments_are_smaller_than_batch_size(tmp_path):
+    # UnifiedLog rejects a batch larger than segment.bytes; the simulated producer fills less.
+    config = replace(SMALL, segment_bytes=4 * KiB, total_bytes=100 * KiB, codecs=("none",))
+    simulate(tmp_path, config)
+    segments = [seg for pdir in partition_dirs(tmp_path) for seg in read_segments(pdir)]
+    assert len(segments) >= 20
+    assert all(len(seg.data) <= config.segment_bytes for seg in segments)
+    assert max(b.record_count for seg in segments for b in seg.batches) > 1
 
 
 def test_segments_roll_when_the_batch_timestamp_passes_segment_ms(tmp_path):
@@ -514,6 +524,7 @@ def test_progress_reports_grow_to_the_total(tmp_path):
         ({"codecs": ("brotli",)}, "brotli"),
         ({"abort_ratio": 1.5}, "abort_ratio"),
         ({"segment_index_bytes": 8}, "segment.index.bytes"),
+        ({"segment_bytes": 1000}, "segment_bytes 1000 cannot hold one batch"),
         ({"partitions": 0}, "partitions"),
     ],
 )

@@ -12,15 +12,22 @@ LogSegment drive it on the leader:
 - a new leader epoch is appended to ``leader-epoch-checkpoint``; producer state (sequences,
   epochs, open transactions) is tracked as ProducerStateManager does, and an ABORT marker appends
   an ``AbortedTxn`` to the marker's segment's ``.txnindex`` with Kafka's last stable offset;
-- ``delete_old_segments`` applies retention.bytes and retention.ms as the broker does.
+  snapshots list the producers in the broker's HashMap order;
+- ``delete_old_segments`` applies the log-start-offset, retention.bytes and retention.ms rules
+  as UnifiedLog.deleteOldSegments does (the active segment too, once the high watermark reaches
+  the log end offset).
 
 :class:`BrokerLogDir` owns the log dir root: ``meta.properties``, each partition's
 ``partition.metadata`` and the three offset checkpoints.
 
 The state modelled is a RUNNING broker's: the active segment's indexes stay preallocated, the
 recovery point is the active segment's base offset (the broker flushes up to it on roll), and
-there is no clean-shutdown snapshot at the log end offset. Nothing reads the wall clock: every
-time comes from the caller (batch timestamps, ``now_ms``), so the same calls write the same bytes.
+there is no clean-shutdown snapshot at the log end offset. Batches and txn index entries are
+written through at once, as Kafka's FileChannel writes are. Reopening continues that running
+broker seamlessly (the same calls then write the same bytes as without the reopen), rather
+than replaying a restart's side effects (see :meth:`PartitionLog.open`). Nothing reads the wall
+clock: every time comes from the caller (batch timestamps, ``now_ms``), so the same calls write
+the same bytes.
 """
 
 from __future__ import annotations
@@ -756,8 +763,16 @@ class PartitionLog:
 
         Reopening reads the closed segments' sizes and largest timestamps, rescans the active
         segment (its indexes are rebuilt as LogSegment.recover does), loads the producer state
-        from the latest snapshot plus the batches after it, and reads the epoch lineage. The log
-        start offset and high watermark come from the log dir's checkpoints when given.
+        from the latest snapshot plus the batches after it, and reads the epoch lineage, trimmed
+        as LogLoader trims it (from the end at the log end offset, from the start at the
+        checkpointed log start offset). The log start offset and high watermark come from the
+        log dir's checkpoints when given.
+
+        A real broker restart also leaves traces this continuation does not: the clean shutdown
+        appends the active segment's final time-index entry and a snapshot at the log end
+        offset, loading deletes snapshots at or below the log start offset, and the next index
+        entry waits for a fresh index.interval.bytes. Reopening here continues as if the broker
+        had never stopped, so a run split by a reopen writes what an unsplit one writes.
 
         ``topic_id`` is written to ``partition.metadata`` when that file is missing; a different
         id already there raises ValueError (Kafka's InconsistentTopicIdException).

@@ -152,6 +152,12 @@ class SimulationConfig:
         for f in fields(self):
             if f.name.endswith("_ratio") and not 0.0 <= getattr(self, f.name) <= 1.0:
                 raise ValueError(f"{f.name} must be between 0 and 1, not {getattr(self, f.name)}")
+        # One record of up to 1.5 × record_size (plus key, headers and batch header) must fit a batch.
+        largest_record = 2 * self.record_size + 1024
+        if self.segment_bytes < largest_record:
+            raise ValueError(f"segment_bytes {self.segment_bytes} cannot hold one batch of one record (record_size {self.record_size})")
+        if self.log_config().max_message_bytes < largest_record:
+            raise ValueError(f"record_size {self.record_size} makes batches larger than max.message.bytes allows")
         for name in ("retention_ms", "retention_bytes"):
             if getattr(self, name) < -1:
                 raise ValueError(f"{name} must be -1 (unlimited) or more, not {getattr(self, name)}")
@@ -289,7 +295,11 @@ class RecordFactory:
 
 
 class TemplatePool:
-    """``templates_per_codec`` batch templates for each configured codec."""
+    """``templates_per_codec`` batch templates for each configured codec.
+
+    No template is larger than the broker takes (segment.bytes and max.message.bytes): like a
+    producer filling a batch, one that would be is cut short by its last records.
+    """
 
     def __init__(self, config: SimulationConfig, rng: random.Random):
         self.rng = rng
@@ -297,6 +307,7 @@ class TemplatePool:
         factory = RecordFactory(config, rng)
         interval = 1000.0 / config.messages_per_second
         per_batch = max(1, config.batch_size // (config.record_size + 40))
+        limit = min(config.segment_bytes, config.log_config().max_message_bytes)
         self.by_codec: dict[int, list[BatchTemplate]] = {}
         for codec in self.codec_ids:
             templates = []
@@ -309,7 +320,10 @@ class TemplatePool:
                     deltas[j], deltas[j + 1] = deltas[j + 1], deltas[j]
                 records = [factory.record(d) for d in deltas]
                 data = build_batch(records, base_offset=0, codec=codec)
-                templates.append(BatchTemplate(data, count, max(deltas)))
+                while len(data) > limit and len(records) > 1:
+                    records = records[: max(1, len(records) * limit // len(data))] if len(records) > 2 else records[:1]
+                    data = build_batch(records, base_offset=0, codec=codec)
+                templates.append(BatchTemplate(data, len(records), max(r.timestamp for r in records)))
             self.by_codec[codec] = templates
 
     def pick(self) -> BatchTemplate:
