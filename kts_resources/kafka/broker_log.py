@@ -1131,7 +1131,10 @@ class BrokerLogDir:
     ``log-start-offset-checkpoint`` lists every partition, as Kafka writes it for topics with
     remote.storage.enable (for other topics Kafka omits a partition whose log start offset is its
     first segment's base offset; readers take that base offset either way). Set
-    ``checkpoint_all_log_start_offsets=False`` for Kafka's behaviour on non-tiered topics.
+    ``checkpoint_all_log_start_offsets=False`` for Kafka's behaviour on non-tiered topics, which
+    is what a broker running :meth:`PartitionLog.delete_old_segments` (retention that moves the log
+    start offset, as on a topic without remote.storage.enable) would write. Entries are sorted by
+    partition; Kafka writes them in its map's iteration order (readers take them as a map).
     """
 
     def __init__(
