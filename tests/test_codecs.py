@@ -18,7 +18,6 @@ import gzip
 import io
 import random
 import struct
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import cramjam

@@ -34,14 +34,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from crc32c import crc32c
 
 from .checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -94,10 +92,10 @@ from .records import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
     NO_TIMESTAMP,
-    V2_CRC_START,
     BatchHeader,
     decode_batch,
     parse_control_record,
+    restamp_batch,
     scan_batches,
     with_base_offset_and_epoch,
 )
@@ -128,12 +126,6 @@ _SEQUENCE_MODULUS = 2**31  # sequences wrap from Integer.MAX_VALUE to 0
 
 META_PROPERTIES = "meta.properties"
 
-_MAX_TIMESTAMP_FIELD = struct.Struct(">q")
-_MAX_TIMESTAMP_POSITION = 35
-_ATTRIBUTES_FIELD = struct.Struct(">h")
-_ATTRIBUTES_POSITION = 21
-_CRC_FIELD = struct.Struct(">I")
-_CRC_POSITION = 17
 
 
 # --- configuration and results ------------------------------------------------------------------
@@ -518,12 +510,7 @@ class LeaderEpochCache:
 def with_log_append_time(batch: bytes, log_append_time: int) -> bytes:
     """Stamp a magic-2 batch LogAppendTime as the broker does: the timestamp-type bit and
     maxTimestamp change (records keep their deltas), so the CRC is recomputed."""
-    out = bytearray(batch)
-    (attributes,) = _ATTRIBUTES_FIELD.unpack_from(out, _ATTRIBUTES_POSITION)
-    _ATTRIBUTES_FIELD.pack_into(out, _ATTRIBUTES_POSITION, attributes | ATTR_TIMESTAMP_TYPE)
-    _MAX_TIMESTAMP_FIELD.pack_into(out, _MAX_TIMESTAMP_POSITION, log_append_time)
-    _CRC_FIELD.pack_into(out, _CRC_POSITION, crc32c(memoryview(out)[V2_CRC_START:]))
-    return bytes(out)
+    return restamp_batch(batch, add_attributes=ATTR_TIMESTAMP_TYPE, max_timestamp=log_append_time)
 
 
 def _parse_one_batch(batch: bytes, *, verify_crc: bool = False) -> BatchHeader:

@@ -671,3 +671,29 @@ def with_base_offset_and_epoch(batch: bytes, base_offset: int, partition_leader_
     struct.pack_into(">q", out, 0, base_offset)
     struct.pack_into(">i", out, 12, partition_leader_epoch)
     return bytes(out)
+
+
+def restamp_batch(
+    batch: bytes,
+    *,
+    add_attributes: int = 0,
+    base_timestamp: int | None = None,
+    max_timestamp: int | None = None,
+    producer_id: int | None = None,
+    producer_epoch: int | None = None,
+    base_sequence: int | None = None,
+) -> bytes:
+    """Rewrite magic-2 header fields that the CRC covers, and recompute the CRC.
+
+    What a broker does when it stamps LogAppendTime (attribute bit + maxTimestamp), and how the
+    simulator makes many batches from one template without re-encoding the records.
+    """
+    out = bytearray(batch)
+    f = list(_V2_HEADER.unpack_from(out, 0))
+    f[5] |= add_attributes
+    for index, value in ((7, base_timestamp), (8, max_timestamp), (9, producer_id), (10, producer_epoch), (11, base_sequence)):
+        if value is not None:
+            f[index] = value
+    _V2_HEADER.pack_into(out, 0, *f)
+    _V2_CRC_FIELD.pack_into(out, 17, crc32c(memoryview(out)[V2_CRC_START:]))
+    return bytes(out)

@@ -37,12 +37,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-import struct
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from crc32c import crc32c
 
 from .broker_log import (
     DEFAULT_SEGMENT_BYTES,
@@ -57,7 +55,7 @@ from .broker_log import (
 from .codecs import CODEC_NAMES, codec_id
 from .indexes import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
 from .partition import TopicPartition, topic_name_problem
-from .records import ATTR_TRANSACTIONAL, NO_PRODUCER_ID, V2_CRC_START, NewRecord, build_batch, build_control_batch
+from .records import ATTR_TRANSACTIONAL, NO_PRODUCER_ID, NewRecord, build_batch, build_control_batch, restamp_batch
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -217,13 +215,6 @@ class SimulationSummary:
 
 # --- batch templates ----------------------------------------------------------------------------
 
-# baseTimestamp q, maxTimestamp q, producerId q, producerEpoch h, baseSequence i: bytes 27..57.
-_STAMP_FIELDS = struct.Struct(">qqqhi")
-_STAMP_POSITION = 27
-_ATTRIBUTES = struct.Struct(">h")
-_ATTRIBUTES_POSITION = 21
-_CRC = struct.Struct(">I")
-_CRC_POSITION = 17
 
 _WORDS = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
@@ -245,15 +236,15 @@ class BatchTemplate:
         self.max_delta = max_delta  # max timestamp − base timestamp
 
     def stamp(self, base_timestamp: int, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool) -> bytes:
-        out = bytearray(self.data)
-        if transactional:
-            (attributes,) = _ATTRIBUTES.unpack_from(out, _ATTRIBUTES_POSITION)
-            _ATTRIBUTES.pack_into(out, _ATTRIBUTES_POSITION, attributes | ATTR_TRANSACTIONAL)
-        _STAMP_FIELDS.pack_into(
-            out, _STAMP_POSITION, base_timestamp, base_timestamp + self.max_delta, producer_id, producer_epoch, base_sequence,
+        return restamp_batch(
+            self.data,
+            add_attributes=ATTR_TRANSACTIONAL if transactional else 0,
+            base_timestamp=base_timestamp,
+            max_timestamp=base_timestamp + self.max_delta,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
         )
-        _CRC.pack_into(out, _CRC_POSITION, crc32c(memoryview(out)[V2_CRC_START:]))
-        return bytes(out)
 
 
 class RecordFactory:
