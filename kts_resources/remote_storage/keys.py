@@ -1,0 +1,158 @@
+"""Object keys of the remote tier, built only from validated pieces and parsed back for orphan checks.
+
+Layout (ARCHITECTURE.md; the same shape Aiven's plugin uses, so an operator reads it at a glance)::
+
+    <prefix>/<topic>-<topic id>/<partition>/<20-digit start offset>-<segment id>.<suffix>
+
+Topic id and segment id are Kafka's ``Uuid.toString`` (22 characters of URL-safe base64). The topic
+must be a legal Kafka topic name, so no key can hold a ``..`` segment or climb out of the prefix;
+the topic id in the key keeps a deleted and re-created topic's objects apart.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Final
+
+from kts_resources.kafka.checkpoints import topic_id_from_base64, topic_id_to_base64
+from kts_resources.kafka.partition import MAX_PARTITION, TopicPartition, topic_name_problem
+from kts_resources.remote_log import IndexType, RemoteLogSegmentId, TopicIdPartition
+
+# One suffix per object a segment is made of: the .log plus one per IndexType.
+LOG_SUFFIX: Final = "log"
+INDEX_SUFFIXES: Final[dict[IndexType, str]] = {t: t.value.lstrip(".") for t in IndexType}
+SEGMENT_SUFFIXES: Final[tuple[str, ...]] = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
+
+MAX_OFFSET: Final = 2**63 - 1  # an offset is a Java long
+MAX_KEY_BYTES: Final = 1024  # S3's limit on a key's UTF-8 length
+
+_ID = r"[A-Za-z0-9_-]{22}"
+_SEGMENT_KEY = re.compile(
+    rf"(?P<topic>[a-zA-Z0-9._-]{{1,249}})-(?P<topic_id>{_ID})"
+    rf"/(?P<partition>0|[1-9][0-9]{{0,9}})"
+    rf"/(?P<start_offset>[0-9]{{20}})-(?P<segment_id>{_ID})"
+    rf"\.(?P<suffix>{'|'.join(re.escape(s) for s in SEGMENT_SUFFIXES)})"
+)
+# Characters that mean something to a file system or a shell rather than to S3: never in a key.
+_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def suffix_for_index(index_type: IndexType) -> str:
+    return INDEX_SUFFIXES[index_type]
+
+
+def normalise_prefix(prefix: str) -> str:
+    """``prefix`` without leading, trailing or doubled ``/`` and ``.`` segments; ValueError for a
+    ``..`` segment or a control character, which could make keys land outside it."""
+    if _FORBIDDEN.search(prefix):
+        raise ValueError(f"object key prefix {prefix!r} contains a control character or a backslash")
+    parts = [p for p in prefix.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"object key prefix {prefix!r} contains a '..' segment")
+    normalised = "/".join(parts)
+    if len(normalised.encode("utf-8")) > MAX_KEY_BYTES // 2:
+        raise ValueError(f"object key prefix {prefix!r} is too long")
+    return normalised
+
+
+def check_object_key(key: str) -> str:
+    """``key`` itself when it is safe to hand to a store: relative, no empty, ``.`` or ``..`` segment,
+    no control character or backslash, at most 1024 bytes. ValueError otherwise."""
+    if not key or key.startswith("/"):
+        raise ValueError(f"object key {key!r} is empty or absolute")
+    if _FORBIDDEN.search(key):
+        raise ValueError(f"object key {key!r} contains a control character or a backslash")
+    if any(p in ("", ".", "..") for p in key.split("/")):
+        raise ValueError(f"object key {key!r} has an empty, '.' or '..' segment")
+    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        raise ValueError(f"object key {key[:64]!r}… is longer than {MAX_KEY_BYTES} bytes")
+    return key
+
+
+def uuid_to_base64(value: uuid.UUID) -> str:
+    """Kafka's ``Uuid.toString`` (22 characters of URL-safe base64), for topic and segment ids alike."""
+    return topic_id_to_base64(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedObjectKey:
+    """The pieces a segment object's key was built from."""
+
+    topic: str
+    topic_id: uuid.UUID
+    partition: int
+    start_offset: int
+    segment_id: uuid.UUID
+    suffix: str
+
+    @property
+    def topic_id_partition(self) -> TopicIdPartition:
+        return TopicIdPartition(self.topic_id, TopicPartition(self.topic, self.partition))
+
+    @property
+    def remote_log_segment_id(self) -> RemoteLogSegmentId:
+        return RemoteLogSegmentId(self.topic_id_partition, self.segment_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectKeys:
+    """Builds and parses the keys under one prefix (``""`` for the root of a bucket or directory)."""
+
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix", normalise_prefix(self.prefix))
+
+    @property
+    def root(self) -> str:
+        """What every key of this layout starts with: ``"<prefix>/"``, or ``""`` without a prefix."""
+        return f"{self.prefix}/" if self.prefix else ""
+
+    def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
+        """``<prefix>/<topic>-<topic id>/<partition>/``: every object of one partition."""
+        topic = topic_id_partition.topic
+        problem = topic_name_problem(topic) if isinstance(topic, str) else "topic name is not a string"
+        if problem is not None:
+            raise ValueError(f"no object key for this partition: {problem}")
+        partition = topic_id_partition.partition
+        if type(partition) is not int or not 0 <= partition <= MAX_PARTITION:
+            raise ValueError(f"no object key for partition {partition!r}: not an int32 ≥ 0")
+        if not isinstance(topic_id_partition.topic_id, uuid.UUID):
+            raise ValueError(f"no object key for topic id {topic_id_partition.topic_id!r}: not a UUID")
+        return f"{self.root}{topic}-{uuid_to_base64(topic_id_partition.topic_id)}/{partition}/"
+
+    def segment_stem(self, segment_id: RemoteLogSegmentId, start_offset: int) -> str:
+        """The key of a segment's objects without the ``.<suffix>``."""
+        if type(start_offset) is not int or not 0 <= start_offset <= MAX_OFFSET:
+            raise ValueError(f"no object key for start offset {start_offset!r}: not an int64 ≥ 0")
+        if not isinstance(segment_id.id, uuid.UUID):
+            raise ValueError(f"no object key for segment id {segment_id.id!r}: not a UUID")
+        return f"{self.partition_prefix(segment_id.topic_id_partition)}{start_offset:020d}-{uuid_to_base64(segment_id.id)}"
+
+    def segment_key(self, segment_id: RemoteLogSegmentId, start_offset: int, suffix: str) -> str:
+        """The key of one object of a segment (``suffix`` is one of ``SEGMENT_SUFFIXES``)."""
+        if suffix not in SEGMENT_SUFFIXES:
+            raise ValueError(f"no object key for suffix {suffix!r}: not one of {', '.join(SEGMENT_SUFFIXES)}")
+        return f"{self.segment_stem(segment_id, start_offset)}.{suffix}"
+
+    def parse(self, key: str) -> ParsedObjectKey | None:
+        """The pieces of a segment object's key under this prefix, or None for any other key (a
+        stray upload, another tool's object, a key outside the prefix)."""
+        if not key.startswith(self.root):
+            return None
+        m = _SEGMENT_KEY.fullmatch(key, len(self.root))
+        if m is None or topic_name_problem(m["topic"]) is not None:
+            return None
+        partition, start_offset = int(m["partition"]), int(m["start_offset"])
+        if partition > MAX_PARTITION or start_offset > MAX_OFFSET:
+            return None
+        try:
+            topic_id, segment_id = topic_id_from_base64(m["topic_id"]), topic_id_from_base64(m["segment_id"])
+        except ValueError:
+            return None
+        # Non-canonical base64 (stray low bits in the last character) decodes but is not a key kts wrote.
+        if uuid_to_base64(topic_id) != m["topic_id"] or uuid_to_base64(segment_id) != m["segment_id"]:
+            return None
+        return ParsedObjectKey(m["topic"], topic_id, partition, start_offset, segment_id, m["suffix"])
