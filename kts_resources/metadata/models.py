@@ -1,0 +1,168 @@
+"""The remote log metadata store's tables (SQLAlchemy 2 declarative).
+
+Migrations (``migrations/versions``) create these; the models are what the store queries, and a
+test checks the two agree. States are stored by their Kafka names (``COPY_SEGMENT_FINISHED``), so
+a person reading the tables with psql sees Kafka's vocabulary.
+
+A topic's partitions and segments are keyed by the topic ID, not its name: a topic deleted and
+re-created under the same name gets a new ID, and the old incarnation's rows stay apart.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from kts_resources.remote_log import RemotePartitionDeleteState, RemoteLogSegmentState
+
+
+def _names(enum_type) -> str:
+    return ", ".join(f"'{member.name}'" for member in enum_type)
+
+
+SEGMENT_STATES = _names(RemoteLogSegmentState)
+PARTITION_DELETE_STATES = _names(RemotePartitionDeleteState)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONB, uuid.UUID: sa.Uuid(), dt.datetime: sa.DateTime(timezone=True)}
+
+
+class Topic(Base):
+    """A topic by name, its current topic ID, and its config overrides under Kafka's names."""
+
+    __tablename__ = "topics"
+
+    name: Mapped[str] = mapped_column(sa.Text, primary_key=True)
+    topic_id: Mapped[uuid.UUID] = mapped_column(unique=True)
+    # Only the overrides, as strings, as Kafka keeps topic configs; defaults live in code.
+    configs: Mapped[dict[str, Any]] = mapped_column(server_default=sa.text("'{}'::jsonb"))
+    created_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
+    updated_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
+
+
+class Partition(Base):
+    """One partition of one topic incarnation: log start offset, highest copied offset, delete state."""
+
+    __tablename__ = "partitions"
+
+    topic_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    partition: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    # The name the topic had when this ID was current (old incarnations are gone from `topics`).
+    topic: Mapped[str] = mapped_column(sa.Text)
+    log_start_offset: Mapped[int] = mapped_column(sa.BigInteger, server_default=sa.text("0"))
+    highest_copied_offset: Mapped[int] = mapped_column(sa.BigInteger, server_default=sa.text("-1"))
+    delete_state: Mapped[str | None] = mapped_column(sa.Text)
+    updated_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
+
+    __table_args__ = (
+        sa.CheckConstraint("partition >= 0", name="partitions_partition_check"),
+        sa.CheckConstraint(f"delete_state IN ({PARTITION_DELETE_STATES})", name="partitions_delete_state_check"),
+    )
+
+
+class RemoteSegment(Base):
+    """One copy attempt of one segment (RemoteLogSegmentMetadata): a fresh UUID per attempt."""
+
+    __tablename__ = "remote_segments"
+
+    segment_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    topic_id: Mapped[uuid.UUID] = mapped_column()
+    partition: Mapped[int] = mapped_column(sa.Integer)
+    start_offset: Mapped[int] = mapped_column(sa.BigInteger)
+    end_offset: Mapped[int] = mapped_column(sa.BigInteger)
+    max_timestamp_ms: Mapped[int] = mapped_column(sa.BigInteger)
+    size_bytes: Mapped[int] = mapped_column(sa.BigInteger)
+    # {"<epoch>": first offset of that epoch in the segment}; JSON keys are strings.
+    leader_epochs: Mapped[dict[str, Any]] = mapped_column()
+    state: Mapped[str] = mapped_column(sa.Text)
+    broker_id: Mapped[int] = mapped_column(sa.Integer)
+    event_timestamp_ms: Mapped[int] = mapped_column(sa.BigInteger)
+    # Object keys and checksums, as the remote storage manager reports them.
+    custom_metadata: Mapped[dict[str, Any]] = mapped_column(server_default=sa.text("'{}'::jsonb"))
+    created_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
+    updated_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
+
+    __table_args__ = (
+        sa.ForeignKeyConstraint(
+            ["topic_id", "partition"], ["partitions.topic_id", "partitions.partition"],
+            name="remote_segments_partition_fkey",
+        ),
+        sa.CheckConstraint("start_offset >= 0 AND end_offset >= start_offset", name="remote_segments_offsets_check"),
+        sa.CheckConstraint("size_bytes >= 0", name="remote_segments_size_check"),
+        sa.CheckConstraint(f"state IN ({SEGMENT_STATES})", name="remote_segments_state_check"),
+        sa.Index("remote_segments_partition_state_start", "topic_id", "partition", "state", "start_offset"),
+        sa.Index("remote_segments_partition_start", "topic_id", "partition", "start_offset"),
+    )
+
+
+class RemoteSegmentLeaderEpoch(Base):
+    """One leader epoch of one remote segment: the store's form of Kafka's per-epoch state
+    (RemoteLogLeaderEpochState). ``referenced`` rows are the epoch's offset → segment map that
+    lookups search; ``copied`` rows (ever COPY_SEGMENT_FINISHED) give the epoch's highest offset.
+    """
+
+    __tablename__ = "remote_segment_leader_epochs"
+
+    segment_id: Mapped[uuid.UUID] = mapped_column(
+        sa.ForeignKey("remote_segments.segment_id", name="remote_segment_leader_epochs_segment_fkey"),
+        primary_key=True,
+    )
+    leader_epoch: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    topic_id: Mapped[uuid.UUID] = mapped_column()
+    partition: Mapped[int] = mapped_column(sa.Integer)
+    start_offset: Mapped[int] = mapped_column(sa.BigInteger)  # the epoch's first offset in the segment
+    end_offset: Mapped[int] = mapped_column(sa.BigInteger)  # the epoch's last offset in the segment
+    referenced: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+    copied: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+
+    __table_args__ = (
+        # At most one segment answers for an (epoch, start offset), as in Kafka's offset map.
+        sa.Index(
+            "remote_segment_leader_epochs_lookup", "topic_id", "partition", "leader_epoch", "start_offset",
+            unique=True, postgresql_where=sa.text("referenced"),
+        ),
+        sa.Index(
+            "remote_segment_leader_epochs_highest", "topic_id", "partition", "leader_epoch", "end_offset",
+            postgresql_where=sa.text("copied"),
+        ),
+        sa.Index("remote_segment_leader_epochs_by_epoch", "topic_id", "partition", "leader_epoch"),
+    )
+
+
+class RemoteLogEvent(Base):
+    """The append-only log of every change, written in the same transaction as the change."""
+
+    __tablename__ = "remote_log_events"
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(always=True), primary_key=True)
+    at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.clock_timestamp())
+    topic_id: Mapped[uuid.UUID | None] = mapped_column()
+    partition: Mapped[int | None] = mapped_column(sa.Integer)
+    segment_id: Mapped[uuid.UUID | None] = mapped_column()
+    kind: Mapped[str] = mapped_column(sa.Text)
+    old_state: Mapped[str | None] = mapped_column(sa.Text)
+    new_state: Mapped[str | None] = mapped_column(sa.Text)
+    details: Mapped[dict[str, Any]] = mapped_column(server_default=sa.text("'{}'::jsonb"))
+
+    __table_args__ = (
+        sa.Index("remote_log_events_partition", "topic_id", "partition", "id"),
+        sa.Index("remote_log_events_segment", "segment_id", postgresql_where=sa.text("segment_id IS NOT NULL")),
+    )
+
+
+# KIP-956 copy-quota samples shared by concurrent copy processes (the quota module owns its use).
+quota_samples = sa.Table(
+    "quota_samples",
+    Base.metadata,
+    sa.Column("quota", sa.Text, primary_key=True),
+    sa.Column("window_start_ms", sa.BigInteger, primary_key=True),
+    sa.Column("bytes", sa.BigInteger, nullable=False),
+)
+
+metadata = Base.metadata
