@@ -1,0 +1,776 @@
+"""The remote log metadata store: Kafka's RemoteLogMetadataManager on PostgreSQL.
+
+What is where in the remote tier, per topic-partition: each remote segment's life through
+KIP-405's states, each partition's log start offset, highest copied offset and delete state, and
+each topic's configs, with an append-only event for every change.
+
+Kafka's semantics, kept:
+- ``add_remote_log_segment_metadata`` accepts COPY_SEGMENT_STARTED only; every later state goes
+  through ``update_remote_log_segment_metadata``, validated by ``check_segment_transition``
+  (remote_log.py, the one place transitions are defined) under a row lock.
+- ``remote_log_segment_metadata(tip, epoch, offset)`` is RemoteLogMetadataCache's epoch-aware
+  lookup: only COPY_SEGMENT_FINISHED segments, searched through the epoch's offset map that
+  RemoteLogLeaderEpochState keeps (a later upload covering the same epoch range replaces the
+  earlier one), bounded by the epoch's end offset within the segment.
+- ``list_remote_log_segments`` lists every state but DELETE_SEGMENT_FINISHED, so failed copies
+  and half-done deletes stay visible to whoever cleans up.
+
+Every operation is one transaction. Every operation is also safe to retry after a dropped
+connection: reads trivially, writes because a retry recognises its own earlier commit (a commit
+can succeed on the server and still lose its reply), so ``database.in_transaction`` retries them
+all and only a store that stays unreachable surfaces, as one ``MetadataStoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import Connection, Engine
+
+from kts_resources.kafka.partition import TopicPartition, topic_name_problem
+from kts_resources.metadata import database
+from kts_resources.metadata.models import (
+    Partition,
+    RemoteLogEvent,
+    RemoteSegment,
+    RemoteSegmentLeaderEpoch,
+    Topic,
+)
+from kts_resources.metadata.topic_config import TopicConfig, parse_value
+from kts_resources.remote_log import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+    check_partition_delete_transition,
+    check_segment_transition,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+S = RemoteLogSegmentState
+
+TOPICS = Topic.__table__
+PARTITIONS = Partition.__table__
+SEGMENTS = RemoteSegment.__table__
+EPOCHS = RemoteSegmentLeaderEpoch.__table__
+EVENTS = RemoteLogEvent.__table__
+
+# What Kafka's listRemoteLogSegments returns: everything not yet DELETE_SEGMENT_FINISHED.
+LISTED_STATES = frozenset(S) - {S.DELETE_SEGMENT_FINISHED}
+
+
+class EventKind:
+    """``remote_log_events.kind`` values."""
+
+    TOPIC_CREATED = "TOPIC_CREATED"
+    TOPIC_RECREATED = "TOPIC_RECREATED"  # same name, new topic ID; the old ID's rows stay
+    TOPIC_CONFIG_SET = "TOPIC_CONFIG_SET"
+    TOPIC_CONFIG_DELETED = "TOPIC_CONFIG_DELETED"
+    PARTITION_CREATED = "PARTITION_CREATED"
+    SEGMENT_ADDED = "SEGMENT_ADDED"  # new_state COPY_SEGMENT_STARTED
+    SEGMENT_STATE_CHANGED = "SEGMENT_STATE_CHANGED"
+    LOG_START_OFFSET_CHANGED = "LOG_START_OFFSET_CHANGED"
+    PARTITION_DELETE_STATE_CHANGED = "PARTITION_DELETE_STATE_CHANGED"
+
+
+class RemoteResourceNotFoundError(LookupError):
+    """No such segment, topic or topic ID in the store (RemoteResourceNotFoundException)."""
+
+
+class DuplicateRemoteLogSegmentIdError(ValueError):
+    """A segment ID was added twice: every copy attempt must bring a fresh UUID."""
+
+
+class StaleTopicIdError(ValueError):
+    """A topic ID the store already saw replaced under that name (a stale view of the cluster)."""
+
+
+class PartitionLockTimeout(TimeoutError):
+    """Another writer held the partition lock for longer than the caller would wait."""
+
+
+class PartitionLockLost(RuntimeError):
+    """The connection holding a partition lock died, and the server released the lock with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A partition's remote-tier bookkeeping; -1 highest copied offset means nothing copied yet."""
+
+    log_start_offset: int = 0
+    highest_copied_offset: int = -1
+    delete_state: RemotePartitionDeleteState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One row of the append-only event log."""
+
+    id: int
+    at: dt.datetime
+    topic_id: uuid.UUID | None
+    partition: int | None
+    segment_id: uuid.UUID | None
+    kind: str
+    old_state: str | None
+    new_state: str | None
+    details: dict[str, Any]
+
+
+class PartitionLock:
+    """A held partition lock: a session-level advisory lock on its own connection."""
+
+    def __init__(self, tip: TopicIdPartition, conn: Connection, keys: tuple[int, int]) -> None:
+        self.tip = tip
+        self._conn = conn
+        self._keys = keys
+
+    def assert_held(self) -> None:
+        """Raise ``PartitionLockLost`` unless this lock is still held (call between steps of a
+        long run: a dropped connection silently takes the lock with it)."""
+        classid, objid = (key & 0xFFFFFFFF for key in self._keys)
+        try:
+            held = self._conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+                    "AND granted AND objsubid = 2 AND classid = CAST(:classid AS oid) AND objid = CAST(:objid AS oid)"
+                ),
+                {"classid": classid, "objid": objid},
+            ).scalar_one()
+        except sa.exc.SQLAlchemyError as exc:
+            raise PartitionLockLost(f"lost the lock on {_tip_str(self.tip)}: {getattr(exc, 'orig', None) or exc}") from exc
+        if not held:
+            raise PartitionLockLost(f"lost the lock on {_tip_str(self.tip)}")
+
+    def _release(self) -> None:
+        try:
+            if not self._conn.invalidated:
+                self._conn.execute(sa.text("SELECT pg_advisory_unlock(:k1, :k2)"), dict(zip(("k1", "k2"), self._keys)))
+        except sa.exc.SQLAlchemyError as exc:
+            # The server already released it with the session; never hand this connection on.
+            log.warning("partition lock on %s ended with its connection: %s", _tip_str(self.tip), exc)
+            _discard(self._conn)
+        else:
+            self._conn.close()
+
+
+class RemoteLogMetadataStore:
+    """Kafka's RemoteLogMetadataManager, on the PostgreSQL behind ``engine``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @classmethod
+    def from_env(cls) -> "RemoteLogMetadataStore":
+        """The store at ``KTS_DATABASE_URL`` (or the embedded server), migrated to head."""
+        return cls.from_url(database.database_url())
+
+    @classmethod
+    def from_url(cls, url: str, *, migrate: bool = True) -> "RemoteLogMetadataStore":
+        engine = database.create_engine(url)
+        if migrate:
+            database.migrate(engine)
+        return cls(engine)
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> "RemoteLogMetadataStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _tx(self, work: Callable[[Connection, int], T]) -> T:
+        return database.in_transaction(self._engine, work)
+
+    # -- topics -----------------------------------------------------------------------------------
+
+    def ensure_topic(self, name: str, topic_id: uuid.UUID, configs: Mapping[str, object] | None = None) -> uuid.UUID:
+        """Record ``name`` with ``topic_id``. The configs (overrides under Kafka's names) apply
+        when the topic is first recorded or re-created; change them later with
+        ``set_topic_config``. A new ID for a known name means the topic was deleted and
+        re-created: the name moves to the new ID and the old ID's partitions and segments stay.
+        """
+        problem = topic_name_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        config = TopicConfig(configs)
+        config.validate(name)
+
+        def work(conn: Connection, _attempt: int) -> uuid.UUID:
+            inserted = conn.execute(
+                pg_insert(TOPICS).values(name=name, topic_id=topic_id, configs=config.overrides)
+                .on_conflict_do_nothing().returning(TOPICS.c.name)
+            ).first()
+            if inserted is not None:
+                _event(conn, EventKind.TOPIC_CREATED, topic_id=topic_id, details={"topic": name, "configs": config.overrides})
+                return topic_id
+            row = conn.execute(sa.select(TOPICS).where(TOPICS.c.name == name).with_for_update()).first()
+            owner = conn.execute(sa.select(TOPICS.c.name).where(TOPICS.c.topic_id == topic_id)).scalar_one_or_none()
+            if owner is not None and owner != name:
+                raise ValueError(f"topic id {topic_id} already belongs to topic {owner!r}, not {name!r}")
+            if row is None:
+                raise RuntimeError(f"topic {name!r} vanished while being recorded")  # names are never deleted
+            if row.topic_id == topic_id:
+                return topic_id
+            if self._was_topic_id(conn, topic_id):
+                raise StaleTopicIdError(f"topic id {topic_id} is an earlier incarnation of {name!r} (now {row.topic_id})")
+            conn.execute(
+                TOPICS.update().where(TOPICS.c.name == name)
+                .values(topic_id=topic_id, configs=config.overrides, updated_at=sa.func.now())
+            )
+            _event(conn, EventKind.TOPIC_RECREATED, topic_id=topic_id,
+                   details={"topic": name, "old_topic_id": str(row.topic_id), "configs": config.overrides})
+            return topic_id
+
+        return self._tx(work)
+
+    @staticmethod
+    def _was_topic_id(conn: Connection, topic_id: uuid.UUID) -> bool:
+        return conn.execute(
+            sa.select(sa.literal(1)).where(
+                EVENTS.c.topic_id == topic_id,
+                EVENTS.c.kind.in_([EventKind.TOPIC_CREATED, EventKind.TOPIC_RECREATED]),
+            ).limit(1)
+        ).first() is not None
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        """The current ID of topic ``name``, None when unknown."""
+        return self._tx(lambda conn, _: conn.execute(
+            sa.select(TOPICS.c.topic_id).where(TOPICS.c.name == name)).scalar_one_or_none())
+
+    def topics(self) -> dict[str, uuid.UUID]:
+        """Every known topic name with its current ID."""
+        rows = self._tx(lambda conn, _: conn.execute(sa.select(TOPICS.c.name, TOPICS.c.topic_id).order_by(TOPICS.c.name)).all())
+        return {row.name: row.topic_id for row in rows}
+
+    def topic_configs(self, name: str) -> TopicConfig:
+        configs = self._tx(lambda conn, _: conn.execute(
+            sa.select(TOPICS.c.configs).where(TOPICS.c.name == name)).scalar_one_or_none())
+        if configs is None:
+            raise RemoteResourceNotFoundError(f"topic {name!r} is not known to the metadata store")
+        return TopicConfig(configs)
+
+    def set_topic_config(self, name: str, key: str, value: object) -> TopicConfig:
+        """Set one config (validated alone and with the others, as Kafka's AlterConfigs does)."""
+        parse_value(key, value)
+        return self._change_config(name, lambda config: config.with_config(key, value), key)
+
+    def delete_topic_config(self, name: str, key: str) -> TopicConfig:
+        """Back to Kafka's default for ``key`` (validated: the default must fit the others)."""
+        return self._change_config(name, lambda config: config.without_config(key), key)
+
+    def _change_config(self, name: str, change: Callable[[TopicConfig], TopicConfig], key: str) -> TopicConfig:
+        def work(conn: Connection, _attempt: int) -> TopicConfig:
+            row = conn.execute(sa.select(TOPICS).where(TOPICS.c.name == name).with_for_update()).first()
+            if row is None:
+                raise RemoteResourceNotFoundError(f"topic {name!r} is not known to the metadata store")
+            old = TopicConfig(row.configs)
+            new = change(old)
+            new.validate(name, previous=old)
+            if new == old:
+                return new  # also how a retry finds its own earlier commit
+            conn.execute(
+                TOPICS.update().where(TOPICS.c.name == name).values(configs=new.overrides, updated_at=sa.func.now())
+            )
+            deleted = key not in new.overrides
+            _event(conn, EventKind.TOPIC_CONFIG_DELETED if deleted else EventKind.TOPIC_CONFIG_SET,
+                   topic_id=row.topic_id,
+                   details={"topic": name, "key": key, "old": old.overrides.get(key), "new": new.overrides.get(key)})
+            return new
+
+        return self._tx(work)
+
+    # -- segments ---------------------------------------------------------------------------------
+
+    def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
+        """Record a segment whose copy is starting (COPY_SEGMENT_STARTED only)."""
+        if md.state is not S.COPY_SEGMENT_STARTED:
+            raise ValueError(f"a remote segment is added in COPY_SEGMENT_STARTED, not {md.state.name}; "
+                             "later states go through update_remote_log_segment_metadata")
+        epochs = _epoch_ranges(md)
+        tip = md.topic_id_partition
+        segment_id = md.segment_id.id
+        values = {
+            "segment_id": segment_id,
+            "topic_id": tip.topic_id,
+            "partition": tip.partition,
+            "start_offset": md.start_offset,
+            "end_offset": md.end_offset,
+            "max_timestamp_ms": md.max_timestamp_ms,
+            "size_bytes": md.segment_size_in_bytes,
+            "leader_epochs": {str(epoch): start for epoch, (start, _end) in epochs.items()},
+            "state": md.state.name,
+            "broker_id": md.broker_id,
+            "event_timestamp_ms": md.event_timestamp_ms,
+            "custom_metadata": dict(md.custom_metadata),
+        }
+
+        def work(conn: Connection, attempt: int) -> None:
+            part = self._partition_row(conn, tip, create=True)
+            if part.delete_state is not None:
+                raise ValueError(f"{_tip_str(tip)} is {part.delete_state}: no new remote segments")
+            inserted = conn.execute(
+                pg_insert(SEGMENTS).values(**values)
+                .on_conflict_do_nothing(index_elements=[SEGMENTS.c.segment_id]).returning(SEGMENTS.c.segment_id)
+            ).first()
+            if inserted is None:
+                existing = self._segment_row(conn, segment_id)
+                if attempt > 1 and existing is not None and _to_metadata(existing, tip) == md:
+                    return  # this call's own commit, whose reply the dropped connection lost
+                raise DuplicateRemoteLogSegmentIdError(f"remote segment {segment_id} already exists")
+            conn.execute(EPOCHS.insert(), [
+                {"segment_id": segment_id, "leader_epoch": epoch, "topic_id": tip.topic_id, "partition": tip.partition,
+                 "start_offset": start, "end_offset": end}
+                for epoch, (start, end) in epochs.items()
+            ])
+            _event(conn, EventKind.SEGMENT_ADDED, tip=tip, segment_id=segment_id, new_state=md.state.name,
+                   details={"start_offset": md.start_offset, "end_offset": md.end_offset,
+                            "size_bytes": md.segment_size_in_bytes, "leader_epochs": values["leader_epochs"],
+                            "broker_id": md.broker_id, "event_timestamp_ms": md.event_timestamp_ms})
+
+        self._tx(work)
+
+    def update_remote_log_segment_metadata(
+        self,
+        segment_id: RemoteLogSegmentId | uuid.UUID,
+        new_state: RemoteLogSegmentState,
+        event_timestamp_ms: int,
+        custom_metadata: Mapping[str, str] | None = None,
+        *,
+        broker_id: int | None = None,
+    ) -> RemoteLogSegmentMetadata:
+        """Move a segment to ``new_state`` (RemoteLogSegmentMetadataUpdate). An invalid
+        transition raises ``InvalidStateTransition``; ``custom_metadata``, when given, replaces
+        the segment's. On COPY_SEGMENT_FINISHED the segment becomes readable and the partition's
+        highest copied offset moves up to its end offset."""
+        sid = segment_id.id if isinstance(segment_id, RemoteLogSegmentId) else segment_id
+
+        def work(conn: Connection, attempt: int) -> RemoteLogSegmentMetadata:
+            head = conn.execute(
+                sa.select(SEGMENTS.c.topic_id, SEGMENTS.c.partition).where(SEGMENTS.c.segment_id == sid)
+            ).first()
+            if head is None:
+                raise RemoteResourceNotFoundError(f"no remote log segment metadata found for {sid}")
+            # Partition row first, then the segment row: one lock order for every writer, and
+            # the partition lock serialises the epoch bookkeeping of concurrent COPY_SEGMENT_FINISHED.
+            part = self._partition_row_by_id(conn, head.topic_id, head.partition, lock=True)
+            tip = TopicIdPartition(part.topic_id, TopicPartition(part.topic, part.partition))
+            row = self._segment_row(conn, sid, lock=True)
+            current = S[row.state]
+            if attempt > 1 and current is new_state and row.event_timestamp_ms == event_timestamp_ms:
+                return _to_metadata(row, tip)  # this call's own commit, whose reply was lost
+            check_segment_transition(current, new_state)
+            changes: dict[str, Any] = {"state": new_state.name, "event_timestamp_ms": event_timestamp_ms,
+                                       "updated_at": sa.func.now()}
+            if custom_metadata is not None:
+                changes["custom_metadata"] = dict(custom_metadata)
+            if broker_id is not None:
+                changes["broker_id"] = broker_id
+            conn.execute(SEGMENTS.update().where(SEGMENTS.c.segment_id == sid).values(**changes))
+            details: dict[str, Any] = {"event_timestamp_ms": event_timestamp_ms}
+            if broker_id is not None:
+                details["broker_id"] = broker_id
+            if new_state is S.COPY_SEGMENT_FINISHED:
+                replaced = self._reference_epochs(conn, tip, sid)
+                if replaced:
+                    details["unreferenced_segment_ids"] = sorted(str(s) for s in replaced)
+                if row.end_offset > part.highest_copied_offset:
+                    conn.execute(
+                        PARTITIONS.update().where(*_partition_key(PARTITIONS, tip))
+                        .values(highest_copied_offset=row.end_offset, updated_at=sa.func.now())
+                    )
+                    details["highest_copied_offset"] = row.end_offset
+            elif new_state is S.DELETE_SEGMENT_STARTED:
+                # No longer readable; still listed, so a failed delete is retried.
+                conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id == sid).values(referenced=False))
+            _event(conn, EventKind.SEGMENT_STATE_CHANGED, tip=tip, segment_id=sid,
+                   old_state=current.name, new_state=new_state.name, details=details)
+            return _to_metadata(self._segment_row(conn, sid), tip)
+
+        return self._tx(work)
+
+    @staticmethod
+    def _reference_epochs(conn: Connection, tip: TopicIdPartition, segment_id: uuid.UUID) -> set[uuid.UUID]:
+        """Put a finished segment into each of its epochs' offset maps, as
+        RemoteLogLeaderEpochState.handleSegmentWithCopySegmentFinishedState does: when the epoch's
+        highest copied offset so far is ≤ this segment's end for the epoch, entries starting at
+        or after this one's start are superseded (a new leader re-uploaded the range); an entry
+        at the very same start offset is always replaced. Returns the segments unreferenced."""
+        replaced: set[uuid.UUID] = set()
+        rows = conn.execute(
+            sa.select(EPOCHS.c.leader_epoch, EPOCHS.c.start_offset, EPOCHS.c.end_offset).where(EPOCHS.c.segment_id == segment_id)
+        ).all()
+        for epoch, start, end in rows:
+            in_epoch = (*_partition_key(EPOCHS, tip), EPOCHS.c.leader_epoch == epoch)
+            highest = conn.execute(sa.select(sa.func.max(EPOCHS.c.end_offset)).where(*in_epoch, EPOCHS.c.copied)).scalar()
+            superseded = EPOCHS.c.start_offset >= start if highest is not None and highest <= end else EPOCHS.c.start_offset == start
+            replaced.update(conn.execute(
+                EPOCHS.update().where(*in_epoch, EPOCHS.c.referenced, superseded)
+                .values(referenced=False).returning(EPOCHS.c.segment_id)
+            ).scalars())
+            conn.execute(
+                EPOCHS.update().where(EPOCHS.c.segment_id == segment_id, EPOCHS.c.leader_epoch == epoch)
+                .values(referenced=True, copied=True)
+            )
+        replaced.discard(segment_id)
+        return replaced
+
+    def remote_log_segment_metadata(
+        self, tip: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        """The COPY_SEGMENT_FINISHED segment holding ``offset`` written in ``leader_epoch``, or
+        None (RemoteLogMetadataCache.remoteLogSegmentMetadata)."""
+        stmt = (
+            sa.select(SEGMENTS, EPOCHS.c.end_offset.label("epoch_end_offset"))
+            .join(EPOCHS, EPOCHS.c.segment_id == SEGMENTS.c.segment_id)
+            .where(*_partition_key(EPOCHS, tip), EPOCHS.c.leader_epoch == leader_epoch,
+                   EPOCHS.c.referenced, EPOCHS.c.start_offset <= offset)
+            .order_by(EPOCHS.c.start_offset.desc())
+            .limit(1)
+        )
+        row = self._tx(lambda conn, _: conn.execute(stmt).first())
+        # The floor entry's segment holds the offset only up to the epoch's last offset in it.
+        if row is None or offset > row.epoch_end_offset:
+            return None
+        return _to_metadata(row, tip)
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        """The highest offset of ``leader_epoch`` in any segment that reached
+        COPY_SEGMENT_FINISHED (later deletion included, as in Kafka), or None."""
+        stmt = sa.select(sa.func.max(EPOCHS.c.end_offset)).where(
+            *_partition_key(EPOCHS, tip), EPOCHS.c.leader_epoch == leader_epoch, EPOCHS.c.copied
+        )
+        return self._tx(lambda conn, _: conn.execute(stmt).scalar())
+
+    def list_remote_log_segments(
+        self,
+        tip: TopicIdPartition,
+        leader_epoch: int | None = None,
+        states: Iterable[RemoteLogSegmentState] | None = None,
+    ) -> list[RemoteLogSegmentMetadata]:
+        """The partition's segments (those carrying ``leader_epoch`` when given) in ``states``
+        (default: all but DELETE_SEGMENT_FINISHED, as Kafka lists), by start offset."""
+        stmt = self._segments_query(sa.select(SEGMENTS), tip, leader_epoch, states).order_by(
+            SEGMENTS.c.start_offset, SEGMENTS.c.created_at, SEGMENTS.c.segment_id
+        )
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all())
+        return [_to_metadata(row, tip) for row in rows]
+
+    def remote_log_size(
+        self,
+        tip: TopicIdPartition,
+        leader_epoch: int | None = None,
+        states: Iterable[RemoteLogSegmentState] | None = None,
+    ) -> int:
+        """Bytes of the segments ``list_remote_log_segments`` returns for the same arguments:
+        by default Kafka's RemoteLogSizeBytes (every segment not DELETE_SEGMENT_FINISHED) or, with
+        ``leader_epoch``, RemoteLogMetadataManager.remoteLogSize. Retention by size counts
+        COPY_SEGMENT_FINISHED only: pass ``states={COPY_SEGMENT_FINISHED}``."""
+        stmt = self._segments_query(sa.select(sa.func.coalesce(sa.func.sum(SEGMENTS.c.size_bytes), 0)), tip, leader_epoch, states)
+        return int(self._tx(lambda conn, _: conn.execute(stmt).scalar_one()))
+
+    @staticmethod
+    def _segments_query(stmt: sa.Select, tip: TopicIdPartition, leader_epoch: int | None,
+                        states: Iterable[RemoteLogSegmentState] | None) -> sa.Select:
+        wanted = LISTED_STATES if states is None else frozenset(states)
+        stmt = stmt.where(*_partition_key(SEGMENTS, tip), SEGMENTS.c.state.in_(sorted(s.name for s in wanted)))
+        if leader_epoch is not None:
+            stmt = stmt.join(EPOCHS, EPOCHS.c.segment_id == SEGMENTS.c.segment_id).where(EPOCHS.c.leader_epoch == leader_epoch)
+        return stmt
+
+    def segment(self, segment_id: RemoteLogSegmentId | uuid.UUID) -> RemoteLogSegmentMetadata | None:
+        """One segment by ID, in whatever state (DELETE_SEGMENT_FINISHED included)."""
+        sid = segment_id.id if isinstance(segment_id, RemoteLogSegmentId) else segment_id
+        stmt = (
+            sa.select(SEGMENTS, PARTITIONS.c.topic)
+            .join(PARTITIONS, sa.and_(PARTITIONS.c.topic_id == SEGMENTS.c.topic_id, PARTITIONS.c.partition == SEGMENTS.c.partition))
+            .where(SEGMENTS.c.segment_id == sid)
+        )
+        row = self._tx(lambda conn, _: conn.execute(stmt).first())
+        if row is None:
+            return None
+        return _to_metadata(row, TopicIdPartition(row.topic_id, TopicPartition(row.topic, row.partition)))
+
+    # -- partitions -------------------------------------------------------------------------------
+
+    def partition_state(self, tip: TopicIdPartition) -> PartitionState:
+        """The partition's state; the initial one (0, -1, None) for a partition never recorded."""
+        row = self._tx(lambda conn, _: conn.execute(
+            sa.select(PARTITIONS).where(*_partition_key(PARTITIONS, tip))).first())
+        return PartitionState() if row is None else _partition_state(row)
+
+    def partition_states(self) -> dict[TopicIdPartition, PartitionState]:
+        """Every recorded partition's state, in one query (status views over many partitions)."""
+        rows = self._tx(lambda conn, _: conn.execute(
+            sa.select(PARTITIONS).order_by(PARTITIONS.c.topic, PARTITIONS.c.partition, PARTITIONS.c.topic_id)).all())
+        return {_row_tip(row): _partition_state(row) for row in rows}
+
+    def partitions(self) -> list[TopicIdPartition]:
+        """Every recorded partition, old topic incarnations included, by topic then partition."""
+        return list(self.partition_states())
+
+    def update_log_start_offset(self, tip: TopicIdPartition, offset: int) -> int:
+        """Raise the partition's log start offset to ``offset`` (never lowers it, as Kafka's
+        maybeIncrementLogStartOffset); returns the resulting log start offset."""
+        if offset < 0:
+            raise ValueError(f"log start offset {offset} is negative")
+
+        def work(conn: Connection, _attempt: int) -> int:
+            part = self._partition_row(conn, tip, create=True)
+            if offset <= part.log_start_offset:
+                return part.log_start_offset
+            conn.execute(
+                PARTITIONS.update().where(*_partition_key(PARTITIONS, tip))
+                .values(log_start_offset=offset, updated_at=sa.func.now())
+            )
+            _event(conn, EventKind.LOG_START_OFFSET_CHANGED, tip=tip,
+                   details={"old": part.log_start_offset, "new": offset})
+            return offset
+
+        return self._tx(work)
+
+    def put_partition_delete_state(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
+        """Move the partition's deletion on (RemotePartitionDeleteMetadata), validated by
+        ``check_partition_delete_transition``."""
+
+        def work(conn: Connection, attempt: int) -> None:
+            part = self._partition_row(conn, tip, create=True)
+            current = None if part.delete_state is None else RemotePartitionDeleteState[part.delete_state]
+            if attempt > 1 and current is state:
+                return  # this call's own commit, whose reply was lost
+            check_partition_delete_transition(current, state)
+            conn.execute(
+                PARTITIONS.update().where(*_partition_key(PARTITIONS, tip))
+                .values(delete_state=state.name, updated_at=sa.func.now())
+            )
+            _event(conn, EventKind.PARTITION_DELETE_STATE_CHANGED, tip=tip,
+                   old_state=None if current is None else current.name, new_state=state.name)
+
+        self._tx(work)
+
+    def _partition_row(self, conn: Connection, tip: TopicIdPartition, *, create: bool) -> sa.Row:
+        """The partition's row, locked for this transaction; created (for the topic's current
+        ID only) when ``create`` and missing."""
+        stmt = sa.select(PARTITIONS).where(*_partition_key(PARTITIONS, tip)).with_for_update()
+        row = conn.execute(stmt).first()
+        if row is None:
+            if not create:
+                raise RemoteResourceNotFoundError(f"no remote log metadata for {_tip_str(tip)}")
+            current = conn.execute(sa.select(TOPICS.c.topic_id).where(TOPICS.c.name == tip.topic)).scalar_one_or_none()
+            if current is None:
+                raise RemoteResourceNotFoundError(f"topic {tip.topic!r} is not known to the metadata store (ensure_topic first)")
+            if current != tip.topic_id:
+                raise StaleTopicIdError(f"topic {tip.topic!r} is now topic id {current}, not {tip.topic_id}")
+            created = conn.execute(
+                pg_insert(PARTITIONS).values(topic_id=tip.topic_id, partition=tip.partition, topic=tip.topic)
+                .on_conflict_do_nothing().returning(PARTITIONS.c.partition)
+            ).first()
+            if created is not None:
+                _event(conn, EventKind.PARTITION_CREATED, tip=tip)
+            row = conn.execute(stmt).one()
+        if row.topic != tip.topic:
+            raise ValueError(f"topic id {tip.topic_id} is topic {row.topic!r}, not {tip.topic!r}")
+        return row
+
+    @staticmethod
+    def _partition_row_by_id(conn: Connection, topic_id: uuid.UUID, partition: int, *, lock: bool) -> sa.Row:
+        stmt = sa.select(PARTITIONS).where(PARTITIONS.c.topic_id == topic_id, PARTITIONS.c.partition == partition)
+        return conn.execute(stmt.with_for_update() if lock else stmt).one()
+
+    @staticmethod
+    def _segment_row(conn: Connection, segment_id: uuid.UUID, *, lock: bool = False) -> sa.Row | None:
+        stmt = sa.select(SEGMENTS).where(SEGMENTS.c.segment_id == segment_id)
+        return conn.execute(stmt.with_for_update() if lock else stmt).first()
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def events(self, tip: TopicIdPartition | None = None, since_id: int = 0, limit: int | None = None) -> list[Event]:
+        """Events after ``since_id`` (all, or one partition's), oldest first. IDs are assigned
+        at insert, so under concurrent writers an ID can commit after a higher one: read with
+        some overlap rather than as an exact cursor."""
+        stmt = sa.select(EVENTS).where(EVENTS.c.id > since_id).order_by(EVENTS.c.id)
+        if tip is not None:
+            stmt = stmt.where(*_partition_key(EVENTS, tip))
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all())
+        return [Event(row.id, row.at, row.topic_id, row.partition, row.segment_id, row.kind,
+                      row.old_state, row.new_state, dict(row.details)) for row in rows]
+
+    # -- partition locks --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def partition_lock(self, tip: TopicIdPartition, timeout_s: float | None = None) -> Iterator[PartitionLock]:
+        """Hold the partition's writer lock (a session-level advisory lock on a dedicated
+        connection) for the block: concurrent copy runs on one partition take turns. Waits
+        forever by default; with ``timeout_s`` gives up with ``PartitionLockTimeout``."""
+        keys = partition_lock_keys(tip)
+        if timeout_s is None:
+            conn = self._locked_connection("SELECT pg_advisory_lock(:k1, :k2)", keys)
+        else:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                conn = self._try_locked_connection(keys)
+                if conn is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    raise PartitionLockTimeout(f"{_tip_str(tip)} stayed locked by another writer for {timeout_s}s")
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        lock = PartitionLock(tip, conn, keys)
+        try:
+            yield lock
+        finally:
+            lock._release()
+
+    @contextlib.contextmanager
+    def try_partition_lock(self, tip: TopicIdPartition) -> Iterator[PartitionLock | None]:
+        """The partition's writer lock if free right now, else None (the caller skips the partition)."""
+        keys = partition_lock_keys(tip)
+        conn = self._try_locked_connection(keys)
+        if conn is None:
+            yield None
+            return
+        lock = PartitionLock(tip, conn, keys)
+        try:
+            yield lock
+        finally:
+            lock._release()
+
+    def _try_locked_connection(self, keys: tuple[int, int]) -> Connection | None:
+        def attempt(_attempt: int) -> Connection | None:
+            conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                got = conn.execute(sa.text("SELECT pg_try_advisory_lock(:k1, :k2)"), {"k1": keys[0], "k2": keys[1]}).scalar_one()
+            except BaseException:
+                _discard(conn)
+                raise
+            if got:
+                return conn
+            conn.close()
+            return None
+
+        return database.with_retries(self._engine, attempt)
+
+    def _locked_connection(self, sql: str, keys: tuple[int, int]) -> Connection:
+        def attempt(_attempt: int) -> Connection:
+            # Autocommit: waiting for or holding the lock must not keep a transaction open.
+            conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                conn.execute(sa.text(sql), {"k1": keys[0], "k2": keys[1]})
+            except BaseException:
+                # Interrupted while waiting (or the connection died): the server may grant the
+                # lock to this session a moment later, so the session must go, not back to the pool.
+                _discard(conn)
+                raise
+            return conn
+
+        return database.with_retries(self._engine, attempt)
+
+
+def partition_lock_keys(tip: TopicIdPartition) -> tuple[int, int]:
+    """The two int4 keys of a partition's advisory lock: a hash of the topic ID, and the
+    partition number itself (so one topic's partitions never collide)."""
+    digest = hashlib.blake2b(tip.topic_id.bytes, digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True), tip.partition
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _discard(conn: Connection) -> None:
+    """Close ``conn`` without returning its session to the pool (it may hold, or be about to be
+    granted, an advisory lock)."""
+    with contextlib.suppress(sa.exc.SQLAlchemyError):
+        conn.invalidate()
+    with contextlib.suppress(sa.exc.SQLAlchemyError):
+        conn.close()
+
+
+def _epoch_ranges(md: RemoteLogSegmentMetadata) -> dict[int, tuple[int, int]]:
+    """epoch → (first, last offset of the epoch in the segment). Each epoch ends where the next
+    begins; the last ends with the segment. Start offsets must rise with the epoch and lie in
+    the segment, as the leader-epoch cache's entries truncated to the segment's range do."""
+    items = sorted(md.segment_leader_epochs.items())
+    ranges: dict[int, tuple[int, int]] = {}
+    for i, (epoch, start) in enumerate(items):
+        if epoch < 0:
+            raise ValueError(f"leader epoch {epoch} is negative")
+        if not md.start_offset <= start <= md.end_offset:
+            raise ValueError(f"leader epoch {epoch} starts at {start}, outside the segment [{md.start_offset}, {md.end_offset}]")
+        end = items[i + 1][1] - 1 if i + 1 < len(items) else md.end_offset
+        if end < start:
+            raise ValueError(f"leader epochs {dict(items)} do not start at increasing offsets")
+        ranges[epoch] = (start, end)
+    return ranges
+
+
+def _partition_key(table: sa.Table, tip: TopicIdPartition) -> tuple:
+    return table.c.topic_id == tip.topic_id, table.c.partition == tip.partition
+
+
+def _tip_str(tip: TopicIdPartition) -> str:
+    return f"{tip.topic_partition} (topic id {tip.topic_id})"
+
+
+def _row_tip(row: sa.Row) -> TopicIdPartition:
+    return TopicIdPartition(row.topic_id, TopicPartition(row.topic, row.partition))
+
+
+def _partition_state(row: sa.Row) -> PartitionState:
+    delete_state = None if row.delete_state is None else RemotePartitionDeleteState[row.delete_state]
+    return PartitionState(row.log_start_offset, row.highest_copied_offset, delete_state)
+
+
+def _to_metadata(row: sa.Row, tip: TopicIdPartition) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId(tip, row.segment_id),
+        start_offset=row.start_offset,
+        end_offset=row.end_offset,
+        max_timestamp_ms=row.max_timestamp_ms,
+        broker_id=row.broker_id,
+        event_timestamp_ms=row.event_timestamp_ms,
+        segment_size_in_bytes=row.size_bytes,
+        segment_leader_epochs={int(epoch): start for epoch, start in sorted(row.leader_epochs.items(), key=lambda kv: int(kv[0]))},
+        state=S[row.state],
+        custom_metadata=dict(row.custom_metadata),
+    )
+
+
+def _event(
+    conn: Connection,
+    kind: str,
+    *,
+    tip: TopicIdPartition | None = None,
+    topic_id: uuid.UUID | None = None,
+    segment_id: uuid.UUID | None = None,
+    old_state: str | None = None,
+    new_state: str | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> None:
+    conn.execute(EVENTS.insert().values(
+        topic_id=tip.topic_id if tip is not None else topic_id,
+        partition=tip.partition if tip is not None else None,
+        segment_id=segment_id,
+        kind=kind,
+        old_state=old_state,
+        new_state=new_state,
+        details=dict(details or {}),
+    ))
