@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.fixtures_s3"]  # S3 endpoint, buckets and remote_storage fixtures
 from tests.fixtures_postgres import *  # noqa: E402,F401,F403  PostgreSQL: pg_url, metadata_store, pg_admin_url, …
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
