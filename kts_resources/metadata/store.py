@@ -29,7 +29,7 @@ import hashlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import sqlalchemy as sa
@@ -364,73 +364,72 @@ class RemoteLogMetadataStore:
         sid = segment_id.id if isinstance(segment_id, RemoteLogSegmentId) else segment_id
 
         def work(conn: Connection, attempt: int) -> RemoteLogSegmentMetadata:
-            head = conn.execute(
-                sa.select(SEGMENTS.c.topic_id, SEGMENTS.c.partition).where(SEGMENTS.c.segment_id == sid)
-            ).first()
-            if head is None:
-                raise RemoteResourceNotFoundError(f"no remote log segment metadata found for {sid}")
             # Partition row first, then the segment row: one lock order for every writer, and
             # the partition lock serialises the epoch bookkeeping of concurrent COPY_SEGMENT_FINISHED.
-            part = self._partition_row_by_id(conn, head.topic_id, head.partition, lock=True)
-            tip = TopicIdPartition(part.topic_id, TopicPartition(part.topic, part.partition))
-            row = self._segment_row(conn, sid, lock=True)
-            current = S[row.state]
-            if attempt > 1 and current is new_state and row.event_timestamp_ms == event_timestamp_ms:
-                return _to_metadata(row, tip)  # this call's own commit, whose reply was lost
-            check_segment_transition(current, new_state)
-            changes: dict[str, Any] = {"state": new_state.name, "event_timestamp_ms": event_timestamp_ms,
-                                       "updated_at": sa.func.now()}
-            if custom_metadata is not None:
-                changes["custom_metadata"] = dict(custom_metadata)
-            if broker_id is not None:
-                changes["broker_id"] = broker_id
-            conn.execute(SEGMENTS.update().where(SEGMENTS.c.segment_id == sid).values(**changes))
+            owner = sa.select(SEGMENTS.c.topic_id, SEGMENTS.c.partition).where(SEGMENTS.c.segment_id == sid)
+            part = conn.execute(
+                sa.select(PARTITIONS).where(sa.tuple_(PARTITIONS.c.topic_id, PARTITIONS.c.partition).in_(owner))
+                .with_for_update()
+            ).first()
+            if part is None:
+                raise RemoteResourceNotFoundError(f"no remote log segment metadata found for {sid}")
+            tip = _row_tip(part)
+            before = _to_metadata(self._segment_row(conn, sid, lock=True), tip)
+            if attempt > 1 and before.state is new_state and before.event_timestamp_ms == event_timestamp_ms:
+                return before  # this call's own commit, whose reply was lost
+            check_segment_transition(before.state, new_state)
+            after = replace(
+                before, state=new_state, event_timestamp_ms=event_timestamp_ms,
+                custom_metadata=before.custom_metadata if custom_metadata is None else dict(custom_metadata),
+                broker_id=before.broker_id if broker_id is None else broker_id,
+            )
+            conn.execute(SEGMENTS.update().where(SEGMENTS.c.segment_id == sid).values(
+                state=after.state.name, event_timestamp_ms=after.event_timestamp_ms,
+                custom_metadata=dict(after.custom_metadata), broker_id=after.broker_id, updated_at=sa.func.now(),
+            ))
             details: dict[str, Any] = {"event_timestamp_ms": event_timestamp_ms}
             if broker_id is not None:
                 details["broker_id"] = broker_id
             if new_state is S.COPY_SEGMENT_FINISHED:
-                replaced = self._reference_epochs(conn, tip, sid)
+                replaced = self._reference_epochs(conn, after)
                 if replaced:
                     details["unreferenced_segment_ids"] = sorted(str(s) for s in replaced)
-                if row.end_offset > part.highest_copied_offset:
+                if after.end_offset > part.highest_copied_offset:
                     conn.execute(
                         PARTITIONS.update().where(*_partition_key(PARTITIONS, tip))
-                        .values(highest_copied_offset=row.end_offset, updated_at=sa.func.now())
+                        .values(highest_copied_offset=after.end_offset, updated_at=sa.func.now())
                     )
-                    details["highest_copied_offset"] = row.end_offset
+                    details["highest_copied_offset"] = after.end_offset
             elif new_state is S.DELETE_SEGMENT_STARTED:
                 # No longer readable; still listed, so a failed delete is retried.
                 conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id == sid).values(referenced=False))
             _event(conn, EventKind.SEGMENT_STATE_CHANGED, tip=tip, segment_id=sid,
-                   old_state=current.name, new_state=new_state.name, details=details)
-            return _to_metadata(self._segment_row(conn, sid), tip)
+                   old_state=before.state.name, new_state=new_state.name, details=details)
+            return after
 
         return self._tx(work)
 
     @staticmethod
-    def _reference_epochs(conn: Connection, tip: TopicIdPartition, segment_id: uuid.UUID) -> set[uuid.UUID]:
+    def _reference_epochs(conn: Connection, md: RemoteLogSegmentMetadata) -> set[uuid.UUID]:
         """Put a finished segment into each of its epochs' offset maps, as
         RemoteLogLeaderEpochState.handleSegmentWithCopySegmentFinishedState does: when the epoch's
         highest copied offset so far is ≤ this segment's end for the epoch, entries starting at
         or after this one's start are superseded (a new leader re-uploaded the range); an entry
         at the very same start offset is always replaced. Returns the segments unreferenced."""
+        tip, sid = md.topic_id_partition, md.segment_id.id
         replaced: set[uuid.UUID] = set()
-        rows = conn.execute(
-            sa.select(EPOCHS.c.leader_epoch, EPOCHS.c.start_offset, EPOCHS.c.end_offset).where(EPOCHS.c.segment_id == segment_id)
-        ).all()
-        for epoch, start, end in rows:
+        for epoch, (start, end) in _epoch_ranges(md).items():
             in_epoch = (*_partition_key(EPOCHS, tip), EPOCHS.c.leader_epoch == epoch)
-            highest = conn.execute(sa.select(sa.func.max(EPOCHS.c.end_offset)).where(*in_epoch, EPOCHS.c.copied)).scalar()
-            superseded = EPOCHS.c.start_offset >= start if highest is not None and highest <= end else EPOCHS.c.start_offset == start
+            # The epoch's highest offset before this segment joins it (NULL: nothing copied yet).
+            highest = sa.select(sa.func.max(EPOCHS.c.end_offset)).where(*in_epoch, EPOCHS.c.copied).scalar_subquery()
+            superseded = sa.or_(EPOCHS.c.start_offset == start, sa.and_(EPOCHS.c.start_offset >= start, highest <= end))
             replaced.update(conn.execute(
                 EPOCHS.update().where(*in_epoch, EPOCHS.c.referenced, superseded)
                 .values(referenced=False).returning(EPOCHS.c.segment_id)
             ).scalars())
-            conn.execute(
-                EPOCHS.update().where(EPOCHS.c.segment_id == segment_id, EPOCHS.c.leader_epoch == epoch)
-                .values(referenced=True, copied=True)
-            )
-        replaced.discard(segment_id)
+        # Epochs are independent of each other, so all of the segment's join their maps at once.
+        conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id == sid).values(referenced=True, copied=True))
+        replaced.discard(sid)
         return replaced
 
     def remote_log_segment_metadata(
@@ -589,11 +588,6 @@ class RemoteLogMetadataStore:
         if row.topic != tip.topic:
             raise ValueError(f"topic id {tip.topic_id} is topic {row.topic!r}, not {tip.topic!r}")
         return row
-
-    @staticmethod
-    def _partition_row_by_id(conn: Connection, topic_id: uuid.UUID, partition: int, *, lock: bool) -> sa.Row:
-        stmt = sa.select(PARTITIONS).where(PARTITIONS.c.topic_id == topic_id, PARTITIONS.c.partition == partition)
-        return conn.execute(stmt.with_for_update() if lock else stmt).one()
 
     @staticmethod
     def _segment_row(conn: Connection, segment_id: uuid.UUID, *, lock: bool = False) -> sa.Row | None:
