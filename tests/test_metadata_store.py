@@ -36,6 +36,7 @@ from kts_resources.metadata.store import (
     RemoteLogMetadataStore,
     RemoteResourceNotFoundError,
     StaleTopicIdError,
+    partition_lock_keys,
 )
 from kts_resources.metadata.topic_config import InvalidTopicConfig
 from kts_resources.remote_log import (
@@ -687,8 +688,10 @@ def test_the_partition_lock_excludes_another_process(metadata_store, tip, pg_url
 def test_a_lock_whose_connection_dies_reports_itself_lost(metadata_store, tip, pg_admin_url):
     with metadata_store.partition_lock(tip) as lock:
         lock.assert_held()
-        _terminate(pg_admin_url, f"pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
-                                 f"AND objid = {tip.partition})")
+        classid, objid = (key & 0xFFFFFFFF for key in partition_lock_keys(tip))
+        _terminate(pg_admin_url, f"pid IN (SELECT pid FROM pg_locks "
+                                 f"WHERE locktype = 'advisory' AND objsubid = 2 AND classid = {classid} AND objid = {objid} "
+                                 f"AND database = (SELECT oid FROM pg_database WHERE datname = '{_database(metadata_store)}'))")
         with pytest.raises(PartitionLockLost):
             lock.assert_held()
     # The lock is free again, and the pool handed no dead connection on.
@@ -816,6 +819,10 @@ def _terminate(admin_url: str, where: str) -> None:
     finally:
         engine.dispose()
     assert pids, f"no backend matched {where}"
+
+
+def _database(store: RemoteLogMetadataStore) -> str:
+    return store.engine.url.database
 
 
 def _env() -> dict[str, str]:
