@@ -39,9 +39,9 @@ from kts_resources.remote_storage import (
 )
 from kts_resources.remote_storage.base import FileSource
 from kts_resources.remote_storage.filesystem import TMP_SUFFIX
-from kts_resources.remote_storage.keys import SEGMENT_SUFFIXES, ObjectKeys
+from kts_resources.remote_storage.keys import SEGMENT_SUFFIXES
 from kts_resources.remote_storage.s3 import S3RemoteStorage, make_s3_client
-from tests.fixtures_s3 import MiB, TEST_PREFIX, free_loopback_port, make_s3_storage
+from tests.fixtures_s3 import TEST_PREFIX, MiB, free_loopback_port, make_s3_storage
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -386,7 +386,8 @@ def copy_in_child(storage: FileSystemRemoteStorage, seg: Segment, *, file_size_l
     }  # fmt: skip
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run(
-        [sys.executable, "-c", _CHILD_COPY, json.dumps(args)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", _CHILD_COPY, json.dumps(args)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )
 
 

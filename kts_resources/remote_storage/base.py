@@ -15,9 +15,10 @@ import mmap
 import os
 import re
 import stat
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, Mapping, NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from crc32c import crc32c
 

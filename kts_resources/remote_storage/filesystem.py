@@ -14,9 +14,9 @@ import secrets
 import stat
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from crc32c import crc32c
 

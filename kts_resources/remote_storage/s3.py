@@ -13,8 +13,9 @@ import base64
 import os
 import re
 import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from botocore.exceptions import (
@@ -108,7 +109,7 @@ class S3RemoteStorage(RemoteStorageManager):
         self.max_concurrency = max_concurrency
 
     @classmethod
-    def from_uri(cls, uri: str, endpoint_url: str | None = None, **kwargs: Any) -> "S3RemoteStorage":
+    def from_uri(cls, uri: str, endpoint_url: str | None = None, **kwargs: Any) -> S3RemoteStorage:
         """``s3://bucket/prefix`` with a plain boto3 client; ``endpoint_url`` defaults to
         ``$KTS_S3_ENDPOINT_URL`` (an S3-compatible store), else AWS."""
         bucket, prefix = parse_s3_uri(uri)
