@@ -55,6 +55,13 @@ def s3_endpoint() -> Iterator[str]:
             server.stop()
 
 
+@pytest.fixture
+def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials that sign requests but open nothing: for tests that need no endpoint at all."""
+    for name, value in _FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+
+
 @pytest.fixture(scope="session")
 def s3_client(s3_endpoint: str) -> Any:
     """A plain boto3 client to the endpoint: the test's own view of the bucket, independent of the

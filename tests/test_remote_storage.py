@@ -498,7 +498,7 @@ def test_s3_abort_incomplete_uploads_aborts_only_under_the_prefix(s3_endpoint, s
     assert [u["Key"] for u in s3_client.list_multipart_uploads(Bucket=s3_bucket)["Uploads"]] == ["someone-else/object"]
 
 
-def test_s3_unreachable_endpoint_is_one_clear_error_quickly(tmp_path):
+def test_s3_unreachable_endpoint_is_one_clear_error_quickly(fake_aws_credentials, tmp_path):
     storage = S3RemoteStorage(make_s3_client(f"http://127.0.0.1:{free_loopback_port()}"), "kts-bucket", "p")
     seg = make_segment(tmp_path / "log")
     started = time.monotonic()
