@@ -1,0 +1,304 @@
+"""The copy procedure: a partition's rolled, committed segments → the remote tier + metadata store.
+
+Kafka's RLMCopyTask, as a plain function the pipeline calls. Per partition, under the metadata
+store's partition lock: repair what a crashed run left behind, pick the candidates, then per
+segment: verify every batch CRC → COPY_SEGMENT_STARTED → upload all its files → COPY_SEGMENT_FINISHED.
+A failed upload is cleaned up through DELETE_SEGMENT_STARTED → DELETE_SEGMENT_FINISHED.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from kts_resources.kafka.checkpoints import EpochEntry, epochs_up_to, format_leader_epoch_checkpoint
+from kts_resources.kafka.files import mapped
+from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.kafka.records import NO_TIMESTAMP, BatchHeader, scan_batches
+from kts_resources.metadata.store import RemoteLogMetadataStore
+from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
+from kts_resources.remote_log import (
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from kts_resources.remote_storage.base import RemoteStorageManager
+
+log = logging.getLogger(__name__)
+
+
+# --- which segments ------------------------------------------------------------------------------
+
+
+def copy_candidates(
+    segments: Sequence[SegmentFiles],
+    *,
+    high_watermark: int,
+    recovery_point: int,
+    log_start_offset: int,
+    highest_copied_offset: int,
+) -> list[SegmentFiles]:
+    """The segments to copy, in ascending order (KAFKA_FORMATS.md §7).
+
+    Non-active segments whose next segment's base offset is ≤ min(high watermark, recovery point)
+    — so every offset in them is committed and flushed — starting from the segment that holds
+    max(highest copied offset + 1, log start offset).
+    """
+    bound = min(high_watermark, recovery_point)
+    from_offset = max(highest_copied_offset + 1, log_start_offset)
+    candidates = []
+    for segment in segments:
+        if segment.active or segment.next_base_offset is None:
+            break  # the active segment is never copied, nor anything after it
+        if segment.next_base_offset > bound:
+            break  # not yet wholly below the high watermark / recovery point
+        if segment.next_base_offset - 1 < from_offset:
+            continue  # wholly below what is already copied or already deleted
+        candidates.append(segment)
+    return candidates
+
+
+def segment_leader_epochs(lineage: Sequence[EpochEntry], batches: Sequence[BatchHeader], start_offset: int, end_offset: int) -> dict[int, int]:
+    """Epoch → first offset of that epoch in [start_offset, end_offset] (never empty).
+
+    From the partition's leader-epoch lineage, as Kafka does; where the lineage does not cover the
+    segment (a truncated or missing checkpoint) the batches' own partition leader epochs say it.
+    """
+    epochs: dict[int, int] = {}
+    covering = [e for e in epochs_up_to(lineage, end_offset)]
+    if covering and covering[0].start_offset <= start_offset:
+        for i, entry in enumerate(covering):
+            next_start = covering[i + 1].start_offset if i + 1 < len(covering) else None
+            if next_start is not None and next_start <= start_offset:
+                continue  # this epoch ended before the segment begins
+            epochs.setdefault(entry.epoch, max(entry.start_offset, start_offset))
+        if epochs:
+            return epochs
+    for batch in batches:
+        if batch.partition_leader_epoch >= 0:
+            epochs.setdefault(batch.partition_leader_epoch, max(batch.base_offset, start_offset))
+    return epochs or {0: start_offset}  # magic 0/1 data carries no epochs; Kafka treats it as epoch 0
+
+
+# --- the procedure -------------------------------------------------------------------------------
+
+
+class CorruptSegmentError(Exception):
+    """A segment that fails its CRC or holds invalid bytes: it is never copied."""
+
+
+@dataclass
+class PartitionCopyResult:
+    """What one copy pass did for one partition."""
+
+    topic_partition: TopicPartition
+    copied: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    repaired: list[uuid.UUID] = field(default_factory=list)  # leftovers of crashed runs, cleaned up
+    skipped: str | None = None  # why the partition was not looked at (tiering off, no checkpoints…)
+    stopped: str | None = None  # what stopped the pass early (a corrupt segment, a failed upload)
+    throttle_ms: int = 0
+
+    @property
+    def copied_bytes(self) -> int:
+        return sum(md.segment_size_in_bytes for md in self.copied)
+
+
+ProgressCallback = Callable[[TopicPartition, RemoteLogSegmentMetadata], None]
+
+
+def copy_partition(
+    partition: PartitionDir,
+    log_dir: LogDir,
+    store: RemoteLogMetadataStore,
+    storage: RemoteStorageManager,
+    *,
+    quota: RLMQuotaManager | None = None,
+    broker_id: int = 0,
+    clock: Clock | None = None,
+    lock_timeout_s: float | None = None,
+    on_copied: ProgressCallback | None = None,
+) -> PartitionCopyResult:
+    """Copy every eligible segment of one partition, oldest first, one at a time.
+
+    Safe to run again at any point and concurrently with itself: the partition lock serialises
+    writers, a fresh segment UUID per attempt means no two attempts share an object key, and a
+    crash leaves STARTED rows that the next pass cleans up before it copies on.
+    """
+    clock = clock or SystemClock()
+    tp = partition.topic_partition
+    result = PartitionCopyResult(tp)
+    tip = _topic_id_partition(partition, store)
+    config = store.topic_configs(tp.topic)
+    if not config.copy_enabled(tp.topic):
+        result.skipped = "tiering is off for this topic (internal, compacted, remote.storage.enable=false or remote.log.copy.disable=true)"
+        return result
+    high_watermark = log_dir.high_watermark(tp)
+    recovery_point = log_dir.recovery_point(tp)
+    if high_watermark is None or recovery_point is None:
+        missing = "replication-offset-checkpoint" if high_watermark is None else "recovery-point-offset-checkpoint"
+        result.skipped = f"{log_dir.path / missing} has no entry for {tp}: what is committed is unknown, so nothing is copied"
+        return result
+
+    with store.partition_lock(tip, timeout_s=lock_timeout_s) as lock:
+        result.repaired = _finish_interrupted(store, storage, tip, clock)
+        segments = partition.segments()
+        log_start_offset = log_dir.log_start_offset(tp)
+        if log_start_offset is None:
+            log_start_offset = segments[0].base_offset if segments else 0
+        candidates = copy_candidates(
+            segments,
+            high_watermark=high_watermark,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            highest_copied_offset=store.partition_state(tip).highest_copied_offset,
+        )
+        lineage = partition.leader_epochs()
+        for segment in candidates:
+            lock.assert_held()  # a lost lock means another run may be copying now: stop
+            try:
+                md, data = _prepare(partition, segment, tip, lineage, broker_id, clock)
+            except (CorruptSegmentError, OSError) as e:
+                result.stopped = str(e)
+                log.error("%s: %s", tp, e)
+                break
+            if quota is not None:
+                allowance = quota.window_allowance_bytes
+                if allowance is not None and md.segment_size_in_bytes > allowance:
+                    log.warning("%s: segment %d (%d bytes) is larger than the copy quota's window allowance (%d bytes)",
+                                tp, segment.base_offset, md.segment_size_in_bytes, allowance)
+                result.throttle_ms += quota.acquire(md.segment_size_in_bytes)
+            try:
+                finished = _copy_one(store, storage, md, data, clock)
+            except Exception as e:  # noqa: BLE001 — any failure of one upload stops this partition's pass
+                result.stopped = f"copy of {segment.log} failed and was cleaned up: {e}"
+                log.error("%s: %s", tp, result.stopped)
+                break
+            result.copied.append(finished)
+            if on_copied is not None:
+                on_copied(tp, finished)
+    return result
+
+
+def _topic_id_partition(partition: PartitionDir, store: RemoteLogMetadataStore) -> TopicIdPartition:
+    """The partition's topic id from partition.metadata; a topic that predates topic ids keeps
+    the one kts recorded for it, or gets a new one."""
+    metadata = partition.metadata()
+    topic = partition.topic
+    if metadata is not None:
+        topic_id = metadata.topic_id
+    else:
+        topic_id = store.topic_id(topic) or uuid.uuid4()
+    store.ensure_topic(topic, topic_id)
+    return TopicIdPartition(topic_id, partition.topic_partition)
+
+
+def _finish_interrupted(store: RemoteLogMetadataStore, storage: RemoteStorageManager, tip: TopicIdPartition, clock: Clock) -> list[uuid.UUID]:
+    """Clean up what a crashed run left: a STARTED copy is abandoned (its objects may be partial),
+    an unfinished delete is completed. Runs under the partition lock, so nobody else is mid-way."""
+    repaired = []
+    states = {RemoteLogSegmentState.COPY_SEGMENT_STARTED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED}
+    for md in store.list_remote_log_segments(tip, states=states):
+        if md.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            md = store.update_remote_log_segment_metadata(md.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
+        storage.delete_log_segment_data(md)
+        store.update_remote_log_segment_metadata(md.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, clock.now_ms())
+        repaired.append(md.segment_id.id)
+    return repaired
+
+
+def _prepare(
+    partition: PartitionDir,
+    segment: SegmentFiles,
+    tip: TopicIdPartition,
+    lineage: Sequence[EpochEntry],
+    broker_id: int,
+    clock: Clock,
+) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
+    """Check every batch of the segment, then describe it for the metadata store and the upload."""
+    assert segment.next_base_offset is not None
+    end_offset = segment.next_base_offset - 1
+    with mapped(segment.log) as view:
+        size = len(view)
+        scan = scan_batches(view, verify_crc=True)
+    if scan.crc_failures:
+        raise CorruptSegmentError(f"{segment.log}: byte {scan.crc_failures[0].position}: batch fails its CRC; the segment is not copied")
+    if scan.invalid is not None:
+        raise CorruptSegmentError(
+            f"{segment.log}: byte {scan.invalid.position}: {scan.invalid.length} invalid bytes ({scan.invalid.reason}); the segment is not copied"
+        )
+    if scan.batches and scan.batches[-1].last_offset > end_offset:
+        raise CorruptSegmentError(
+            f"{segment.log}: byte {scan.batches[-1].position}: offset {scan.batches[-1].last_offset} overlaps the next segment at {segment.next_base_offset}"
+        )
+    max_timestamp = max((b.max_timestamp for b in scan.batches), default=NO_TIMESTAMP)
+    metadata = RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId.generate(tip),
+        start_offset=segment.base_offset,
+        end_offset=end_offset,
+        max_timestamp_ms=max_timestamp,
+        broker_id=broker_id,
+        event_timestamp_ms=clock.now_ms(),
+        segment_size_in_bytes=size,
+        segment_leader_epochs=segment_leader_epochs(lineage, scan.batches, segment.base_offset, end_offset),
+    )
+    snapshot = partition.producer_snapshot_path(segment.next_base_offset)
+    data = LogSegmentData(
+        log_segment=segment.log,
+        offset_index=segment.offset_index,
+        time_index=segment.time_index,
+        transaction_index=segment.txn_index,
+        producer_snapshot=snapshot if snapshot.exists() else None,
+        leader_epoch_index=format_leader_epoch_checkpoint(epochs_up_to(lineage, end_offset)),
+    )
+    return metadata, data
+
+
+def _copy_one(
+    store: RemoteLogMetadataStore,
+    storage: RemoteStorageManager,
+    metadata: RemoteLogSegmentMetadata,
+    data: LogSegmentData,
+    clock: Clock,
+) -> RemoteLogSegmentMetadata:
+    """STARTED → upload → FINISHED; on failure, STARTED → DELETE_STARTED → delete → DELETE_FINISHED."""
+    store.add_remote_log_segment_metadata(metadata)
+    try:
+        custom_metadata = storage.copy_log_segment_data(metadata, data)
+    except BaseException:
+        _abandon(store, storage, metadata, clock)
+        raise
+    return store.update_remote_log_segment_metadata(
+        metadata.segment_id, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, clock.now_ms(), custom_metadata=custom_metadata
+    )
+
+
+def _abandon(store: RemoteLogMetadataStore, storage: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, clock: Clock) -> None:
+    """Clean up a failed copy; if the clean-up fails too, the next pass finishes it."""
+    try:
+        md = store.update_remote_log_segment_metadata(metadata.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
+        storage.delete_log_segment_data(md)
+        store.update_remote_log_segment_metadata(md.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, clock.now_ms())
+    except Exception as e:  # noqa: BLE001
+        log.warning("clean-up of failed copy %s deferred to the next pass: %s", metadata.segment_id.id, e)
+
+
+def copy_log_dir(
+    log_dir: LogDir,
+    store: RemoteLogMetadataStore,
+    storage: RemoteStorageManager,
+    *,
+    partitions: Sequence[TopicPartition] | None = None,
+    **options,
+) -> list[PartitionCopyResult]:
+    """One copy pass over every partition of a log dir (or the given ones)."""
+    wanted = None if partitions is None else set(partitions)
+    return [
+        copy_partition(partition, log_dir, store, storage, **options)
+        for partition in log_dir.partitions()
+        if wanted is None or partition.topic_partition in wanted
+    ]
