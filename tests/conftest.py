@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.fixtures_s3"]  # S3 endpoint, buckets and remote_storage fixtures
-from tests.fixtures_postgres import *  # noqa: E402,F401,F403  PostgreSQL: pg_url, metadata_store, pg_admin_url, …
+# Real servers the tests share: PostgreSQL (pg_url, metadata_store, pg_admin_url, …) and an S3 HTTP
+# endpoint (s3_endpoint, s3_bucket, remote_storage, …).
+pytest_plugins = ["tests.fixtures_postgres", "tests.fixtures_s3"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
