@@ -331,6 +331,83 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def _metadata_store():
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+
+    return RemoteLogMetadataStore.from_env()
+
+
+def _known_topic(store, topic: str) -> None:
+    """Make sure the store knows ``topic``: a topic kts has not copied yet is looked up in the log
+    dirs (its id is in partition.metadata), so configs can be set before the first copy."""
+    from kts_resources import settings
+    from kts_resources.kafka.logdir import LogDir
+
+    if store.topic_id(topic) is not None:
+        return
+    for path in settings.log_dirs():
+        if not path.is_dir():
+            continue
+        for partition in LogDir(path).partitions():
+            metadata = partition.metadata() if partition.topic == topic else None
+            if metadata is not None:
+                store.ensure_topic(topic, metadata.topic_id)
+                return
+    raise CommandError(f"topic {topic!r} is neither in the metadata store nor in the log dirs ({', '.join(map(str, settings.log_dirs()))})")
+
+
+def cmd_config(args) -> int:
+    from kts_resources.metadata.topic_config import CONFIG_KEYS, InvalidTopicConfig
+
+    store = _metadata_store()
+    try:
+        _known_topic(store, args.topic)
+        if args.config_command == "set":
+            for assignment in args.assignments:
+                key, eq, value = assignment.partition("=")
+                if not eq or not key:
+                    raise CommandError(f"{assignment!r}: expected key=value", EXIT_USAGE)
+                store.set_topic_config(args.topic, key.strip(), value.strip())
+        elif args.config_command == "delete":
+            for key in args.keys:
+                store.delete_topic_config(args.topic, key)
+        config = store.topic_configs(args.topic)
+        for key in (args.keys if args.config_command == "get" else ()):
+            config.get(key)  # an unknown key is an error, as in Kafka
+    except InvalidTopicConfig as e:
+        raise CommandError(f"{args.topic}: {e}", EXIT_USAGE) from None
+    keys = args.keys if args.config_command == "get" and args.keys else sorted(CONFIG_KEYS)
+    overrides = config.overrides
+    rows = {}
+    for key in keys:
+        rows[key] = {"value": overrides[key] if key in overrides else CONFIG_KEYS[key].default,
+                     "source": "override" if key in overrides else "default"}
+    tiered = config.tiering_enabled(args.topic)
+    if args.json:
+        print_json({"topic": args.topic, "tiered": tiered, "copy_enabled": config.copy_enabled(args.topic), "configs": rows})
+    else:
+        print_table([{"key": k, **v} for k, v in rows.items()], ["key", "value", "source"])
+        print(f"{args.topic} is {'tiered' if tiered else 'not tiered'} by kts")
+    return 0
+
+
+def add_config_parser(sub) -> None:
+    p = sub.add_parser("config", help="a topic's tiering configs, with Kafka's names and validation")
+    config_sub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    g = config_sub.add_parser("get", help="print the topic's configs (all, or the keys named)")
+    g.add_argument("topic", metavar="TOPIC")
+    g.add_argument("keys", nargs="*", metavar="KEY")
+    s = config_sub.add_parser("set", help="set configs, e.g. local.retention.ms=3600000 remote.storage.enable=true")
+    s.add_argument("topic", metavar="TOPIC")
+    s.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+    d = config_sub.add_parser("delete", help="return configs to Kafka's defaults")
+    d.add_argument("topic", metavar="TOPIC")
+    d.add_argument("keys", nargs="+", metavar="KEY")
+    for action in (g, s, d):
+        action.add_argument("--json", action="store_true", help="print JSON")
+        action.set_defaults(func=cmd_config)
+
+
 def add_simulate_parser(sub) -> None:
     """One option per SimulationConfig field, so the CLI can never fall behind the simulator."""
     import dataclasses
@@ -394,10 +471,16 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_index_verify)
 
     add_simulate_parser(sub)
+    add_config_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import logging
+
+    # Library warnings (a retried connection, a deferred clean-up) stay quiet unless asked for:
+    # the command's own outcome is the one line a user reads.
+    logging.basicConfig(level=os.environ.get("KTS_LOG_LEVEL", "ERROR").upper(), format="kts: %(levelname)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -410,14 +493,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkaFormatError as e:
         report([str(e)])
         return EXIT_FINDINGS
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
-        report([f"{e.filename}: {e.strerror.lower() if e.strerror else e}"])
-        return EXIT_FINDINGS
     except BrokenPipeError:
         # `kts dump ... | head`: the reader left; that is not an error.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except ConnectionError as e:  # the metadata store or the remote tier cannot be reached
+        report([str(e)])
+        return EXIT_FINDINGS
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
+        report([f"{e.filename}: {e.strerror.lower() if e.strerror else e}"])
+        return EXIT_FINDINGS
     except KeyboardInterrupt:
         return 130
 
