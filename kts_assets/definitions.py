@@ -6,9 +6,17 @@ import os
 
 import dagster as dg
 
+from kts_assets.assets import local_segments, remote_segments
+from kts_assets.jobs import copy_job
 from kts_assets.sensors import partition_discovery_sensor
 from kts_resources import settings
-from kts_resources.resources import KafkaLogDirsResource
+from kts_resources.resources import (
+    CopyQuotaResource,
+    KafkaLogDirsResource,
+    MetadataStoreResource,
+    RemoteTierResource,
+    spark_resource,
+)
 
 
 def _env_or_default(name: str, default: str):
@@ -16,12 +24,26 @@ def _env_or_default(name: str, default: str):
     return dg.EnvVar(name) if os.environ.get(name) else default
 
 
-defs = dg.Definitions(
-    sensors=[partition_discovery_sensor],
-    resources={
+def default_resources() -> dict[str, object]:
+    """Resources from kts's environment contract, with embedded defaults for what is unset."""
+    return {
         "kafka_log_dirs": KafkaLogDirsResource(
             log_dirs=_env_or_default("KTS_LOG_DIRS", ",".join(str(p) for p in settings.log_dirs())),
             owned_log_dirs=_env_or_default("KTS_OWNED_LOG_DIRS", ""),
         ),
-    },
+        "metadata_store": MetadataStoreResource(database_url=_env_or_default("KTS_DATABASE_URL", "")),
+        "remote_tier": RemoteTierResource(
+            remote_uri=_env_or_default("KTS_REMOTE_URI", ""),
+            s3_endpoint_url=_env_or_default("KTS_S3_ENDPOINT_URL", ""),
+        ),
+        "copy_quota": CopyQuotaResource(),
+        "pyspark": spark_resource(),  # KTS_SPARK_MASTER, default local[*]
+    }
+
+
+defs = dg.Definitions(
+    assets=[local_segments, remote_segments],
+    jobs=[copy_job],
+    sensors=[partition_discovery_sensor],
+    resources=default_resources(),
 )

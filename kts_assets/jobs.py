@@ -1,0 +1,14 @@
+"""Jobs: what sensors and schedules start. One run covers many partitions (single-run backfill
+policy on both assets), so a busy tick starts one Spark JVM, not one per partition.
+Partitioning (topic_partitions) comes from the assets; define_asset_job's partitions_def is deprecated.
+"""
+
+import dagster as dg
+
+from kts_assets.assets import local_segments, remote_segments
+
+copy_job = dg.define_asset_job(
+    "copy_job",
+    selection=[local_segments, remote_segments],
+    description="Scan the partitions' local segments with Spark, then copy the eligible ones to the remote tier.",
+)

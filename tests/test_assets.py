@@ -1,0 +1,182 @@
+"""The pipeline's assets, materialised through Dagster against a simulated broker log dir, embedded
+PostgreSQL and a filesystem remote tier: ``local_segments`` stores Spark's inventory as Parquet and
+reports each partition's offsets and sizes; ``remote_segments`` copies exactly the eligible
+segments and reports both tiers; one run covers many partitions with one Spark step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from kts_assets.assets import local_segments, remote_segments
+from kts_assets.assets.segments import inventory_path
+from kts_assets.definitions import defs
+from kts_assets.jobs import copy_job
+from kts_assets.partitions import topic_partitions
+from kts_resources.kafka.checkpoints import read_offset_checkpoint
+from kts_resources.kafka.logdir import LogDir
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
+from kts_resources.resources import (
+    CopyQuotaResource,
+    KafkaLogDirsResource,
+    MetadataStoreResource,
+    RemoteTierResource,
+    spark_resource,
+)
+
+# One local session for the whole test run: getOrCreate hands every run the same JVM.
+SPARK = spark_resource("local[2]")
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+KEYS = ["orders-0", "orders-1", "page.views-0"]
+
+
+def simulate_log_dir(root: Path, total_bytes: int = 160 * 1024) -> Path:
+    simulate(root, SimulationConfig(seed=11, topics=("orders", "page.views"), partitions=2,
+                                    total_bytes=total_bytes, segment_bytes=16 * 1024))
+    return root
+
+
+def pipeline_resources(log_dir: Path, pg_url: str, remote_dir: Path, owned: bool = False) -> dict[str, object]:
+    return {
+        "kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(log_dir), owned_log_dirs=str(log_dir) if owned else ""),
+        "metadata_store": MetadataStoreResource(database_url=pg_url),
+        "remote_tier": RemoteTierResource(remote_uri=remote_dir.as_uri()),
+        "copy_quota": CopyQuotaResource(),
+        "pyspark": SPARK,
+    }
+
+
+def eligible(log_dir: Path, key: str) -> list:
+    """What the copy rule allows for one partition: closed and wholly below min(HW, recovery point)."""
+    partition = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == key)
+    tp = partition.topic_partition
+    bound = min(read_offset_checkpoint(log_dir / "replication-offset-checkpoint")[tp],
+                read_offset_checkpoint(log_dir / "recovery-point-offset-checkpoint")[tp])
+    return [s for s in partition.segments() if not s.active and s.next_base_offset <= bound]
+
+
+def partition_metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, dict]:
+    """partition key → {label: raw value} of the run's materialisations of ``asset``."""
+    return {m.partition: {k: v.value for k, v in m.metadata.items()} for m in result.asset_materializations_for_node(asset)}
+
+
+@pytest.fixture
+def kts_home(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "kts_home"
+    monkeypatch.setenv("KTS_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def log_dir(tmp_path) -> Path:
+    return simulate_log_dir(tmp_path / "logs")
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(topic_partitions.name, KEYS)
+        yield instance
+
+
+def test_definitions_hold_both_assets_the_copy_job_and_every_resource():
+    repo = defs.get_repository_def()
+    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} >= {"local_segments", "remote_segments"}
+    assert defs.resolve_job_def("copy_job").name == copy_job.name
+    assert set(defs.resources) >= {"kafka_log_dirs", "metadata_store", "remote_tier", "copy_quota", "pyspark"}
+
+
+def test_local_segments_stores_the_inventory_and_reports_the_partitions_offsets(log_dir, pg_url, tmp_path, kts_home, instance):
+    result = dg.materialize([local_segments], partition_key="orders-0", instance=instance,
+                            resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote"))
+    assert result.success
+    md = partition_metadata(result, "local_segments")["orders-0"]
+    partition = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0")
+    segments = partition.segments()
+    assert md["segments"] == len(segments) > 3
+    assert md["local_bytes"] == sum(s.log.stat().st_size for s in segments)
+    assert md["crc_failures"] == 0
+    hw = read_offset_checkpoint(log_dir / "replication-offset-checkpoint")[partition.topic_partition]
+    assert md["local_log_start_offset"] == segments[0].base_offset <= md["high_watermark"] == hw <= md["log_end_offset"]
+    assert md["eligible_segments"] == len(eligible(log_dir, "orders-0"))
+    assert md["eligible_bytes"] == sum(s.log.stat().st_size for s in eligible(log_dir, "orders-0"))
+    parquet = inventory_path("orders-0")
+    assert parquet.is_dir() and parquet.is_relative_to(kts_home) and any(parquet.glob("*.parquet"))
+    from pyspark.sql import SparkSession
+
+    rows = SparkSession.builder.getOrCreate().read.parquet(str(parquet)).collect()  # the run's own session
+    assert sorted(r.base_offset for r in rows) == [s.base_offset for s in segments]
+
+
+def test_remote_segments_copies_exactly_the_eligible_segments_and_reports_both_tiers(log_dir, pg_url, tmp_path, kts_home, instance):
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
+    result = dg.materialize([local_segments, remote_segments], partition_key="orders-1", instance=instance, resources=resources)
+    assert result.success
+    md = partition_metadata(result, "remote_segments")["orders-1"]
+    wanted = eligible(log_dir, "orders-1")
+    assert md["copied_segments"] == md["remote_segments"] == len(wanted) > 0
+    assert md["copied_bytes"] == md["remote_bytes"] == sum(s.log.stat().st_size for s in wanted)
+    assert md["remote_log_start_offset"] == wanted[0].base_offset
+    assert md["remote_log_end_offset"] == wanted[-1].next_base_offset - 1 <= md["high_watermark"]
+    assert md["copy_lag_segments"] == md["copy_lag_bytes"] == 0 and md["copy_failed"] == 0
+    assert md["throttle_time_ms"] == 0
+
+    # A second run has nothing new to copy, and says so.
+    again = dg.materialize([remote_segments], partition_key="orders-1", instance=instance, resources=resources)
+    md = partition_metadata(again, "remote_segments")["orders-1"]
+    assert md["copied_segments"] == 0 and md["remote_segments"] == len(wanted)
+
+
+def test_copy_lag_counts_eligible_segments_not_yet_copied(log_dir, pg_url, tmp_path, kts_home, instance):
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
+    dg.materialize([remote_segments], partition_key="orders-0", instance=instance, resources=resources)
+    simulate_log_dir(log_dir, total_bytes=96 * 1024)  # the broker appends and rolls on
+    result = dg.materialize([local_segments], partition_key="orders-0", instance=instance, resources=resources)
+    local = partition_metadata(result, "local_segments")["orders-0"]
+    store = MetadataStoreResource(database_url=pg_url).store()
+    partition = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0")
+    tip = TopicIdPartition(partition.metadata().topic_id, partition.topic_partition)
+    copied = store.list_remote_log_segments(tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
+    assert local["eligible_segments"] > len(copied)
+    second = dg.materialize([remote_segments], partition_key="orders-0", instance=instance, resources=resources)
+    md = partition_metadata(second, "remote_segments")["orders-0"]
+    assert md["copied_segments"] == local["eligible_segments"] - len(copied)
+    assert md["remote_segments"] == local["eligible_segments"] and md["copy_lag_segments"] == 0
+
+
+def test_one_run_scans_and_copies_many_partitions_in_one_spark_step(log_dir, pg_url, tmp_path, kts_home, instance):
+    job = dg.Definitions(assets=[local_segments, remote_segments], jobs=[copy_job],
+                         resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote")).resolve_job_def("copy_job")
+    result = job.execute_in_process(instance=instance, tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]})
+    assert result.success
+    steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"]
+    assert steps == ["local_segments", "remote_segments"]  # one step each, whatever the partition count
+    local = partition_metadata(result, "local_segments")
+    remote = partition_metadata(result, "remote_segments")
+    assert set(local) == set(remote) == set(KEYS)
+    for key in KEYS:
+        wanted = eligible(log_dir, key)
+        assert remote[key]["remote_bytes"] == remote[key]["copied_bytes"] == sum(s.log.stat().st_size for s in wanted)
+        assert local[key]["eligible_segments"] == remote[key]["copied_segments"] == len(wanted)
+        assert inventory_path(key).is_dir()
+
+
+def test_a_corrupt_segment_stops_only_its_own_partition(log_dir, pg_url, tmp_path, kts_home, instance):
+    victim = eligible(log_dir, "orders-0")[1].log
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0x01
+    victim.write_bytes(bytes(data))
+    result = dg.materialize([local_segments, remote_segments], instance=instance,
+                            resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote"),
+                            tags={RANGE_START: "orders-0", RANGE_END: "orders-1"})
+    assert result.success
+    local = partition_metadata(result, "local_segments")
+    remote = partition_metadata(result, "remote_segments")
+    assert local["orders-0"]["crc_failures"] >= 1 and local["orders-1"]["crc_failures"] == 0
+    assert remote["orders-0"]["copy_failed"] == 1 and remote["orders-0"]["copied_segments"] == 1
+    assert "fails its CRC" in remote["orders-0"]["copy_error"]
+    assert remote["orders-1"]["copy_failed"] == 0 and remote["orders-1"]["copied_segments"] == len(eligible(log_dir, "orders-1"))
