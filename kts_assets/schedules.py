@@ -1,0 +1,36 @@
+"""Schedules: the periodic reconcile that copies whatever the roll sensor missed.
+
+The roll sensor's cursor records what it requested, not what was copied, so a failed or cancelled
+copy run would otherwise wait for that partition's next roll. Every hour this schedule requests
+``copy_job`` for every known partition, in the same few ranged runs as the sensor (copying is
+idempotent: a partition with nothing new costs a listing, not an upload).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from kts_assets.batching import batch_key_ranges, range_run_request
+from kts_assets.partitions import topic_partitions
+from kts_assets.sensors_roll import COPY_JOB_NAME
+
+# Every partition is wanted, so ranges have no gaps; larger runs than the sensor's are fine here.
+RECONCILE_PARTITIONS_PER_RUN = 500
+
+
+@dg.schedule(
+    job_name=COPY_JOB_NAME,
+    cron_schedule="15 * * * *",  # hourly, off the top of the hour when other schedules pile up
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Requests copy runs over every known partition, a few partition ranges at a time.",
+)
+def reconcile_schedule(context: dg.ScheduleEvaluationContext):
+    """One ranged copy run per RECONCILE_PARTITIONS_PER_RUN known partitions."""
+    keys = list(context.instance.get_dynamic_partitions(topic_partitions.name))
+    if not keys:
+        return dg.SkipReason("no partitions known yet (the discovery sensor adds them)")
+    batches = batch_key_ranges(keys, keys, max_partitions_per_run=RECONCILE_PARTITIONS_PER_RUN)
+    context.log.info(f"reconciling {len(keys)} partitions in {len(batches)} runs")
+    # Schedules scope run keys to the tick: a retried tick does not launch a range twice.
+    return [range_run_request(b, tags={"kts/trigger": "reconcile"}, run_key=f"reconcile:{b.start}..{b.end}")
+            for b in batches]

@@ -1,0 +1,245 @@
+"""The segment roll sensor: copy runs for the partitions that gained eligible segments.
+
+A segment is eligible for the remote tier once it is not the active segment and every offset in
+it is below min(high watermark, recovery point) — committed and flushed (``copy_candidates``).
+Per tick the sensor reads each log dir's two checkpoints once, lists each known partition's
+segment base offsets from file names alone (one ``os.scandir`` per partition dir, no file is
+opened), and compares each partition's newest eligible base offset with the cursor. Partitions
+that changed are batched into a few ranged runs of ``copy_job`` (see ``kts_assets.batching``).
+
+The cursor records what was requested, not what was copied: a run that fails is not retried by
+the sensor; the reconcile schedule (``kts_assets.schedules``) sweeps every partition periodically.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import json
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import dagster as dg
+
+from kts_assets.batching import MAX_PARTITIONS_PER_RUN, KeyRangeBatch, batch_key_ranges, range_run_request
+from kts_assets.partitions import topic_partitions
+from kts_resources.kafka.checkpoints import CheckpointError
+from kts_resources.kafka.logdir import LOG_SUFFIX, LogDir, parse_offset_file_name
+from kts_resources.resources import KafkaLogDirsResource
+
+COPY_JOB_NAME = "copy_job"
+# Runs started per tick, at most; the rest wait for the next tick (their cursor entries are not
+# advanced), so a burst of rolls never launches more than this many Spark applications at once.
+MAX_RUNS_PER_TICK = 10
+# Above this many bytes of JSON the cursor is stored zlib-compressed: the cursor is written with
+# every tick, and 10,000 partitions' offsets are ~250 KB of plain JSON.
+CURSOR_COMPRESS_ABOVE = 4096
+CURSOR_VERSION = 1
+
+
+# --- eligibility from file names and checkpoints (no Dagster) ------------------------------------
+
+
+def segment_base_offsets(partition_dir: str | os.PathLike) -> list[int]:
+    """Base offsets of the partition's ``.log`` segments, ascending, from file names only.
+
+    ``.log.deleted`` / ``.log.cleaned`` / ``.log.swap`` files end otherwise and are never counted.
+    """
+    bases = []
+    with os.scandir(partition_dir) as entries:
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(LOG_SUFFIX):
+                continue
+            try:
+                offset, suffix = parse_offset_file_name(name)
+            except ValueError:
+                continue
+            if suffix == LOG_SUFFIX and entry.is_file():
+                bases.append(offset)
+    bases.sort()
+    return bases
+
+
+def newest_eligible_base_offset(bases: Sequence[int], high_watermark: int, recovery_point: int) -> int | None:
+    """Base offset of the last non-active segment whose next base offset ≤ min(HW, recovery point).
+
+    ``bases`` ascending; the last one is the active segment. None when no segment is eligible.
+    """
+    # The largest base ≤ bound is the first segment NOT wholly committed; the one before it is.
+    j = bisect.bisect_right(bases, min(high_watermark, recovery_point)) - 1
+    return bases[j - 1] if j >= 1 else None
+
+
+@dataclass
+class RollSurvey:
+    """What one pass over the log dirs found for the known partitions."""
+
+    eligible: dict[str, int] = field(default_factory=dict)  # key → newest eligible base offset
+    checked: int = 0  # known partitions whose directory was listed
+    not_found: list[str] = field(default_factory=list)  # known, but in no log dir
+    without_checkpoints: int = 0  # listed, but missing from the HW or recovery-point checkpoint
+    unreadable_log_dirs: list[str] = field(default_factory=list)  # checkpoint unreadable: skipped this tick
+
+
+def survey_log_dirs(log_dirs: Iterable[Path], known_keys: Iterable[str]) -> RollSurvey:
+    """Newest eligible base offset of every known partition, reading each checkpoint once per log dir.
+
+    A partition in two log dirs is taken from the first (as the discovery sensor does).
+    """
+    pending = set(known_keys)
+    survey = RollSurvey()
+    for path in log_dirs:
+        if not pending:
+            break
+        try:
+            with os.scandir(path) as entries:
+                here = [e.name for e in entries if e.name in pending and e.is_dir()]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not here:
+            continue
+        log_dir = LogDir(path)
+        try:
+            high_watermarks = {tp.dir_name: off for tp, off in log_dir.high_watermarks().offsets.items()}
+            recovery_points = {tp.dir_name: off for tp, off in log_dir.recovery_points().offsets.items()}
+        except CheckpointError as e:
+            # A checkpoint Kafka writes atomically should never be malformed; do not guess offsets.
+            survey.unreadable_log_dirs.append(f"{path}: {e}")
+            pending.difference_update(here)
+            continue
+        for key in here:
+            pending.discard(key)
+            try:
+                bases = segment_base_offsets(os.path.join(path, key))
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed since the log dir was listed
+            survey.checked += 1
+            hw, rp = high_watermarks.get(key), recovery_points.get(key)
+            if hw is None or rp is None:
+                survey.without_checkpoints += 1
+                continue
+            base = newest_eligible_base_offset(bases, hw, rp)
+            if base is not None:
+                survey.eligible[key] = base
+    survey.not_found = sorted(pending)
+    return survey
+
+
+# --- the cursor -----------------------------------------------------------------------------------
+
+
+def encode_cursor(requested: Mapping[str, int]) -> str:
+    """``{key: base offset}`` as compact JSON; packed and zlib-compressed once it grows large.
+
+    Packed, each topic is named once and followed by its ``partition, offset`` pairs: 10,000
+    partitions with random 9-digit offsets take ~84 KB, about a third of the plain map.
+    """
+    plain = json.dumps({"v": CURSOR_VERSION, "requested": dict(sorted(requested.items()))}, separators=(",", ":"))
+    if len(plain) <= CURSOR_COMPRESS_ABOVE:
+        return plain
+    by_topic: dict[str, list[int]] = {}
+    for key, offset in sorted(requested.items(), key=lambda kv: _split_key(kv[0])):
+        topic, partition = _split_key(key)
+        by_topic.setdefault(topic, []).extend((partition, offset))
+    packed = json.dumps(by_topic, separators=(",", ":")).encode()
+    return json.dumps({"v": CURSOR_VERSION, "zlib": base64.b64encode(zlib.compress(packed, 9)).decode("ascii")},
+                      separators=(",", ":"))
+
+
+def _split_key(key: str) -> tuple[str, int]:
+    topic, _, partition = key.rpartition("-")  # topics may contain '-': the partition follows the last
+    return topic, int(partition)
+
+
+def decode_cursor(cursor: str | None) -> dict[str, int]:
+    """The map :func:`encode_cursor` wrote; empty for no cursor. ValueError for anything else."""
+    if not cursor:
+        return {}
+    try:
+        data = json.loads(cursor)
+        if data.get("v") != CURSOR_VERSION:
+            raise ValueError(f"cursor version {data.get('v')!r}, expected {CURSOR_VERSION}")
+        if "zlib" not in data:
+            return {str(k): int(v) for k, v in data["requested"].items()}
+        by_topic = json.loads(zlib.decompress(base64.b64decode(data["zlib"])))
+        return {f"{topic}-{pairs[i]}": int(pairs[i + 1]) for topic, pairs in by_topic.items() for i in range(0, len(pairs), 2)}
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, zlib.error) as e:
+        raise ValueError(f"not a segment_roll_sensor cursor: {e}") from e
+
+
+# --- the sensor -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RollPlan:
+    """What a tick asks for: the batches to run now, the cursor after them, what waits."""
+
+    batches: list[KeyRangeBatch]
+    cursor: dict[str, int]
+    changed: int  # partitions with new eligible segments
+    deferred: int  # of those, left for the next tick by MAX_RUNS_PER_TICK
+
+
+def plan_roll_runs(
+    known_keys: Sequence[str],
+    eligible: Mapping[str, int],
+    previous: Mapping[str, int],
+    *,
+    max_partitions_per_run: int = MAX_PARTITIONS_PER_RUN,
+    max_runs: int = MAX_RUNS_PER_TICK,
+) -> RollPlan:
+    """Batch the partitions whose newest eligible base offset differs from the cursor's.
+
+    Any difference counts, not only growth: a partition recreated or truncated starts lower, and
+    copying is idempotent. Cursor entries of partitions no longer known are dropped.
+    """
+    changed = [k for k in known_keys if k in eligible and eligible[k] != previous.get(k)]
+    batches = batch_key_ranges(known_keys, changed, max_partitions_per_run=max_partitions_per_run)
+    now, later = batches[:max_runs], batches[max_runs:]
+    known = set(known_keys)
+    cursor = {k: v for k, v in previous.items() if k in known}
+    for batch in now:
+        for key in batch.keys:
+            cursor[key] = eligible[key]
+    return RollPlan(now, cursor, len(changed), sum(len(b.keys) for b in later))
+
+
+@dg.sensor(
+    job_name=COPY_JOB_NAME,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Requests copy runs, a few partition ranges at a time, for partitions that rolled eligible segments.",
+)
+def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaLogDirsResource) -> dg.SensorResult:
+    """Copy runs for the known partitions whose newest eligible segment is not yet requested."""
+    known = list(context.instance.get_dynamic_partitions(topic_partitions.name))
+    try:
+        previous = decode_cursor(context.cursor)
+    except ValueError as e:
+        context.log.warning(f"{e}; starting from an empty cursor (every partition with eligible segments is requested)")
+        previous = {}
+    survey = survey_log_dirs(kafka_log_dirs.paths(), known)
+    for problem in survey.unreadable_log_dirs:
+        context.log.error(f"skipped a log dir this tick, checkpoint unreadable: {problem}")
+    if survey.not_found:
+        context.log.debug(f"{len(survey.not_found)} known partitions in no log dir: {', '.join(survey.not_found[:20])}")
+
+    plan = plan_roll_runs(known, survey.eligible, previous,
+                          max_partitions_per_run=MAX_PARTITIONS_PER_RUN, max_runs=MAX_RUNS_PER_TICK)
+    checked = (f"checked {survey.checked} of {len(known)} known partitions"
+               f" ({len(survey.eligible)} with eligible segments, {survey.without_checkpoints} not yet checkpointed)")
+    cursor = encode_cursor(plan.cursor)
+    if not plan.batches:
+        return dg.SensorResult(skip_reason=f"no new eligible segments; {checked}", cursor=cursor)
+
+    requested = sum(len(b.keys) for b in plan.batches)
+    context.log.info(f"{checked}; {plan.changed} gained eligible segments → {len(plan.batches)} runs"
+                     f" over {requested} partitions" + (f", {plan.deferred} deferred to the next tick" if plan.deferred else ""))
+    return dg.SensorResult(
+        run_requests=[range_run_request(b, tags={"kts/trigger": "segment_roll"}) for b in plan.batches],
+        cursor=cursor,
+    )

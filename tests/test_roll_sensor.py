@@ -1,0 +1,388 @@
+"""The segment roll sensor: which partitions a tick asks to copy, in how many runs, and its cursor.
+
+Log dirs are either simulated (real segments, checkpoints written by the simulated broker) or
+synthetic: empty files with Kafka's names plus the two offset checkpoints, which is all the sensor
+reads — it never opens a segment file. Ticks go through ``build_sensor_context`` +
+``evaluate_tick`` against a test instance holding the dynamic partitions.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import random
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from kts_assets import batching, sensors_roll
+from kts_assets.partitions import topic_partitions
+from kts_assets.sensors_roll import (
+    CURSOR_COMPRESS_ABOVE,
+    decode_cursor,
+    encode_cursor,
+    newest_eligible_base_offset,
+    segment_base_offsets,
+    segment_roll_sensor,
+    survey_log_dirs,
+)
+from kts_resources.copier import copy_candidates
+from kts_resources.kafka.checkpoints import write_offset_checkpoint
+from kts_resources.kafka.logdir import LogDir, offset_file_name
+from kts_resources.kafka.partition import parse_topic_partition
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.resources import KafkaLogDirsResource
+
+KiB = 1024
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def write_segments(log_dir: Path, key: str, bases: list[int]) -> None:
+    """Empty segment files (.log, .index, .timeindex) at ``bases`` in ``log_dir/key``."""
+    directory = log_dir / key
+    directory.mkdir(parents=True, exist_ok=True)
+    for base in bases:
+        for suffix in (".log", ".index", ".timeindex"):
+            (directory / offset_file_name(base, suffix)).touch()
+
+
+def write_checkpoints(log_dir: Path, offsets: dict[str, tuple[int, int]]) -> None:
+    """The replication-offset (HW) and recovery-point checkpoints: ``{key: (hw, recovery point)}``."""
+    write_offset_checkpoint(log_dir / "replication-offset-checkpoint",
+                            {parse_topic_partition(k): hw for k, (hw, _) in offsets.items()})
+    write_offset_checkpoint(log_dir / "recovery-point-offset-checkpoint",
+                            {parse_topic_partition(k): rp for k, (_, rp) in offsets.items()})
+
+
+def synthetic_log_dir(root: Path, partitions: dict[str, tuple[list[int], int]]) -> Path:
+    """``{key: (segment bases, committed offset)}`` → a log dir with HW = recovery point = that offset."""
+    root.mkdir(parents=True, exist_ok=True)
+    for key, (bases, _) in partitions.items():
+        write_segments(root, key, bases)
+    write_checkpoints(root, {k: (off, off) for k, (_, off) in partitions.items()})
+    return root
+
+
+def tick(instance: dg.DagsterInstance, *log_dirs: Path, cursor: str | None = None):
+    context = dg.build_sensor_context(
+        instance=instance,
+        cursor=cursor,
+        resources={"kafka_log_dirs": KafkaLogDirsResource(log_dirs=",".join(str(d) for d in log_dirs))},
+    )
+    return segment_roll_sensor.evaluate_tick(context)
+
+
+def requested_keys(instance: dg.DagsterInstance, result) -> list[str]:
+    """Every partition key the tick's ranged run requests cover, in key order."""
+    keys = instance.get_dynamic_partitions(topic_partitions.name)
+    covered = []
+    for request in result.run_requests:
+        start = keys.index(request.tags[batching.PARTITION_RANGE_START_TAG])
+        end = keys.index(request.tags[batching.PARTITION_RANGE_END_TAG])
+        covered.extend(keys[start:end + 1])
+    return covered
+
+
+def asked_for(result) -> int:
+    return sum(int(r.tags["kts/partitions_requested"]) for r in result.run_requests)
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def add_partitions(instance: dg.DagsterInstance, keys) -> None:
+    instance.add_dynamic_partitions(topic_partitions.name, list(keys))
+
+
+# --- eligibility -----------------------------------------------------------------------------------
+
+
+def test_the_newest_eligible_segment_is_the_last_whose_successor_starts_at_or_below_the_bound():
+    bases = [0, 100, 200]  # 200 is active
+    assert newest_eligible_base_offset(bases, high_watermark=250, recovery_point=250) == 100
+    assert newest_eligible_base_offset(bases, high_watermark=200, recovery_point=900) == 100
+    assert newest_eligible_base_offset(bases, high_watermark=199, recovery_point=900) == 0
+    assert newest_eligible_base_offset(bases, high_watermark=900, recovery_point=150) == 0
+    assert newest_eligible_base_offset(bases, high_watermark=99, recovery_point=99) is None
+    assert newest_eligible_base_offset([0], high_watermark=10**9, recovery_point=10**9) is None  # active only
+    assert newest_eligible_base_offset([], high_watermark=5, recovery_point=5) is None
+
+
+def test_only_live_log_files_count_as_segments(tmp_path):
+    write_segments(tmp_path, "t-0", [0, 50])
+    for name in (offset_file_name(10, ".log.deleted"), offset_file_name(20, ".log.swap"),
+                 offset_file_name(30, ".log.cleaned"), "leader-epoch-checkpoint", "x.log"):
+        (tmp_path / "t-0" / name).touch()
+    (tmp_path / "t-0" / offset_file_name(40, ".log")).mkdir()  # a directory is not a segment
+    assert segment_base_offsets(tmp_path / "t-0") == [0, 50]
+
+
+def test_eligibility_agrees_with_copy_candidates_on_a_simulated_log_dir(tmp_path):
+    simulate(tmp_path, SimulationConfig(seed=3, topics=("orders", "page.views"), partitions=2,
+                                        total_bytes=160 * KiB, segment_bytes=8 * KiB))
+    log_dir = LogDir(tmp_path)
+    hws, rps = log_dir.high_watermarks(), log_dir.recovery_points()
+    partitions = log_dir.partitions()
+    survey = survey_log_dirs([tmp_path], [p.topic_partition.dir_name for p in partitions])
+    assert survey.checked == len(partitions) == 4
+    for partition in partitions:
+        tp = partition.topic_partition
+        candidates = copy_candidates(partition.segments(), high_watermark=hws.get(tp), recovery_point=rps.get(tp),
+                                     log_start_offset=0, highest_copied_offset=-1)
+        expected = candidates[-1].base_offset if candidates else None
+        assert survey.eligible.get(tp.dir_name) == expected
+    assert len(survey.eligible) == 4  # 160 KiB over 8 KiB segments: every partition rolled
+
+
+def test_segment_files_are_never_opened(tmp_path, instance, monkeypatch):
+    synthetic_log_dir(tmp_path, {"t-0": ([0, 10, 20], 25)})
+    add_partitions(instance, ["t-0"])
+    real_open = builtins.open
+
+    def guarded_open(file, *args, **kwargs):
+        assert not str(file).endswith((".log", ".index", ".timeindex")), f"opened {file}"
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    assert requested_keys(instance, tick(instance, tmp_path)) == ["t-0"]
+
+
+def test_each_checkpoint_is_read_once_per_log_dir_per_tick(tmp_path, instance, monkeypatch):
+    a = synthetic_log_dir(tmp_path / "a", {f"t-{p}": ([0, 10, 20], 25) for p in range(0, 30)})
+    b = synthetic_log_dir(tmp_path / "b", {f"t-{p}": ([0, 10, 20], 25) for p in range(30, 60)})
+    add_partitions(instance, [f"t-{p}" for p in range(60)])
+    reads = []
+    for name in ("high_watermarks", "recovery_points"):
+        real = getattr(LogDir, name)
+        monkeypatch.setattr(LogDir, name, lambda self, _real=real, _name=name: reads.append((_name, self.path)) or _real(self))
+    result = tick(instance, a, b)
+    assert asked_for(result) == 60
+    assert sorted(reads) == sorted((n, d) for n in ("high_watermarks", "recovery_points") for d in (a, b))
+
+
+# --- what a tick requests ----------------------------------------------------------------------------
+
+
+def three_partitions(root: Path) -> Path:
+    return synthetic_log_dir(root, {
+        "orders-0": ([0, 100, 200], 250),  # segments 0 and 100 are eligible
+        "orders-1": ([0], 40),  # only the active segment
+        "orders-2": ([0, 100], 80),  # rolled, but the HW has not reached the roll
+    })
+
+
+def test_first_tick_requests_runs_for_partitions_with_eligible_segments(tmp_path, instance):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    result = tick(instance, three_partitions(tmp_path))
+    assert len(result.run_requests) == 1
+    assert result.run_requests[0].tags[batching.PARTITION_RANGE_START_TAG] == "orders-0"
+    assert result.run_requests[0].tags[batching.PARTITION_RANGE_END_TAG] == "orders-0"
+    assert result.run_requests[0].tags["kts/trigger"] == "segment_roll"
+    assert decode_cursor(result.cursor) == {"orders-0": 100}
+
+
+def test_second_tick_with_nothing_new_requests_nothing_and_says_how_many_were_checked(tmp_path, instance):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    first = tick(instance, log_dir)
+    second = tick(instance, log_dir, cursor=first.cursor)
+    assert second.run_requests == []
+    assert "checked 3 of 3 known partitions" in second.skip_message
+    assert decode_cursor(second.cursor) == decode_cursor(first.cursor)
+
+
+def test_after_a_new_roll_only_that_partition_is_requested(tmp_path, instance):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    first = tick(instance, log_dir)
+    # orders-2's HW passes its roll; orders-1 rolls but its HW stays in the old segment.
+    write_segments(log_dir, "orders-1", [0, 60])
+    write_checkpoints(log_dir, {"orders-0": (250, 250), "orders-1": (50, 50), "orders-2": (130, 130)})
+    second = tick(instance, log_dir, cursor=first.cursor)
+    assert requested_keys(instance, second) == ["orders-2"]
+    assert decode_cursor(second.cursor) == {"orders-0": 100, "orders-2": 0}
+    # orders-0 rolls twice more and the broker checkpoints past both rolls.
+    write_segments(log_dir, "orders-0", [0, 100, 200, 300, 400])
+    write_checkpoints(log_dir, {"orders-0": (420, 410), "orders-1": (50, 50), "orders-2": (130, 130)})
+    third = tick(instance, log_dir, cursor=second.cursor)
+    assert requested_keys(instance, third) == ["orders-0"]
+    assert decode_cursor(third.cursor)["orders-0"] == 300
+
+
+def test_a_recovery_point_behind_the_high_watermark_holds_the_segment_back(tmp_path, instance):
+    add_partitions(instance, ["t-0"])
+    write_segments(tmp_path, "t-0", [0, 100])
+    write_checkpoints(tmp_path, {"t-0": (150, 90)})  # committed but not yet flushed
+    assert tick(instance, tmp_path).run_requests == []
+    write_checkpoints(tmp_path, {"t-0": (150, 100)})
+    assert requested_keys(instance, tick(instance, tmp_path)) == ["t-0"]
+
+
+def test_partitions_missing_from_the_checkpoints_are_not_requested(tmp_path, instance):
+    add_partitions(instance, ["t-0", "t-1"])
+    synthetic_log_dir(tmp_path, {"t-0": ([0, 10, 20], 25)})
+    write_segments(tmp_path, "t-1", [0, 10, 20])  # a new partition the broker has not checkpointed
+    result = tick(instance, tmp_path)
+    assert requested_keys(instance, result) == ["t-0"]
+
+
+def test_partitions_not_yet_added_are_ignored(tmp_path, instance):
+    synthetic_log_dir(tmp_path, {f"t-{p}": ([0, 10, 20], 25) for p in range(4)})
+    add_partitions(instance, ["t-1", "t-3"])
+    result = tick(instance, tmp_path)
+    assert requested_keys(instance, result) == ["t-1", "t-3"]  # one range over both known keys
+    assert set(decode_cursor(result.cursor)) == {"t-1", "t-3"}
+    # Once discovery adds the others, they are requested, and only they.
+    add_partitions(instance, ["t-0", "t-2"])
+    later = tick(instance, tmp_path, cursor=result.cursor)
+    assert asked_for(later) == 2
+    assert set(decode_cursor(later.cursor)) == {"t-0", "t-1", "t-2", "t-3"}
+
+
+def test_no_known_partitions_is_an_idle_tick(tmp_path, instance):
+    synthetic_log_dir(tmp_path, {"t-0": ([0, 10, 20], 25)})
+    result = tick(instance, tmp_path)
+    assert result.run_requests == []
+    assert "checked 0 of 0 known partitions" in result.skip_message
+
+
+def test_partitions_spread_over_two_log_dirs_are_all_requested(tmp_path, instance):
+    a = synthetic_log_dir(tmp_path / "a", {"t-0": ([0, 10, 20], 25), "t-2": ([0, 10], 5)})
+    b = synthetic_log_dir(tmp_path / "b", {"t-1": ([0, 10, 20], 15), "u-0": ([0, 7], 9)})
+    add_partitions(instance, ["t-0", "t-1", "t-2", "u-0"])
+    result = tick(instance, a, b)
+    assert decode_cursor(result.cursor) == {"t-0": 10, "t-1": 0, "u-0": 0}
+
+
+# --- batching ------------------------------------------------------------------------------------------
+
+
+def test_500_partitions_with_work_start_at_most_3_runs(tmp_path, instance):
+    keys = [f"events-{p}" for p in range(500)]
+    synthetic_log_dir(tmp_path, {k: ([0, 1000, 2000], 2500) for k in keys})
+    add_partitions(instance, keys)
+    result = tick(instance, tmp_path)
+    assert len(result.run_requests) <= 3
+    assert requested_keys(instance, result) == keys  # every partition once, none twice
+    assert all(int(r.tags["kts/partitions_in_range"]) <= batching.MAX_PARTITIONS_PER_RUN for r in result.run_requests)
+
+
+def test_scattered_work_shares_runs_with_idle_partitions_in_between(tmp_path, instance):
+    keys = [f"t-{p}" for p in range(1000)]
+    busy = set(keys[::7])
+    synthetic_log_dir(tmp_path, {k: ([0, 10, 20] if k in busy else [0], 25) for k in keys})
+    add_partitions(instance, keys)
+    result = tick(instance, tmp_path)
+    assert asked_for(result) == len(busy) == 143
+    assert len(result.run_requests) == 5  # 1000 keys / 200 per run, not 143 runs
+    assert busy <= set(requested_keys(instance, result))
+
+
+def test_a_burst_beyond_the_run_cap_waits_for_the_next_tick(tmp_path, instance, monkeypatch):
+    per_run, runs = 5, 2  # scaled down from MAX_PARTITIONS_PER_RUN and MAX_RUNS_PER_TICK
+    monkeypatch.setattr(sensors_roll, "MAX_PARTITIONS_PER_RUN", per_run)
+    monkeypatch.setattr(sensors_roll, "MAX_RUNS_PER_TICK", runs)
+    keys = [f"t-{p}" for p in range(per_run * (runs + 1) - 2)]
+    synthetic_log_dir(tmp_path, {k: ([0, 10, 20], 25) for k in keys})
+    add_partitions(instance, keys)
+    first = tick(instance, tmp_path)
+    assert len(first.run_requests) == runs
+    assert set(decode_cursor(first.cursor)) == set(keys[:per_run * runs])
+    assert "deferred" not in (first.skip_message or "")
+    second = tick(instance, tmp_path, cursor=first.cursor)
+    assert requested_keys(instance, second) == keys[per_run * runs:]
+    assert tick(instance, tmp_path, cursor=second.cursor).run_requests == []
+
+
+def test_a_ranged_request_runs_copy_job_once_over_every_partition_in_the_range(tmp_path, instance):
+    seen: list[list[str]] = []
+
+    @dg.asset(partitions_def=topic_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+    def local_segments(context) -> None:
+        seen.append(list(context.partition_keys))
+
+    @dg.asset(partitions_def=topic_partitions, backfill_policy=dg.BackfillPolicy.single_run(), deps=[local_segments])
+    def remote_segments(context) -> None:
+        seen.append(list(context.partition_keys))
+
+    keys = [f"t-{p}" for p in range(6)]
+    synthetic_log_dir(tmp_path, {k: ([0, 10, 20] if p % 2 == 0 else [0], 25) for p, k in enumerate(keys)})
+    add_partitions(instance, keys)
+    (request,) = tick(instance, tmp_path).run_requests
+    stand_in = dg.define_asset_job("copy_job", selection=[local_segments, remote_segments])
+    job = dg.Definitions(assets=[local_segments, remote_segments], jobs=[stand_in]).resolve_job_def("copy_job")
+    assert job.execute_in_process(instance=instance, tags=dict(request.tags)).success
+    assert seen == [keys[0:5], keys[0:5]]  # t-0 .. t-4: the busy t-0, t-2, t-4 and the idle keys between
+
+
+def test_range_tags_are_the_ones_dagster_reads():
+    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+    assert batching.PARTITION_RANGE_START_TAG == ASSET_PARTITION_RANGE_START_TAG
+    assert batching.PARTITION_RANGE_END_TAG == ASSET_PARTITION_RANGE_END_TAG
+
+
+# --- the cursor ------------------------------------------------------------------------------------------
+
+
+def test_cursor_round_trips_small_and_plain():
+    requested = {"orders-0": 100, "page.views-12": 0, "a-b-3": 2**63 - 1}
+    cursor = encode_cursor(requested)
+    assert json.loads(cursor)["requested"] == requested  # readable as it is when small
+    assert decode_cursor(cursor) == requested
+    assert decode_cursor(None) == {} and decode_cursor("") == {}
+
+
+def test_cursor_for_10000_partitions_round_trips_compressed_and_small():
+    rng = random.Random(1)  # random 9-digit offsets: the worst case for compression
+    requested = {f"topic-{t:03d}-{p}": rng.randrange(10**8, 10**9) for t in range(100) for p in range(100)}
+    cursor = encode_cursor(requested)
+    assert "zlib" in json.loads(cursor)
+    assert len(cursor) < 90_000  # the plain JSON map would be ~250 KB
+    assert len(encode_cursor({"t-0": 1})) < CURSOR_COMPRESS_ABOVE
+    assert decode_cursor(cursor) == requested
+
+
+def test_the_tick_cursor_round_trips_through_the_next_tick(tmp_path, instance):
+    keys = [f"t-{p}" for p in range(500)]
+    synthetic_log_dir(tmp_path, {k: ([0, 10, 20], 25) for k in keys})
+    add_partitions(instance, keys)
+    first = tick(instance, tmp_path)
+    assert "zlib" in json.loads(first.cursor)
+    assert decode_cursor(first.cursor) == {k: 10 for k in keys}
+    assert tick(instance, tmp_path, cursor=first.cursor).run_requests == []
+
+
+def test_an_unreadable_cursor_starts_over_instead_of_failing_the_tick(tmp_path, instance):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    result = tick(instance, three_partitions(tmp_path), cursor="not json")
+    assert requested_keys(instance, result) == ["orders-0"]
+    with pytest.raises(ValueError):
+        decode_cursor('{"v": 99, "requested": {}}')
+
+
+# --- end to end on a simulated broker ------------------------------------------------------------------
+
+
+def test_a_simulated_broker_that_keeps_appending_gets_runs_for_exactly_the_partitions_that_rolled(tmp_path, instance):
+    config = SimulationConfig(seed=5, topics=("orders", "clicks"), partitions=2, total_bytes=64 * KiB, segment_bytes=8 * KiB)
+    simulate(tmp_path, config)
+    keys = [p.topic_partition.dir_name for p in LogDir(tmp_path).partitions()]
+    add_partitions(instance, keys)
+    first = tick(instance, tmp_path)
+    before = decode_cursor(first.cursor)
+    assert set(before) == set(keys)
+
+    simulate(tmp_path, SimulationConfig(**{**config.__dict__, "seed": 6, "total_bytes": 24 * KiB}))
+    after = survey_log_dirs([tmp_path], keys).eligible
+    grown = [k for k in keys if after[k] != before[k]]
+    assert grown  # 24 KiB more over 8 KiB segments rolls somewhere
+    second = tick(instance, tmp_path, cursor=first.cursor)
+    assert asked_for(second) == len(grown)
+    assert decode_cursor(second.cursor) == after
