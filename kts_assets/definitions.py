@@ -7,6 +7,7 @@ import os
 import dagster as dg
 
 from kts_assets.assets import local_segments, remote_segments
+from kts_assets.checks import asset_checks
 from kts_assets.jobs import copy_job
 from kts_assets.sensors import partition_discovery_sensor
 from kts_resources import settings
@@ -43,6 +44,7 @@ def default_resources() -> dict[str, object]:
 
 defs = dg.Definitions(
     assets=[local_segments, remote_segments],
+    asset_checks=asset_checks,
     jobs=[copy_job],
     sensors=[partition_discovery_sensor],
     resources=default_resources(),

@@ -1,0 +1,177 @@
+"""Asset checks: offset invariants, CRC-clean local segments, every finished remote segment in the
+bucket with its checksum, and the data-loss alarm.
+
+Checks are partitioned like their assets. A run over one partition records one result for it; a
+single-run backfill over many records one evaluation per partition, then one summary for the run
+(Dagster gives a check step over a partition range no partition of its own).
+"""
+
+from collections.abc import Callable, Iterator
+
+import dagster as dg
+
+from kts_assets.assets.copy import finished_segments, remote_segments, topic_id_partition
+from kts_assets.assets.segments import LocatedPartition, inventory_path, local_offsets, local_segments, locate_partitions
+from kts_assets.partitions import topic_partitions
+from kts_resources.kafka.segment import summarize_segment
+from kts_resources.remote_storage.base import RemoteStorageError, stored_objects
+from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
+
+# Objects up to this size are read back and their CRC-32C recomputed; larger ones are checked by size.
+VERIFY_CRC_MAX_BYTES = 1024 * 1024
+
+Verdict = tuple[bool, dict[str, object], str]  # passed, metadata, description
+
+
+def _partition_keys(context: dg.AssetCheckExecutionContext) -> list[str]:
+    ctx = context.op_execution_context
+    if ctx.has_partition_key or ctx.has_partition_key_range:
+        return list(ctx.partition_keys)
+    return list(context.instance.get_dynamic_partitions(topic_partitions.name))
+
+
+def _report(context: dg.AssetCheckExecutionContext, asset_key: dg.AssetKey, check_name: str,
+            verdicts: dict[str, Verdict]) -> Iterator[dg.AssetCheckEvaluation | dg.AssetCheckResult]:
+    failing = sorted(k for k, (passed, _, _) in verdicts.items() if not passed)
+    for key in failing:
+        context.log.error(f"{check_name} failed for {key}: {verdicts[key][2]}")
+    if len(verdicts) == 1 and context.op_execution_context.has_partition_key:
+        passed, metadata, description = next(iter(verdicts.values()))
+        yield dg.AssetCheckResult(passed=passed, metadata=metadata, description=description)
+        return
+    for key, (passed, metadata, description) in verdicts.items():
+        yield dg.AssetCheckEvaluation(asset_key=asset_key, check_name=check_name, passed=passed,
+                                      partition=key, metadata=metadata, description=description)
+    yield dg.AssetCheckResult(
+        passed=not failing,
+        metadata={"partitions_checked": len(verdicts), "partitions_failing": len(failing),
+                  "failing": ", ".join(failing[:50])},
+        description=f"{len(failing)} of {len(verdicts)} partitions fail" if failing else f"all {len(verdicts)} partitions pass",
+    )
+
+
+def _per_partition(kafka_log_dirs: KafkaLogDirsResource, keys: list[str],
+                   judge: Callable[[LocatedPartition], Verdict]) -> dict[str, Verdict]:
+    located, missing = locate_partitions(kafka_log_dirs, keys)
+    verdicts = {key: judge(loc) for key, loc in located.items()}
+    for key in missing:
+        verdicts[key] = (True, {"missing": True}, "the partition is in no log dir; nothing to check")
+    return verdicts
+
+
+@dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,
+                description="Lx ≤ Ly ≤ Lz (local log start ≤ high watermark ≤ log end) and Rx ≤ Ry ≤ Ly (remote start ≤ remote end ≤ high watermark).")
+def offset_invariants(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
+                      metadata_store: MetadataStoreResource) -> Iterator:
+    store = metadata_store.store()
+
+    def judge(loc: LocatedPartition) -> Verdict:
+        segments = loc.partition.segments()
+        last = summarize_segment(segments[-1].log, segments[-1].base_offset, active=True) if segments else None
+        o = local_offsets(loc, segments, last.next_offset if last else None)
+        _, finished = finished_segments(loc, store)
+        rx = min((md.start_offset for md in finished), default=-1)
+        ry = max((md.end_offset for md in finished), default=-1)
+        problems = []
+        if o.high_watermark < 0:
+            problems.append("no high watermark in replication-offset-checkpoint")
+        elif not o.local_log_start_offset <= o.high_watermark <= o.log_end_offset:
+            problems.append(f"not Lx {o.local_log_start_offset} ≤ Ly {o.high_watermark} ≤ Lz {o.log_end_offset}")
+        if finished and not (0 <= rx <= ry and (o.high_watermark < 0 or ry <= o.high_watermark)):
+            problems.append(f"not Rx {rx} ≤ Ry {ry} ≤ Ly {o.high_watermark}")
+        metadata = {"Lx": o.local_log_start_offset, "Ly": o.high_watermark, "Lz": o.log_end_offset, "Rx": rx, "Ry": ry}
+        return not problems, metadata, "; ".join(problems) or "offsets in order"
+
+    yield from _report(context, remote_segments.key, "offset_invariants",
+                       _per_partition(kafka_log_dirs, _partition_keys(context), judge))
+
+
+@dg.asset_check(asset=local_segments, partitions_def=topic_partitions, pool="spark",
+                description="Every batch of every local segment passes its CRC-32C and no segment ends in invalid bytes (from the Parquet inventory).")
+def local_segments_crc_clean(context: dg.AssetCheckExecutionContext, pyspark: KtsPySparkResource) -> Iterator:
+    from pyspark.sql import functions as F
+
+    spark = pyspark.spark_session
+    verdicts: dict[str, Verdict] = {}
+    for key in _partition_keys(context):
+        path = inventory_path(key)
+        if not path.is_dir():
+            verdicts[key] = (True, {"segments": 0}, "no inventory yet: materialise local_segments first")
+            continue
+        inventory = spark.read.parquet(str(path))
+        bad = inventory.filter((F.col("health") != "ok") | (F.col("crc_failures") > 0)).orderBy("base_offset").collect()
+        total = inventory.count()
+        description = "; ".join(f"{r.path}: {r.health}, {r.crc_failures} batches fail their CRC" for r in bad[:10])
+        verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
+                                   "first_unhealthy_base_offset": bad[0].base_offset if bad else -1},
+                         description or f"{total} segments CRC-clean")
+    yield from _report(context, local_segments.key, "local_segments_crc_clean", verdicts)
+
+
+@dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,
+                description="Every COPY_SEGMENT_FINISHED segment's objects are in the remote tier with their recorded size; objects up to 1 MiB are read back and their CRC-32C compared.")
+def remote_segments_in_bucket(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
+                              metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> Iterator:
+    store = metadata_store.store()
+    storage = remote_tier.storage()
+
+    def judge(loc: LocatedPartition) -> Verdict:
+        tip, finished = finished_segments(loc, store)
+        if tip is None or not finished:
+            return True, {"remote_segments": 0, "objects_checked": 0}, "nothing remote"
+        listed = {o.key: o.size for o in storage.list_objects(storage.keys.partition_prefix(tip))}
+        problems: list[str] = []
+        checked = 0
+        for md in finished:
+            objects = stored_objects(md.custom_metadata)
+            if "log" not in objects:
+                problems.append(f"segment {md.start_offset}: no log object recorded")
+            for obj in objects.values():
+                checked += 1
+                size = listed.get(obj.key)
+                if size is None:
+                    problems.append(f"{storage.location(obj.key)}: missing")
+                elif size != obj.size:
+                    problems.append(f"{storage.location(obj.key)}: {size} bytes, recorded {obj.size}")
+                elif obj.size <= VERIFY_CRC_MAX_BYTES:
+                    try:
+                        storage.fetch_object(obj.key, verify_checksum=obj.checksum)
+                    except RemoteStorageError as e:
+                        problems.append(str(e))
+        metadata = {"remote_segments": len(finished), "objects_checked": checked, "problems": len(problems)}
+        return not problems, metadata, "; ".join(problems[:10]) or f"{checked} objects present and intact"
+
+    yield from _report(context, remote_segments.key, "remote_segments_in_bucket",
+                       _per_partition(kafka_log_dirs, _partition_keys(context), judge))
+
+
+@dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,
+                description="Data-loss alarm: no offsets between the highest copied offset and the first local segment were deleted locally (by the broker or by kts) without being copied.")
+def no_uncopied_segment_lost(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
+                             metadata_store: MetadataStoreResource) -> Iterator:
+    store = metadata_store.store()
+
+    def judge(loc: LocatedPartition) -> Verdict:
+        tip = topic_id_partition(loc, store)
+        highest = store.partition_state(tip).highest_copied_offset if tip is not None else -1
+        segments = loc.partition.segments()
+        if highest < 0 or not segments:
+            # Before kts's first copy it cannot know what the broker had; nothing to compare.
+            return True, {"lost_offsets": 0, "owned_log_dir": loc.owned}, "nothing copied yet"
+        o = local_offsets(loc, segments, None)
+        # Once kts copies a partition, every segment must reach the remote tier before it leaves the
+        # disk: a broker that is not tiering-aware deletes by its own retention (advancing its log
+        # start offset too), so a gap between the last copied offset and the first local one is loss.
+        lost_from, lost_to = highest + 1, o.local_log_start_offset
+        lost = max(0, lost_to - lost_from)
+        who = "kts (owned log dir)" if loc.owned else "the broker"
+        description = (f"offsets {lost_from}..{lost_to - 1} were deleted locally by {who} and never copied"
+                       if lost else "every deleted local segment was copied first")
+        return not lost, {"lost_offsets": lost, "highest_copied_offset": highest,
+                          "local_log_start_offset": o.local_log_start_offset, "owned_log_dir": loc.owned}, description
+
+    yield from _report(context, remote_segments.key, "no_uncopied_segment_lost",
+                       _per_partition(kafka_log_dirs, _partition_keys(context), judge))
+
+
+asset_checks = [offset_invariants, local_segments_crc_clean, remote_segments_in_bucket, no_uncopied_segment_lost]

@@ -1,0 +1,121 @@
+"""Asset checks on a simulated log dir: all pass on a healthy partition copied to a filesystem tier;
+a flipped bit in a local segment fails the CRC check; a remote object removed or rewritten fails the
+bucket check; a segment the broker deleted before kts copied it raises the data-loss alarm; a
+multi-partition run records one evaluation per partition."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from kts_assets.assets import local_segments, remote_segments
+from kts_assets.checks import (
+    asset_checks,
+    local_segments_crc_clean,
+    no_uncopied_segment_lost,
+    offset_invariants,
+    remote_segments_in_bucket,
+)
+from kts_assets.partitions import topic_partitions
+from kts_resources.kafka.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from kts_resources.kafka.logdir import LogDir
+
+from .test_assets import KEYS, RANGE_END, RANGE_START, eligible, pipeline_resources, simulate_log_dir
+
+
+@pytest.fixture
+def kts_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("KTS_HOME", str(tmp_path / "kts_home"))
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    return simulate_log_dir(tmp_path / "logs")
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(topic_partitions.name, KEYS)
+        yield instance
+
+
+def run(log_dir, pg_url, tmp_path, instance, assets, **kwargs) -> dg.ExecuteInProcessResult:
+    return dg.materialize(assets, instance=instance, resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote"),
+                          raise_on_error=False, **kwargs)
+
+
+def check_only(log_dir, pg_url, tmp_path, instance, check, partition_key: str) -> dg.AssetCheckEvaluation:
+    """Run one check on its own (its asset left as it is) and return its one evaluation."""
+    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, remote_segments, check],
+                 selection=dg.AssetSelection.checks(check), tags={"dagster/partition": partition_key})
+    [evaluation] = result.get_asset_check_evaluations()
+    return evaluation
+
+
+def verdicts(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str | None], bool]:
+    return {(e.check_name, e.partition): e.passed for e in result.get_asset_check_evaluations()}
+
+
+def test_every_check_passes_on_a_healthy_partition(log_dir, pg_url, tmp_path, kts_home, instance):
+    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, remote_segments, *asset_checks], partition_key="orders-0")
+    assert result.success
+    assert verdicts(result) == {(c.check_key.name, "orders-0"): True for c in asset_checks}
+
+
+def test_a_flipped_bit_in_a_local_segment_fails_the_crc_check(log_dir, pg_url, tmp_path, kts_home, instance):
+    victim = eligible(log_dir, "orders-0")[1].log
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0x01
+    victim.write_bytes(bytes(data))
+    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, local_segments_crc_clean], partition_key="orders-0")
+    [evaluation] = result.get_asset_check_evaluations()
+    assert not evaluation.passed and str(victim) in evaluation.description
+    assert evaluation.metadata["first_unhealthy_base_offset"].value == eligible(log_dir, "orders-0")[1].base_offset
+
+
+def test_a_missing_or_rewritten_remote_object_fails_the_bucket_check(log_dir, pg_url, tmp_path, kts_home, instance):
+    run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
+    logs = sorted((tmp_path / "remote").rglob("*.log"))
+    logs[0].unlink()
+    logs[1].write_bytes(b"x" * logs[1].stat().st_size)  # same size, other bytes: only the CRC tells
+    evaluation = check_only(log_dir, pg_url, tmp_path, instance, remote_segments_in_bucket, "orders-0")
+    assert not evaluation.passed
+    assert "missing" in evaluation.description and "CRC" in evaluation.description.upper()
+    assert evaluation.metadata["problems"].value == 2
+
+
+def test_a_segment_deleted_before_it_was_copied_raises_the_data_loss_alarm(log_dir, pg_url, tmp_path, kts_home, instance):
+    checkpoint = log_dir / "replication-offset-checkpoint"
+    hws = read_offset_checkpoint(checkpoint)
+    partition = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0")
+    segments = partition.segments()
+    # Only the first segment is committed when kts copies; then the broker's retention removes two.
+    write_offset_checkpoint(checkpoint, {**hws, partition.topic_partition: segments[1].base_offset})
+    run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
+    write_offset_checkpoint(checkpoint, hws)
+    assert check_only(log_dir, pg_url, tmp_path, instance, no_uncopied_segment_lost, "orders-0").passed
+    for segment in segments[:2]:
+        for path in (segment.log, segment.offset_index, segment.time_index):
+            path.unlink(missing_ok=True)
+    evaluation = check_only(log_dir, pg_url, tmp_path, instance, no_uncopied_segment_lost, "orders-0")
+    assert not evaluation.passed
+    assert evaluation.metadata["lost_offsets"].value == segments[2].base_offset - segments[1].base_offset
+    assert f"offsets {segments[1].base_offset}..{segments[2].base_offset - 1}" in evaluation.description
+
+
+def test_a_multi_partition_run_records_one_evaluation_per_partition_and_a_summary(log_dir, pg_url, tmp_path, kts_home, instance):
+    victim = eligible(log_dir, "orders-1")[0].log
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0x01
+    victim.write_bytes(bytes(data))
+    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, remote_segments, *asset_checks],
+                 tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]})
+    seen = verdicts(result)
+    for check in asset_checks:
+        name = check.check_key.name
+        assert {k for (n, k) in seen if n == name} == {*KEYS, None}
+    assert seen[("local_segments_crc_clean", "orders-1")] is False
+    assert seen[("local_segments_crc_clean", "orders-0")] is True
+    assert seen[("local_segments_crc_clean", None)] is False  # the run's summary
+    assert seen[("offset_invariants", None)] is True and seen[("remote_segments_in_bucket", None)] is True
