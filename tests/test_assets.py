@@ -83,10 +83,14 @@ def instance():
         yield instance
 
 
-def test_definitions_hold_both_assets_the_copy_job_and_every_resource():
+def test_definitions_hold_the_assets_checks_job_sensors_schedule_and_every_resource():
     repo = defs.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} >= {"local_segments", "remote_segments"}
+    assert {k.name for k in repo.asset_graph.asset_check_keys} >= {
+        "offset_invariants", "local_segments_crc_clean", "remote_segments_in_bucket", "no_uncopied_segment_lost"}
     assert defs.resolve_job_def("copy_job").name == copy_job.name
+    assert {s.name for s in repo.sensor_defs} >= {"partition_discovery_sensor", "segment_roll_sensor"}
+    assert {s.name for s in repo.schedule_defs} >= {"reconcile_schedule"}
     assert set(defs.resources) >= {"kafka_log_dirs", "metadata_store", "remote_tier", "copy_quota", "pyspark"}
 
 
