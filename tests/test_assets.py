@@ -184,3 +184,22 @@ def test_a_corrupt_segment_stops_only_its_own_partition(log_dir, pg_url, tmp_pat
     assert remote["orders-0"]["copy_failed"] == 1 and remote["orders-0"]["copied_segments"] == 1
     assert "fails its CRC" in remote["orders-0"]["copy_error"]
     assert remote["orders-1"]["copy_failed"] == 0 and remote["orders-1"]["copied_segments"] == len(eligible(log_dir, "orders-1"))
+
+
+def test_remote_segments_copies_to_an_s3_tier_through_dagster_aws(log_dir, pg_url, tmp_path, kts_home, instance, s3_endpoint, s3_bucket, s3_client):
+    tier = RemoteTierResource(remote_uri=f"s3://{s3_bucket}/tiered", s3_endpoint_url=s3_endpoint)
+    assert type(tier.storage()).__name__ == "S3RemoteStorage"
+    resources = {**pipeline_resources(log_dir, pg_url, tmp_path / "remote"), "remote_tier": tier}
+    result = dg.materialize([remote_segments], partition_key="page.views-0", instance=instance, resources=resources)
+    md = partition_metadata(result, "remote_segments")["page.views-0"]
+    wanted = eligible(log_dir, "page.views-0")
+    assert md["copied_segments"] == len(wanted) > 0 and md["copy_failed"] == 0
+    listed = [o for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=s3_bucket, Prefix="tiered/")
+              for o in page.get("Contents", [])]
+    assert sum(o["Size"] for o in listed if o["Key"].endswith(".log")) == md["remote_bytes"] == sum(s.log.stat().st_size for s in wanted)
+
+
+def test_the_metadata_store_resource_keeps_one_migrated_store_per_process(pg_url):
+    first = MetadataStoreResource(database_url=pg_url).store()
+    assert MetadataStoreResource(database_url=pg_url).store() is first
+    assert first.partitions() == []  # migrated: the tables are there
