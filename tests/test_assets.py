@@ -203,3 +203,22 @@ def test_the_metadata_store_resource_keeps_one_migrated_store_per_process(pg_url
     first = MetadataStoreResource(database_url=pg_url).store()
     assert MetadataStoreResource(database_url=pg_url).store() is first
     assert first.partitions() == []  # migrated: the tables are there
+
+
+def test_the_copy_quota_throttles_a_run_and_reports_the_time_waited(log_dir, pg_url, tmp_path, kts_home, instance):
+    # 12 KiB/s over 2 one-second windows admits 24 KiB at once: more than a segment, less than the partition.
+    quota = CopyQuotaResource(copy_max_bytes_per_second=12 * 1024, window_num=2, window_size_seconds=1)
+    resources = {**pipeline_resources(log_dir, pg_url, tmp_path / "remote"), "copy_quota": quota}
+    result = dg.materialize([remote_segments], partition_key="orders-0", instance=instance, resources=resources)
+    md = partition_metadata(result, "remote_segments")["orders-0"]
+    assert md["copied_bytes"] == sum(s.log.stat().st_size for s in eligible(log_dir, "orders-0")) > 24 * 1024
+    assert md["throttle_time_ms"] > 0
+
+
+def test_partitions_copied_in_parallel_report_the_same_as_one_at_a_time(log_dir, pg_url, tmp_path, kts_home, instance):
+    result = dg.materialize([remote_segments], instance=instance, resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote"),
+                            tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]},
+                            run_config={"ops": {"remote_segments": {"config": {"parallel_partitions": 3}}}})
+    remote = partition_metadata(result, "remote_segments")
+    for key in KEYS:
+        assert remote[key]["copied_segments"] == remote[key]["remote_segments"] == len(eligible(log_dir, key))

@@ -1,6 +1,8 @@
 """``remote_segments``: the copy procedure (Kafka's RLMCopyTask) for the run's partitions, under
 the shared write quota, with each partition's remote-tier state as metadata."""
 
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
 import dagster as dg
 
 from kts_assets.assets.segments import (
@@ -12,12 +14,18 @@ from kts_assets.assets.segments import (
     segment_bytes,
 )
 from kts_assets.partitions import topic_partitions
-from kts_resources.copier import copy_partition
+from kts_resources.copier import PartitionCopyResult, copy_partition
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+class RemoteSegmentsConfig(dg.Config):
+    """Run config of ``remote_segments`` (sensor and schedule runs take the defaults)."""
+
+    parallel_partitions: int = 4  # partitions copied at once in one run; the write quota is shared
 
 
 def topic_id_partition(located: LocatedPartition, store: RemoteLogMetadataStore) -> TopicIdPartition | None:
@@ -74,6 +82,7 @@ def remote_segments(
     metadata_store: MetadataStoreResource,
     remote_tier: RemoteTierResource,
     copy_quota: CopyQuotaResource,
+    config: RemoteSegmentsConfig,
 ) -> dg.MaterializeResult:
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs, keys)
@@ -83,35 +92,43 @@ def remote_segments(
     storage = remote_tier.storage()
     quota = copy_quota.manager(store.engine)  # one rate for the whole run, shared with other runs
 
+    def copy_one(loc: LocatedPartition) -> PartitionCopyResult:
+        return copy_partition(loc.partition, loc.log_dir, store, storage, quota=quota)
+
     failed: list[str] = []
     copied_total = 0
-    for key, loc in located.items():
-        # One partition's failure (lock timeout, unreachable bucket, …) must not cost the others their copy.
-        try:
-            result = copy_partition(loc.partition, loc.log_dir, store, storage, quota=quota)
-        except Exception as e:  # noqa: BLE001
-            failed.append(key)
-            context.log.error(f"{key}: copy pass failed: {type(e).__name__}: {e}")
-            context.add_asset_metadata({"copy_failed": 1, "copy_error": str(e)}, partition_key=key)
-            continue
-        if result.skipped:
-            context.log.info(f"{key}: skipped: {result.skipped}")
-        if result.stopped:
-            context.log.error(f"{key}: copy stopped: {result.stopped}")
-        copied_total += len(result.copied)
-        metadata: dict[str, object] = {
-            "copied_segments": len(result.copied),
-            "copied_bytes": result.copied_bytes,
-            "repaired_segments": len(result.repaired),
-            "throttle_time_ms": result.throttle_ms,
-            "copy_failed": 1 if result.stopped else 0,
-            **tier_state(loc, store),
-        }
-        if result.stopped:
-            metadata["copy_error"] = result.stopped
-        if result.skipped:
-            metadata["skipped"] = result.skipped
-        context.add_asset_metadata(metadata, partition_key=key)
+    # Partitions copy side by side (each under its own partition lock); metadata is added here, in
+    # the step's own thread, as results come in.
+    with ThreadPoolExecutor(max_workers=max(1, config.parallel_partitions), thread_name_prefix="kts-copy") as pool:
+        futures = {pool.submit(copy_one, loc): (key, loc) for key, loc in located.items()}
+        for future in as_completed(futures):
+            key, loc = futures[future]
+            # One partition's failure (lock timeout, unreachable bucket, …) must not cost the others their copy.
+            try:
+                result = future.result()
+            except Exception as e:  # noqa: BLE001
+                failed.append(key)
+                context.log.error(f"{key}: copy pass failed: {type(e).__name__}: {e}")
+                context.add_asset_metadata({"copy_failed": 1, "copy_error": str(e)}, partition_key=key)
+                continue
+            if result.skipped:
+                context.log.info(f"{key}: skipped: {result.skipped}")
+            if result.stopped:
+                context.log.error(f"{key}: copy stopped: {result.stopped}")
+            copied_total += len(result.copied)
+            metadata: dict[str, object] = {
+                "copied_segments": len(result.copied),
+                "copied_bytes": result.copied_bytes,
+                "repaired_segments": len(result.repaired),
+                "throttle_time_ms": result.throttle_ms,
+                "copy_failed": 1 if result.stopped else 0,
+                **tier_state(loc, store),
+            }
+            if result.stopped:
+                metadata["copy_error"] = result.stopped
+            if result.skipped:
+                metadata["skipped"] = result.skipped
+            context.add_asset_metadata(metadata, partition_key=key)
     if located and len(failed) == len(located):
         # Nothing worked (the store or the bucket is down): fail, so the RetryPolicy tries again.
         raise dg.Failure(f"the copy pass failed for every partition of the run: {', '.join(failed[:20])}")
