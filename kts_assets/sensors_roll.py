@@ -218,10 +218,10 @@ def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Kaf
     """Copy runs for the known partitions whose newest eligible segment is not yet requested."""
     known = list(context.instance.get_dynamic_partitions(topic_partitions.name))
     try:
-        previous = decode_cursor(context.cursor)
+        previous, cursor_readable = decode_cursor(context.cursor), True
     except ValueError as e:
         context.log.warning(f"{e}; starting from an empty cursor (every partition with eligible segments is requested)")
-        previous = {}
+        previous, cursor_readable = {}, False
     survey = survey_log_dirs(kafka_log_dirs.paths(), known)
     for problem in survey.unreadable_log_dirs:
         context.log.error(f"skipped a log dir this tick, checkpoint unreadable: {problem}")
@@ -232,7 +232,8 @@ def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Kaf
                           max_partitions_per_run=MAX_PARTITIONS_PER_RUN, max_runs=MAX_RUNS_PER_TICK)
     checked = (f"checked {survey.checked} of {len(known)} known partitions"
                f" ({len(survey.eligible)} with eligible segments, {survey.without_checkpoints} not yet checkpointed)")
-    cursor = encode_cursor(plan.cursor)
+    # Unchanged, the cursor is handed back as it came: compressing 10,000 entries costs ~0.1 s.
+    cursor = context.cursor if cursor_readable and plan.cursor == previous else encode_cursor(plan.cursor)
     if not plan.batches:
         return dg.SensorResult(skip_reason=f"no new eligible segments; {checked}", cursor=cursor)
 

@@ -386,3 +386,22 @@ def test_a_simulated_broker_that_keeps_appending_gets_runs_for_exactly_the_parti
     second = tick(instance, tmp_path, cursor=first.cursor)
     assert asked_for(second) == len(grown)
     assert decode_cursor(second.cursor) == after
+
+
+# --- the benchmark ---------------------------------------------------------------------------------------
+
+
+def test_the_sensor_tick_bench_quick_runs_and_writes_json(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "sensor_tick.json"
+    script = Path(__file__).resolve().parent.parent / "bench" / "sensor_tick.py"
+    done = subprocess.run([sys.executable, str(script), "--quick", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert [r["partitions"] for r in data["results"]] == [200, 1000]
+    for result in data["results"]:
+        assert {"scandir", "survey", "first_tick", "idle_tick"} == result["seconds"].keys()
+        assert {"survey", "first_tick", "idle_tick"} == result["share_of_60s_budget"].keys()

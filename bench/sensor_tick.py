@@ -1,0 +1,188 @@
+"""How long one tick of the segment roll sensor takes, against Dagster's 60 s tick budget.
+
+    .venv/bin/python bench/sensor_tick.py [--partitions 2000,10000] [--segments 10] [--repeats 5] [--quick] [--json PATH]
+
+For each size it writes a synthetic log dir under a temporary directory: topics of 100 partitions,
+each partition ``--segments`` empty segments of a partition-specific size (.log, .index, .timeindex), a producer snapshot, a
+leader-epoch-checkpoint, plus the log dir's replication-offset and recovery-point checkpoints — all
+the sensor reads, since it never opens a segment. A test Dagster instance (SQLite, temporary)
+holds every partition as a dynamic partition. Then, best of N with the page cache warm:
+
+- baseline "scandir": ``os.scandir`` over every partition dir, names only (the floor: listing);
+- "survey": the sensor's pass over the log dir (checkpoints + listings + eligibility), no Dagster;
+- "first tick": ``evaluate_tick`` with no cursor, every partition has work → ranged runs + cursor
+  (at most MAX_RUNS_PER_TICK runs; the rest wait for later ticks);
+- "idle tick": ``evaluate_tick`` with the cursor of every partition requested, nothing new (the
+  steady state).
+
+Each is reported in seconds, as a share of the 60 s budget, and as a ratio to the scandir baseline
+measured in the same run. Prints a table; writes JSON (default bench/results/sensor_tick.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Python puts this script's directory first on sys.path, where bench/copy.py would shadow the stdlib.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import dagster as dg  # noqa: E402
+
+from kts_assets.partitions import topic_partitions  # noqa: E402
+from kts_assets.sensors_roll import encode_cursor, segment_roll_sensor, survey_log_dirs  # noqa: E402
+from kts_resources.kafka.checkpoints import write_offset_checkpoint  # noqa: E402
+from kts_resources.kafka.logdir import offset_file_name  # noqa: E402
+from kts_resources.kafka.partition import TopicPartition  # noqa: E402
+from kts_resources.resources import KafkaLogDirsResource  # noqa: E402
+
+TICK_BUDGET_S = 60.0  # Dagster's default sensor evaluation timeout
+PARTITIONS_PER_TOPIC = 100
+SEGMENT_OFFSETS = 50_000  # offsets per segment
+DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "sensor_tick.json"
+
+
+def write_log_dir(root: Path, partitions: int, segments: int) -> list[str]:
+    """A synthetic log dir; returns the partition keys in (topic, partition) order."""
+    high_watermarks: dict[TopicPartition, int] = {}
+    for i in range(partitions):
+        tp = TopicPartition(f"topic-{i // PARTITIONS_PER_TOPIC:04d}", i % PARTITIONS_PER_TOPIC)
+        directory = root / tp.dir_name
+        directory.mkdir()
+        # Segment sizes differ between partitions, so their offsets (and the cursor) do too.
+        step = SEGMENT_OFFSETS + (i * 7919) % SEGMENT_OFFSETS
+        bases = [s * step for s in range(segments)]
+        for base in bases:
+            for suffix in (".log", ".index", ".timeindex"):
+                open(directory / offset_file_name(base, suffix), "wb").close()
+        open(directory / offset_file_name(bases[-1], ".snapshot"), "wb").close()
+        (directory / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
+        high_watermarks[tp] = bases[-1] + step // 2  # inside the active segment
+    write_offset_checkpoint(root / "replication-offset-checkpoint", high_watermarks)
+    write_offset_checkpoint(root / "recovery-point-offset-checkpoint", high_watermarks)
+    return [tp.dir_name for tp in sorted(high_watermarks)]
+
+
+def scandir_all(root: Path, keys: list[str]) -> int:
+    names = 0
+    for key in keys:
+        with os.scandir(root / key) as entries:
+            for entry in entries:
+                names += len(entry.name) > 0
+    return names
+
+
+def best_of(repeats: int, fn) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def measure(partitions: int, segments: int, repeats: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="kts-sensor-bench-") as tmp, dg.instance_for_test() as instance:
+        root = Path(tmp) / "logs"
+        root.mkdir()
+        t0 = time.perf_counter()
+        keys = write_log_dir(root, partitions, segments)
+        instance.add_dynamic_partitions(topic_partitions.name, keys)
+        setup_s = time.perf_counter() - t0
+        resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(root))}
+
+        def tick(cursor=None):
+            context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+            return segment_roll_sensor.evaluate_tick(context)
+
+        scandir_all(root, keys)  # warm the page cache and the dentry cache
+        # The steady state: every partition's eligible segment already requested.
+        steady = encode_cursor(survey_log_dirs([root], keys).eligible)
+        # Interleaved rounds, so that a busy neighbour slows every measurement alike.
+        timings: dict[str, float] = {"scandir": float("inf"), "survey": float("inf"),
+                                     "first_tick": float("inf"), "idle_tick": float("inf")}
+        first = idle = None
+        for _ in range(repeats):
+            for name, fn in (("scandir", lambda: scandir_all(root, keys)),
+                             ("survey", lambda: survey_log_dirs([root], keys)),
+                             ("first_tick", tick)):
+                elapsed, result = best_of(1, fn)
+                timings[name] = min(timings[name], elapsed)
+                if name == "first_tick":
+                    first = result
+            elapsed, idle = best_of(1, lambda: tick(steady))
+            timings["idle_tick"] = min(timings["idle_tick"], elapsed)
+        assert first is not None and idle is not None
+        assert sum(int(r.tags["kts/partitions_requested"]) for r in first.run_requests) <= partitions
+        assert idle.run_requests == []
+        return {
+            "partitions": partitions,
+            "segments_per_partition": segments,
+            "files": partitions * (3 * segments + 2),
+            "setup_s": round(setup_s, 2),
+            "seconds": {k: round(v, 5) for k, v in timings.items()},
+            "share_of_60s_budget": {k: round(v / TICK_BUDGET_S, 6) for k, v in timings.items() if k != "scandir"},
+            "ratio_vs_scandir": {k: round(v / timings["scandir"], 2) for k, v in timings.items()},
+            "first_tick_runs": len(first.run_requests),
+            "first_tick_partitions": sum(int(r.tags["kts/partitions_requested"]) for r in first.run_requests),
+            "cursor_bytes": len(steady),
+        }
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"{'partitions':>10}  {'measurement':<12} {'seconds':>9}  {'of 60 s':>8}  {'vs scandir':>10}")
+    print("-" * 56)
+    for r in results:
+        for name in ("scandir", "survey", "first_tick", "idle_tick"):
+            seconds = r["seconds"][name]
+            share = "" if name == "scandir" else f"{100 * seconds / TICK_BUDGET_S:7.3f}%"
+            ratio = "(baseline)" if name == "scandir" else f"{r['ratio_vs_scandir'][name]:10.2f}"
+            print(f"{r['partitions']:>10}  {name:<12} {seconds:9.4f}  {share:>8}  {ratio:>10}")
+        print(f"{'':>10}  first tick: {r['first_tick_runs']} runs over {r['first_tick_partitions']:,} partitions;"
+              f" steady cursor {r['cursor_bytes']:,} bytes;"
+              f" {r['files']:,} files")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", default="2000,10000", help="comma-separated sizes")
+    parser.add_argument("--segments", type=int, default=10, help="segments per partition")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="200 and 1000 partitions, 3 segments, 1 round")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.partitions.split(",") if s.strip()]
+    segments, repeats = args.segments, args.repeats
+    if args.quick:
+        sizes, segments, repeats = [200, 1000], 3, 1
+
+    started = time.perf_counter()
+    results = []
+    for size in sizes:
+        print(f"{size} partitions × {segments} segments …", file=sys.stderr)
+        results.append(measure(size, segments, repeats))
+    print_table(results)
+    elapsed = time.perf_counter() - started
+    print(f"\nbest of {repeats}; python {platform.python_version()}, {os.cpu_count()} CPUs; {elapsed:.0f} s")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({
+        "params": {"partitions": sizes, "segments": segments, "repeats": repeats, "quick": args.quick,
+                   "tick_budget_s": TICK_BUDGET_S, "python": platform.python_version(), "cpus": os.cpu_count()},
+        "results": results,
+    }, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
