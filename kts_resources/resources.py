@@ -157,6 +157,8 @@ class KtsPySparkResource(PySparkResource):
         if str(self.spark_config.get("spark.master", "local")).startswith("local"):
             # Local workers must run this interpreter (kts's virtualenv), not python3 on PATH.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            # A local JVM binds to loopback anyway (spark_conf); saying so spares the launcher's warning.
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         super().setup_for_execution(context)
         self.spark_session.sparkContext.setLogLevel("ERROR")
 
@@ -164,4 +166,5 @@ class KtsPySparkResource(PySparkResource):
 def spark_resource(master: str | None = None) -> KtsPySparkResource:
     from kts_resources.spark import spark_conf
 
-    return KtsPySparkResource(spark_config=spark_conf(master))
+    # spark.log.level quiets the driver from its first line, before setLogLevel could.
+    return KtsPySparkResource(spark_config=spark_conf(master, {"spark.log.level": "ERROR"}))
