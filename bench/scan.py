@@ -22,6 +22,13 @@ Prints a table on stdout, progress on stderr, and writes JSON (default bench/res
 
 from __future__ import annotations
 
+import os.path
+import sys
+
+# Python puts this script's directory first on sys.path, where bench/copy.py would shadow the
+# standard library's copy module (imported by dataclasses, argparse, …): drop it before any import.
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != os.path.dirname(os.path.realpath(__file__))]
+
 import argparse
 import gc
 import json
