@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -158,29 +159,39 @@ def copy_partition(
             highest_copied_offset=store.partition_state(tip).highest_copied_offset,
         )
         lineage = partition.leader_epochs()
-        for segment in candidates:
-            lock.assert_held()  # a lost lock means another run may be copying now: stop
-            try:
-                md, data = _prepare(partition, segment, tip, lineage, broker_id, clock)
-            except (CorruptSegmentError, OSError) as e:
-                result.stopped = str(e)
-                log.error("%s: %s", tp, e)
-                break
-            if quota is not None:
-                allowance = quota.window_allowance_bytes
-                if allowance is not None and md.segment_size_in_bytes > allowance:
-                    log.warning("%s: segment %d (%d bytes) is larger than the copy quota's window allowance (%d bytes)",
-                                tp, segment.base_offset, md.segment_size_in_bytes, allowance)
-                result.throttle_ms += quota.acquire(md.segment_size_in_bytes)
-            try:
-                finished = _copy_one(store, storage, md, data, clock)
-            except Exception as e:  # noqa: BLE001 — any failure of one upload stops this partition's pass
-                result.stopped = f"copy of {segment.log} failed and was cleaned up: {e}"
-                log.error("%s: %s", tp, result.stopped)
-                break
-            result.copied.append(finished)
-            if on_copied is not None:
-                on_copied(tp, finished)
+        # Segment n+1 is CRC-checked while segment n uploads: the upload waits on write/fsync (or
+        # the network) with the GIL released, and preparing only reads, so order and safety hold.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-copy-prepare") as prepare:
+            def next_prepared(i: int) -> Future | None:
+                if i >= len(candidates):
+                    return None
+                return prepare.submit(_prepare, partition, candidates[i], tip, lineage, broker_id, clock)
+
+            pending = next_prepared(0)
+            for i, segment in enumerate(candidates):
+                lock.assert_held()  # a lost lock means another run may be copying now: stop
+                try:
+                    md, data = pending.result()
+                except (CorruptSegmentError, OSError) as e:
+                    result.stopped = str(e)
+                    log.error("%s: %s", tp, e)
+                    break
+                pending = next_prepared(i + 1)
+                if quota is not None:
+                    allowance = quota.window_allowance_bytes
+                    if allowance is not None and md.segment_size_in_bytes > allowance:
+                        log.warning("%s: segment %d (%d bytes) is larger than the copy quota's window allowance (%d bytes)",
+                                    tp, segment.base_offset, md.segment_size_in_bytes, allowance)
+                    result.throttle_ms += quota.acquire(md.segment_size_in_bytes)
+                try:
+                    finished = _copy_one(store, storage, md, data, clock)
+                except Exception as e:  # noqa: BLE001 — any failure of one upload stops this partition's pass
+                    result.stopped = f"copy of {segment.log} failed and was cleaned up: {e}"
+                    log.error("%s: %s", tp, result.stopped)
+                    break
+                result.copied.append(finished)
+                if on_copied is not None:
+                    on_copied(tp, finished)
     return result
 
 
