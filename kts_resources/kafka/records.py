@@ -284,11 +284,8 @@ def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: in
             f = unpack_v2(view, pos)
             batch_length = f[1]
             size = batch_length + LOG_OVERHEAD
-            if batch_length < min_v2_length:
-                scan.invalid = InvalidBytes(pos, remaining, f"batch length {batch_length} is below the minimum of {min_v2_length}")
-                break
-            if size > remaining:
-                scan.invalid = InvalidBytes(pos, remaining, f"partial batch: {remaining} of {size} bytes")
+            if batch_length < min_v2_length or size > remaining:
+                scan.invalid = InvalidBytes(pos, remaining, _framing_problem(batch_length, remaining, min_v2_length, legacy=False))
                 break
             crc_ok = None
             if verify_crc:
@@ -304,18 +301,12 @@ def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: in
         size = batch_length + LOG_OVERHEAD
         if magic == 2:
             # Fewer bytes left than a magic-2 header: too short a length, or a batch cut off.
-            if batch_length < min_v2_length:
-                scan.invalid = InvalidBytes(pos, remaining, f"batch length {batch_length} is below the minimum of {min_v2_length}")
-            else:
-                scan.invalid = InvalidBytes(pos, remaining, f"partial batch: {remaining} of {size} bytes")
+            scan.invalid = InvalidBytes(pos, remaining, _framing_problem(batch_length, remaining, min_v2_length, legacy=False))
             break
         elif magic in (0, 1):
             minimum = (LEGACY_V0_HEADER_SIZE if magic == 0 else LEGACY_V1_HEADER_SIZE) - LOG_OVERHEAD
-            if batch_length < minimum:
-                scan.invalid = InvalidBytes(pos, remaining, f"message size {batch_length} is below the minimum of {minimum}")
-                break
-            if size > remaining:
-                scan.invalid = InvalidBytes(pos, remaining, f"partial message: {remaining} of {size} bytes")
+            if batch_length < minimum or size > remaining:
+                scan.invalid = InvalidBytes(pos, remaining, _framing_problem(batch_length, remaining, minimum, legacy=True))
                 break
             try:
                 append(_legacy_header(view, pos, size, verify_crc))
@@ -330,6 +321,13 @@ def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: in
     # Everything before pos is whole batches: where the loop ran out of data or met invalid bytes.
     scan.valid_bytes = pos
     return scan
+
+
+def _framing_problem(batch_length: int, remaining: int, minimum: int, *, legacy: bool) -> str:
+    """Why the bytes at a position are not a whole batch (magic 2) or message (magic 0/1)."""
+    if batch_length < minimum:
+        return f"{'message size' if legacy else 'batch length'} {batch_length} is below the minimum of {minimum}"
+    return f"partial {'message' if legacy else 'batch'}: {remaining} of {batch_length + LOG_OVERHEAD} bytes"
 
 
 def iter_batch_headers(data: bytes | memoryview, *, verify_crc: bool = True) -> Iterator[BatchHeader]:
