@@ -2,6 +2,10 @@
 VENV := .venv
 KTS := $(VENV)/bin/kts
 DEMO_DIR ?= $(CURDIR)/.kts/demo-logs
+# Embedded defaults: kts's own files (Postgres, the local remote tier) under .kts; the Dagster
+# instance is the repo's dagster.yaml, so `dagster dev` shows the demo's runs.
+export KTS_HOME ?= $(CURDIR)/.kts
+export KTS_LOG_DIRS ?= $(DEMO_DIR)
 
 .PHONY: setup demo test bench
 
@@ -11,9 +15,10 @@ $(VENV)/.installed: pyproject.toml .ci/setup
 	bash .ci/setup
 	touch $@
 
-# Simulate a broker's log dir, then inspect it the way kts does before tiering.
+# Simulate a broker's log dir, tier it with one pass of the Dagster pipeline, then inspect it.
 demo: setup
 	$(KTS) simulate --log-dir $(DEMO_DIR) --seed 7 --topics orders,page.views,user-events --partitions 2 --total-bytes 24MiB --segment-bytes 1MiB
+	$(KTS) sync
 	$(KTS) segments $(DEMO_DIR)/orders-0
 	$(KTS) index verify $(DEMO_DIR)/orders-0/00000000000000000000.log
 	$(KTS) dump $(DEMO_DIR)/orders-0/00000000000000000000.log --records | head -n 20

@@ -408,6 +408,77 @@ def add_config_parser(sub) -> None:
         action.set_defaults(func=cmd_config)
 
 
+def dagster_instance():
+    """The instance `dagster dev` uses: DAGSTER_HOME, else the repo root holding dagster.yaml (a
+    source checkout), else KTS_HOME/dagster; so every CLI run shows in the UI."""
+    import dagster as dg
+
+    from kts_resources import settings
+
+    if not os.environ.get("DAGSTER_HOME"):
+        repo_root = Path(__file__).resolve().parent.parent
+        home = repo_root if (repo_root / "dagster.yaml").is_file() else settings.kts_home() / "dagster"
+        home.mkdir(parents=True, exist_ok=True)
+        if not (home / "dagster.yaml").exists():
+            (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        os.environ["DAGSTER_HOME"] = str(home)
+    return dg.DagsterInstance.get()
+
+
+def cmd_sync(args) -> int:
+    """One full pass through Dagster, in-process: discover partitions, then run copy_job (inventory
+    with Spark, copy under the quota) over every partition in as few runs as batching allows."""
+    import warnings
+
+    # Dagster's notices about beta/preview APIs kts chose on purpose are not the user's business.
+    warnings.filterwarnings("ignore", module=r"dagster\..*")
+    warnings.filterwarnings("ignore", message=r".*(beta|preview).*")
+    from kts_assets.batching import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG, batch_key_ranges
+    from kts_assets.definitions import defs
+    from kts_assets.partitions import topic_partitions
+    from kts_resources import settings
+    from kts_resources.kafka.logdir import LogDir
+
+    keys: list[str] = []
+    for path in settings.log_dirs():
+        if path.is_dir():
+            keys += [p.topic_partition.dir_name for p in LogDir(path).partitions()]
+    if not keys:
+        raise CommandError(f"no partitions in the log dirs ({', '.join(map(str, settings.log_dirs()))}); set KTS_LOG_DIRS")
+    instance = dagster_instance()
+    known = instance.get_dynamic_partitions(topic_partitions.name)
+    new = sorted(set(keys) - set(known))
+    if new:
+        instance.add_dynamic_partitions(topic_partitions.name, new)
+    ordered = instance.get_dynamic_partitions(topic_partitions.name)
+    job = defs.resolve_job_def("copy_job")
+    totals = {"copied_segments": 0, "copied_bytes": 0, "remote_segments": 0, "remote_bytes": 0, "copy_lag_segments": 0}
+    failed = []
+    for batch in batch_key_ranges(ordered, keys):
+        print(f"sync: copy_job over {batch.start} .. {batch.end} ({batch.span} partitions)", file=sys.stderr)
+        result = job.execute_in_process(
+            instance=instance,
+            tags={PARTITION_RANGE_START_TAG: batch.start, PARTITION_RANGE_END_TAG: batch.end, "kts/trigger": "kts sync"},
+            raise_on_error=False,
+            # The run's full event log is in the Dagster UI; the terminal gets warnings and errors.
+            run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("KTS_LOG_LEVEL", "WARNING").upper()}}}},
+        )
+        if not result.success:
+            failed.append(f"{batch.start} .. {batch.end} (run {result.run_id})")
+        for event in result.asset_materializations_for_node("remote_segments"):
+            for name in totals:
+                value = event.metadata.get(name)
+                if value is not None and event.partition in batch.keys:
+                    totals[name] += int(value.value)
+    print(f"synced {len(keys)} partitions ({len(new)} new): copied {totals['copied_segments']} segments "
+          f"({totals['copied_bytes']:,} bytes); remote tier now {totals['remote_segments']} segments "
+          f"({totals['remote_bytes']:,} bytes); copy lag {totals['copy_lag_segments']} segments")
+    if failed:
+        report([f"copy_job failed for {f}; see the run in the Dagster UI" for f in failed])
+        return EXIT_FINDINGS
+    return 0
+
+
 def add_simulate_parser(sub) -> None:
     """One option per SimulationConfig field, so the CLI can never fall behind the simulator."""
     import dataclasses
@@ -472,6 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulate_parser(sub)
     add_config_parser(sub)
+    p = sub.add_parser("sync", help="one full pass of the pipeline through Dagster: discover, inventory (Spark), copy")
+    p.set_defaults(func=cmd_sync)
     return parser
 
 
