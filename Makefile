@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml .ci/setup
 demo: setup
 	$(KTS) simulate --log-dir $(DEMO_DIR) --seed 7 --topics orders,page.views,user-events --partitions 2 --total-bytes 24MiB --segment-bytes 1MiB
 	$(KTS) sync
+	$(KTS) status
 	$(KTS) segments $(DEMO_DIR)/orders-0
 	$(KTS) index verify $(DEMO_DIR)/orders-0/00000000000000000000.log
 	$(KTS) dump $(DEMO_DIR)/orders-0/00000000000000000000.log --records | head -n 20

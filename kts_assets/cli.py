@@ -425,14 +425,18 @@ def dagster_instance():
     return dg.DagsterInstance.get()
 
 
+def _quiet_dagster_warnings() -> None:
+    """Dagster's notices about the beta/preview APIs kts uses on purpose are not the user's business."""
+    import warnings
+
+    warnings.filterwarnings("ignore", module=r"dagster\..*")
+    warnings.filterwarnings("ignore", message=r".*(beta|preview).*")
+
+
 def cmd_sync(args) -> int:
     """One full pass through Dagster, in-process: discover partitions, then run copy_job (inventory
     with Spark, copy under the quota) over every partition in as few runs as batching allows."""
-    import warnings
-
-    # Dagster's notices about beta/preview APIs kts chose on purpose are not the user's business.
-    warnings.filterwarnings("ignore", module=r"dagster\..*")
-    warnings.filterwarnings("ignore", message=r".*(beta|preview).*")
+    _quiet_dagster_warnings()
     from kts_assets.batching import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG, batch_key_ranges
     from kts_assets.definitions import defs
     from kts_assets.partitions import topic_partitions
@@ -476,6 +480,61 @@ def cmd_sync(args) -> int:
     if failed:
         report([f"copy_job failed for {f}; see the run in the Dagster UI" for f in failed])
         return EXIT_FINDINGS
+    return 0
+
+
+STATUS_FIELDS = (
+    "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",
+    "remote_log_start_offset", "remote_log_end_offset", "local_bytes", "remote_bytes", "local_segments",
+    "remote_segments", "copy_lag_bytes", "copy_lag_segments",
+)
+
+
+def cmd_status(args) -> int:
+    """Per partition: both tiers' offsets (Lx ≤ Ly ≤ Lz locally, Rx ≤ Ry remotely), bytes, segments
+    and copy lag, from the log dirs and the metadata store (ARCHITECTURE.md's status fields)."""
+    _quiet_dagster_warnings()
+    from kts_assets.assets.copy import tier_state
+    from kts_assets.assets.segments import LocatedPartition, segment_bytes
+    from kts_resources import settings
+    from kts_resources.kafka.logdir import LogDir
+    from kts_resources.kafka.segment import summarize_segment
+
+    store = _metadata_store()
+    rows = []
+    for path in settings.log_dirs():
+        if not path.is_dir():
+            continue
+        log_dir = LogDir(path)
+        for partition in log_dir.partitions():
+            located = LocatedPartition(partition.topic_partition.dir_name, log_dir, partition, owned=False)
+            state = tier_state(located, store)
+            segments = partition.segments()
+            active = segments[-1] if segments else None
+            log_end = summarize_segment(active.log, active.base_offset, active=True).next_offset if active else -1
+            local_start = state["local_log_start_offset"]
+            remote_start = state["remote_log_start_offset"]
+            rows.append({
+                "topic": partition.topic,
+                "partition": partition.partition,
+                # The partition's log starts where its oldest data is, remote or local.
+                "log_start_offset": min(remote_start, local_start) if remote_start >= 0 and local_start >= 0 else max(remote_start, local_start),
+                "local_log_start_offset": local_start,
+                "high_watermark": state["high_watermark"],
+                "log_end_offset": log_end,
+                "remote_log_start_offset": remote_start,
+                "remote_log_end_offset": state["remote_log_end_offset"],
+                "local_bytes": segment_bytes(segments),
+                "remote_bytes": state["remote_bytes"],
+                "local_segments": state["local_segments"],
+                "remote_segments": state["remote_segments"],
+                "copy_lag_bytes": state["copy_lag_bytes"],
+                "copy_lag_segments": state["copy_lag_segments"],
+            })
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(rows, STATUS_FIELDS)
     return 0
 
 
@@ -545,6 +604,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_parser(sub)
     p = sub.add_parser("sync", help="one full pass of the pipeline through Dagster: discover, inventory (Spark), copy")
     p.set_defaults(func=cmd_sync)
+    p = sub.add_parser("status", help="per partition: offsets, bytes and segments per tier, copy lag")
+    p.add_argument("--json", action="store_true", help="print JSON (one object per partition)")
+    p.set_defaults(func=cmd_status)
     return parser
 
 
