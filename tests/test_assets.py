@@ -27,6 +27,8 @@ from kts_resources.resources import (
     spark_resource,
 )
 
+from .test_copier import _eligible as eligible_segments
+
 # One local session for the whole test run: getOrCreate hands every run the same JVM.
 SPARK = spark_resource("local[2]")
 RANGE_START = "dagster/asset_partition_range_start"
@@ -52,11 +54,7 @@ def pipeline_resources(log_dir: Path, pg_url: str, remote_dir: Path, owned: bool
 
 def eligible(log_dir: Path, key: str) -> list:
     """What the copy rule allows for one partition: closed and wholly below min(HW, recovery point)."""
-    partition = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == key)
-    tp = partition.topic_partition
-    bound = min(read_offset_checkpoint(log_dir / "replication-offset-checkpoint")[tp],
-                read_offset_checkpoint(log_dir / "recovery-point-offset-checkpoint")[tp])
-    return [s for s in partition.segments() if not s.active and s.next_base_offset <= bound]
+    return eligible_segments(log_dir)[key]
 
 
 def partition_metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, dict]:
