@@ -9,6 +9,9 @@ single-run backfill over many records one evaluation per partition, then one sum
 from collections.abc import Callable, Iterator
 
 import dagster as dg
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # not re-exported at the top level
+    AssetCheckEvaluationTargetMaterializationData,
+)
 
 from kts_assets.assets.copy import finished_segments, remote_segments, topic_id_partition
 from kts_assets.assets.segments import LocatedPartition, inventory_path, local_offsets, local_segments, locate_partitions
@@ -39,15 +42,39 @@ def _report(context: dg.AssetCheckExecutionContext, asset_key: dg.AssetKey, chec
         passed, metadata, description = next(iter(verdicts.values()))
         yield dg.AssetCheckResult(passed=passed, metadata=metadata, description=description)
         return
+    targets = _latest_materializations(context.instance, asset_key, list(verdicts))
     for key, (passed, metadata, description) in verdicts.items():
         yield dg.AssetCheckEvaluation(asset_key=asset_key, check_name=check_name, passed=passed,
-                                      partition=key, metadata=metadata, description=description)
+                                      partition=key, metadata=metadata, description=description,
+                                      target_materialization_data=targets.get(key))
     yield dg.AssetCheckResult(
         passed=not failing,
         metadata={"partitions_checked": len(verdicts), "partitions_failing": len(failing),
                   "failing": ", ".join(failing[:50])},
         description=f"{len(failing)} of {len(verdicts)} partitions fail" if failing else f"all {len(verdicts)} partitions pass",
     )
+
+
+def _latest_materializations(instance: dg.DagsterInstance, asset_key: dg.AssetKey,
+                             keys: list[str]) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+    """Each partition's latest materialisation, which its evaluation is about: without it the UI
+    counts the evaluation as stale and shows no status for the partition. Dagster looks these up
+    itself only for a single-partition run; over a range it takes a few pages of one query."""
+    wanted, found = set(keys), {}
+    cursor = None
+    while wanted - found.keys():
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=sorted(wanted - found.keys())),
+            limit=max(len(wanted - found.keys()), 50), cursor=cursor)
+        for record in page.records:
+            partition = record.partition_key
+            if partition in wanted and partition not in found:
+                found[partition] = AssetCheckEvaluationTargetMaterializationData(
+                    storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+        if not page.has_more:
+            break
+        cursor = page.cursor
+    return found
 
 
 def _per_partition(kafka_log_dirs: KafkaLogDirsResource, keys: list[str],

@@ -399,10 +399,6 @@ def test_every_check_passed_in_the_sync_run(webserver):
     assert all(c["executionForLatestMaterialization"] == {"status": "SUCCEEDED"} for c in checks), checks
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kts_assets/checks.py: over a partition range a check yields AssetCheckEvaluation(partition=…) "
-    "without target_materialization_data, so Dagster counts each evaluation as not targeting the "
-    "partition's latest materialisation and the UI's per-partition check status stays empty"))
 def test_every_check_shows_passed_for_every_partition_after_one_sync(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
     checks = [c for node in nodes.values() for c in node["assetChecksOrError"]["checks"]]
