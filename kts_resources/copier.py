@@ -9,16 +9,17 @@ A failed upload is cleaned up through DELETE_SEGMENT_STARTED → DELETE_SEGMENT_
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from kts_resources.kafka.checkpoints import EpochEntry, epochs_up_to, format_leader_epoch_checkpoint
 from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.kafka.records import NO_TIMESTAMP, BatchHeader, scan_batches
+from kts_resources.kafka.records import verify_segment
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
 from kts_resources.remote_log import (
@@ -27,6 +28,7 @@ from kts_resources.remote_log import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
+    VerifiedChecksum,
 )
 from kts_resources.remote_storage.base import RemoteStorageManager
 
@@ -64,11 +66,12 @@ def copy_candidates(
     return candidates
 
 
-def segment_leader_epochs(lineage: Sequence[EpochEntry], batches: Sequence[BatchHeader], start_offset: int, end_offset: int) -> dict[int, int]:
+def segment_leader_epochs(lineage: Sequence[EpochEntry], batch_epochs: Mapping[int, int], start_offset: int, end_offset: int) -> dict[int, int]:
     """Epoch → first offset of that epoch in [start_offset, end_offset] (never empty).
 
     From the partition's leader-epoch lineage, as Kafka does; where the lineage does not cover the
-    segment (a truncated or missing checkpoint) the batches' own partition leader epochs say it.
+    segment (a truncated or missing checkpoint) the batches' own partition leader epochs say it
+    (``batch_epochs``: epoch → base offset of its first batch, as ``verify_segment`` finds them).
     """
     epochs: dict[int, int] = {}
     covering = [e for e in epochs_up_to(lineage, end_offset)]
@@ -80,9 +83,8 @@ def segment_leader_epochs(lineage: Sequence[EpochEntry], batches: Sequence[Batch
             epochs.setdefault(entry.epoch, max(entry.start_offset, start_offset))
         if epochs:
             return epochs
-    for batch in batches:
-        if batch.partition_leader_epoch >= 0:
-            epochs.setdefault(batch.partition_leader_epoch, max(batch.base_offset, start_offset))
+    for epoch, first_offset in batch_epochs.items():
+        epochs.setdefault(epoch, max(first_offset, start_offset))
     return epochs or {0: start_offset}  # magic 0/1 data carries no epochs; Kafka treats it as epoch 0
 
 
@@ -159,15 +161,14 @@ def copy_partition(
             highest_copied_offset=store.partition_state(tip).highest_copied_offset,
         )
         lineage = partition.leader_epochs()
-        # Segment n+1 is CRC-checked while segment n uploads: the upload waits on write/fsync (or
-        # the network) with the GIL released, and preparing only reads, so order and safety hold.
+        # Segment n+1 is verified while segment n uploads: the upload waits on the kernel (or the
+        # network) with the GIL released, and verifying only reads. It starts after n's
+        # COPY_SEGMENT_STARTED, so that the store's round trips do not queue for the GIL behind it.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-copy-prepare") as prepare:
-            def next_prepared(i: int) -> Future | None:
-                if i >= len(candidates):
-                    return None
+            def prepared(i: int) -> Future:
                 return prepare.submit(_prepare, partition, candidates[i], tip, lineage, broker_id, clock)
 
-            pending = next_prepared(0)
+            pending = prepared(0) if candidates else None
             for i, segment in enumerate(candidates):
                 lock.assert_held()  # a lost lock means another run may be copying now: stop
                 try:
@@ -176,15 +177,16 @@ def copy_partition(
                     result.stopped = str(e)
                     log.error("%s: %s", tp, e)
                     break
-                pending = next_prepared(i + 1)
                 if quota is not None:
                     allowance = quota.window_allowance_bytes
                     if allowance is not None and md.segment_size_in_bytes > allowance:
                         log.warning("%s: segment %d (%d bytes) is larger than the copy quota's window allowance (%d bytes)",
                                     tp, segment.base_offset, md.segment_size_in_bytes, allowance)
                     result.throttle_ms += quota.acquire(md.segment_size_in_bytes)
+                store.add_remote_log_segment_metadata(md)
+                pending = prepared(i + 1) if i + 1 < len(candidates) else None
                 try:
-                    finished = _copy_one(store, storage, md, data, clock)
+                    finished = _upload_and_finish(store, storage, md, data, clock)
                 except Exception as e:  # noqa: BLE001 — any failure of one upload stops this partition's pass
                     result.stopped = f"copy of {segment.log} failed and was cleaned up: {e}"
                     log.error("%s: %s", tp, result.stopped)
@@ -233,29 +235,26 @@ def _prepare(
     """Check every batch of the segment, then describe it for the metadata store and the upload."""
     assert segment.next_base_offset is not None
     end_offset = segment.next_base_offset - 1
-    with mapped(segment.log) as view:
-        size = len(view)
-        scan = scan_batches(view, verify_crc=True)
-    if scan.crc_failures:
-        raise CorruptSegmentError(f"{segment.log}: byte {scan.crc_failures[0].position}: batch fails its CRC; the segment is not copied")
-    if scan.invalid is not None:
+    with open(segment.log, "rb") as f:
+        st = os.fstat(f.fileno())
+        with mapped(f) as view:
+            found = verify_segment(view)
+    if found.problem is not None:
+        position, problem = found.problem
+        raise CorruptSegmentError(f"{segment.log}: byte {position}: {problem}; the segment is not copied")
+    if found.last_offset is not None and found.last_offset > end_offset:
         raise CorruptSegmentError(
-            f"{segment.log}: byte {scan.invalid.position}: {scan.invalid.length} invalid bytes ({scan.invalid.reason}); the segment is not copied"
+            f"{segment.log}: byte {found.last_position}: offset {found.last_offset} overlaps the next segment at {segment.next_base_offset}"
         )
-    if scan.batches and scan.batches[-1].last_offset > end_offset:
-        raise CorruptSegmentError(
-            f"{segment.log}: byte {scan.batches[-1].position}: offset {scan.batches[-1].last_offset} overlaps the next segment at {segment.next_base_offset}"
-        )
-    max_timestamp = max((b.max_timestamp for b in scan.batches), default=NO_TIMESTAMP)
     metadata = RemoteLogSegmentMetadata(
         segment_id=RemoteLogSegmentId.generate(tip),
         start_offset=segment.base_offset,
         end_offset=end_offset,
-        max_timestamp_ms=max_timestamp,
+        max_timestamp_ms=found.max_timestamp,
         broker_id=broker_id,
         event_timestamp_ms=clock.now_ms(),
-        segment_size_in_bytes=size,
-        segment_leader_epochs=segment_leader_epochs(lineage, scan.batches, segment.base_offset, end_offset),
+        segment_size_in_bytes=found.size,
+        segment_leader_epochs=segment_leader_epochs(lineage, found.epochs, segment.base_offset, end_offset),
     )
     snapshot = partition.producer_snapshot_path(segment.next_base_offset)
     data = LogSegmentData(
@@ -265,19 +264,19 @@ def _prepare(
         transaction_index=segment.txn_index,
         producer_snapshot=snapshot if snapshot.exists() else None,
         leader_epoch_index=format_leader_epoch_checkpoint(epochs_up_to(lineage, end_offset)),
+        log_segment_checksum=VerifiedChecksum(found.crc32c, found.size, st.st_mtime_ns),
     )
     return metadata, data
 
 
-def _copy_one(
+def _upload_and_finish(
     store: RemoteLogMetadataStore,
     storage: RemoteStorageManager,
     metadata: RemoteLogSegmentMetadata,
     data: LogSegmentData,
     clock: Clock,
 ) -> RemoteLogSegmentMetadata:
-    """STARTED → upload → FINISHED; on failure, STARTED → DELETE_STARTED → delete → DELETE_FINISHED."""
-    store.add_remote_log_segment_metadata(metadata)
+    """After COPY_SEGMENT_STARTED: upload → FINISHED; on failure DELETE_STARTED → delete → DELETE_FINISHED."""
     try:
         custom_metadata = storage.copy_log_segment_data(metadata, data)
     except BaseException:

@@ -138,9 +138,22 @@ class IndexType(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class VerifiedChecksum:
+    """A local file's CRC-32C as the copy's verification read it, with the file's size and
+    modification time then. An upload may reuse the checksum instead of reading the file again
+    only while both are unchanged (a rolled segment never changes)."""
+
+    crc32c: int
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class LogSegmentData:
     """The local files of one segment to copy (LogSegmentData in Kafka). The leader-epoch lineage
-    travels as bytes (checkpoint text format, up to the segment's end), not as a file."""
+    travels as bytes (checkpoint text format, up to the segment's end), not as a file.
+    ``log_segment_checksum``, when the caller has just verified the .log, spares the upload a
+    second pass over it."""
 
     log_segment: Path
     offset_index: Path
@@ -148,3 +161,4 @@ class LogSegmentData:
     transaction_index: Path | None
     producer_snapshot: Path | None
     leader_epoch_index: bytes
+    log_segment_checksum: VerifiedChecksum | None = None

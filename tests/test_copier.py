@@ -15,7 +15,6 @@ import pytest
 from kts_resources.copier import copy_candidates, copy_log_dir, copy_partition, segment_leader_epochs
 from kts_resources.kafka.checkpoints import EpochEntry, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir, SegmentFiles
-from kts_resources.kafka.records import BatchHeader
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.quotas import ManualClock, RLMQuotaManager, InMemorySamples
 from kts_resources.remote_log import IndexType, RemoteLogSegmentState, TopicIdPartition
@@ -62,14 +61,13 @@ def test_candidates_start_after_the_highest_copied_offset_and_at_the_log_start_o
 
 def test_segment_leader_epochs_come_from_the_lineage_within_the_segment():
     lineage = [EpochEntry(0, 0), EpochEntry(3, 150), EpochEntry(5, 180), EpochEntry(6, 400)]
-    assert segment_leader_epochs(lineage, [], 100, 199) == {0: 100, 3: 150, 5: 180}
-    assert segment_leader_epochs(lineage, [], 200, 299) == {5: 200}
+    assert segment_leader_epochs(lineage, {}, 100, 199) == {0: 100, 3: 150, 5: 180}
+    assert segment_leader_epochs(lineage, {}, 200, 299) == {5: 200}
 
 
 def test_segment_leader_epochs_fall_back_to_the_batches_when_the_lineage_is_missing():
-    batch = BatchHeader(0, 100, 49, 7, 2, 0, 0, 4, 0, 0, -1, -1, -1, 5, True)
-    later = BatchHeader(61, 105, 49, 8, 2, 0, 0, 4, 0, 0, -1, -1, -1, 5, True)
-    assert segment_leader_epochs([], [batch, later], 100, 109) == {7: 100, 8: 105}
+    assert segment_leader_epochs([], {7: 100, 8: 105}, 100, 109) == {7: 100, 8: 105}
+    assert segment_leader_epochs([], {}, 100, 109) == {0: 100}  # magic 0/1 data: epoch 0
 
 
 # --- copying -------------------------------------------------------------------------------------

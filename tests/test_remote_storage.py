@@ -26,6 +26,7 @@ from kts_resources.remote_log import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
+    VerifiedChecksum,
 )
 from kts_resources.remote_storage import (
     ChecksumMismatch,
@@ -111,6 +112,13 @@ def make_segment(
         leader_epoch_index=local["leader-epoch-checkpoint"],
     )
     return Segment(metadata, data, local)
+
+
+def verified(seg: Segment) -> Segment:
+    """The segment as the copy procedure hands it over: its .log's CRC-32C already known."""
+    st = seg.data.log_segment.stat()
+    checksum = VerifiedChecksum(crc32c(seg.local["log"]), st.st_size, st.st_mtime_ns)
+    return dataclasses.replace(seg, data=dataclasses.replace(seg.data, log_segment_checksum=checksum))
 
 
 def tamper(storage: RemoteStorageManager, key: str, data: bytes) -> None:
@@ -212,6 +220,23 @@ def test_a_multi_part_segment_round_trips(remote_storage, tmp_path):
         assert client.list_multipart_uploads(Bucket=remote_storage.bucket).get("Uploads", []) == []
         head = client.head_object(Bucket=remote_storage.bucket, Key=custom["log.key"], PartNumber=1)
         assert head["PartsCount"] == 3
+
+
+def test_a_verified_log_is_copied_with_the_checksum_its_verification_computed(remote_storage, tmp_path):
+    seg = verified(make_segment(tmp_path / "log", log_size=3 * MiB + 5))
+    custom = remote_storage.copy_log_segment_data(seg.metadata, seg.data)
+    assert custom["log.crc32c"] == f"{crc32c(seg.local['log']):08x}"
+    assert remote_storage.fetch_object(custom["log.key"], custom["log.crc32c"]) == seg.local["log"]
+    assert remote_storage.fetch_index(seg.copied(custom), IndexType.OFFSET) == seg.local["index"]
+
+
+def test_a_log_changed_since_its_verification_is_not_copied(remote_storage, tmp_path):
+    seg = verified(make_segment(tmp_path / "log"))
+    with open(seg.data.log_segment, "ab") as f:  # the broker (wrongly) appends to a rolled segment
+        f.write(b"late")
+    with pytest.raises(SourceChangedError, match="changed since it was verified"):
+        remote_storage.copy_log_segment_data(seg.metadata, seg.data)
+    assert list(remote_storage.list_objects()) == []
 
 
 def test_whole_reads_are_verified_against_the_recorded_checksum(remote_storage, tmp_path):
@@ -353,14 +378,15 @@ _CHILD_COPY = """
 import json, resource, signal, sys, uuid
 from pathlib import Path
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.remote_log import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from kts_resources.remote_log import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition, VerifiedChecksum
 from kts_resources.remote_storage import FileSystemRemoteStorage, RemoteStorageError
 
 a = json.loads(sys.argv[1])
 tip = TopicIdPartition(uuid.UUID(a["topic_id"]), TopicPartition(a["topic"], a["partition"]))
 meta = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.UUID(a["segment_id"])), a["start"], a["end"], 0, 1, 0,
                                 a["size"], {3: a["start"]})
-data = LogSegmentData(Path(a["log"]), Path(a["index"]), Path(a["timeindex"]), None, None, b"0\\n1\\n3 1000\\n")
+verified = VerifiedChecksum(**a["verified"]) if a["verified"] else None
+data = LogSegmentData(Path(a["log"]), Path(a["index"]), Path(a["timeindex"]), None, None, b"0\\n1\\n3 1000\\n", verified)
 storage = FileSystemRemoteStorage(a["root"], a["prefix"])
 # Ignored (Python's own default), a write past the limit fails with EFBIG; at SIG_DFL it kills.
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN if a["ignore_sigxfsz"] else signal.SIG_DFL)
@@ -383,6 +409,7 @@ def copy_in_child(storage: FileSystemRemoteStorage, seg: Segment, *, file_size_l
         "start": m.start_offset, "end": m.end_offset, "size": m.segment_size_in_bytes,
         "log": str(seg.data.log_segment), "index": str(seg.data.offset_index), "timeindex": str(seg.data.time_index),
         "root": str(storage.root), "prefix": storage.keys.prefix, "limit": file_size_limit, "ignore_sigxfsz": ignore_sigxfsz,
+        "verified": dataclasses.asdict(seg.data.log_segment_checksum) if seg.data.log_segment_checksum else None,
     }  # fmt: skip
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run(
@@ -402,9 +429,21 @@ def test_filesystem_write_failing_mid_object_removes_everything_the_copy_wrote(t
     assert files_under(storage.root) == []  # no object, no temporary file
 
 
-def test_filesystem_crash_mid_write_leaves_only_an_invisible_temporary_file(tmp_path):
+def test_filesystem_in_kernel_copy_failing_mid_log_removes_everything(tmp_path):
+    storage = FileSystemRemoteStorage(tmp_path / "remote", TEST_PREFIX)
+    seg = verified(make_segment(tmp_path / "log", log_size=3 * MiB, txn=False, snapshot=False))
+    done = copy_in_child(storage, seg, file_size_limit=2 * MiB, ignore_sigxfsz=True)
+    assert done.returncode == 3, done.stderr
+    assert ".log" in done.stdout and "too large" in done.stdout.lower()
+    assert files_under(storage.root) == []
+
+
+@pytest.mark.parametrize("copy", ["read and written", "in the kernel"])
+def test_filesystem_crash_mid_write_leaves_only_an_invisible_temporary_file(tmp_path, copy):
     storage = FileSystemRemoteStorage(tmp_path / "remote", TEST_PREFIX)
     seg = make_segment(tmp_path / "log", log_size=3 * MiB, txn=False, snapshot=False)
+    if copy == "in the kernel":
+        seg = verified(seg)
     crashed = copy_in_child(storage, seg, file_size_limit=1 * MiB, ignore_sigxfsz=False)
     assert crashed.returncode == -signal.SIGXFSZ, crashed.stderr
     leftovers = files_under(storage.root)

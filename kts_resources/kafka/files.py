@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import mmap
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 
 @contextmanager
-def mapped(path: str | os.PathLike) -> Iterator[memoryview]:
-    """A read-only view of a whole file without copying it (segments can be a GiB)."""
-    with open(path, "rb") as f:
+def mapped(path: str | os.PathLike | BinaryIO) -> Iterator[memoryview]:
+    """A read-only view of a whole file (a path, or a file already open) without copying it
+    (segments can be a GiB)."""
+    with open(path, "rb") if isinstance(path, (str, os.PathLike)) else nullcontext(path) as f:
         if os.fstat(f.fileno()).st_size == 0:
             yield memoryview(b"")
             return

@@ -22,7 +22,7 @@ from typing import BinaryIO, NamedTuple
 
 from crc32c import crc32c
 
-from kts_resources.remote_log import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from kts_resources.remote_log import IndexType, LogSegmentData, RemoteLogSegmentMetadata, VerifiedChecksum
 from kts_resources.remote_storage.keys import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
@@ -144,6 +144,9 @@ class UploadSource(abc.ABC):
 
     description: str
     size: int
+    # The content's CRC-32C when the caller already knows it (a segment it has just verified):
+    # a backend may then copy without reading the bytes itself.
+    known_crc32c: int | None = None
 
     @abc.abstractmethod
     def readinto(self, buffer: memoryview | bytearray) -> int: ...
@@ -186,13 +189,20 @@ class FileSource(UploadSource):
     crash the copy procedure already recovers from like any other.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, verified: VerifiedChecksum | None = None):
         self.description = os.fspath(path)
         self._file = open(path, "rb", buffering=0)
         try:
             st = os.fstat(self._file.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise IsADirectoryError(f"{self.description} is not a regular file")
+            if verified is not None:
+                if (st.st_size, st.st_mtime_ns) != (verified.size, verified.mtime_ns):
+                    raise SourceChangedError(
+                        f"{self.description}: changed since it was verified ({verified.size} bytes then, {st.st_size} now); "
+                        "a segment must not change once rolled"
+                    )
+                self.known_crc32c = verified.crc32c
             self.size = st.st_size
             self._mtime_ns = st.st_mtime_ns
             if hasattr(os, "posix_fadvise"):
@@ -200,6 +210,9 @@ class FileSource(UploadSource):
         except BaseException:
             self._file.close()
             raise
+
+    def fileno(self) -> int:
+        return self._file.fileno()
 
     def readinto(self, buffer: memoryview | bytearray) -> int:
         return self._file.readinto(buffer) or 0
@@ -360,8 +373,11 @@ class RemoteStorageManager(abc.ABC):
             # Open everything first: a missing or unreadable file fails the copy before any upload.
             for suffix, path in files:
                 if path is not None:
+                    verified = data.log_segment_checksum if suffix == LOG_SUFFIX else None
                     try:
-                        sources[suffix] = FileSource(path)
+                        sources[suffix] = FileSource(path, verified)
+                    except SourceChangedError as e:
+                        raise SourceChangedError(f"{self.location(keys[suffix])}: {e}") from None
                     except OSError as e:
                         raise RemoteStorageError(f"{self.location(keys[suffix])}: cannot read {path}: {e.strerror or e}") from e
             epoch_suffix = suffix_for_index(IndexType.LEADER_EPOCH)

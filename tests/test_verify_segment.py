@@ -1,0 +1,93 @@
+"""``verify_segment``, the copy's one-pass check, agrees with the header scan on every segment.
+
+The header scan (``scan_batches``) is the reference: it is tested against kafka-python and against
+truncation and damage at every byte (test_records_corruption.py). The copy uses a leaner loop for
+speed, so it must find the same first problem at the same byte, and on a clean segment the same
+offsets, timestamps and leader epochs, plus the whole file's CRC-32C.
+"""
+
+from __future__ import annotations
+
+from crc32c import crc32c
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kts_resources.kafka.records import SegmentVerification, scan_batches, verify_segment
+
+from .test_records_corruption import BOUNDARIES, PARTS, SEGMENT
+
+
+def first_problem_position(data: bytes) -> int | None:
+    """Where the reference scan sees the first batch failing its CRC, or else the first invalid bytes."""
+    scan = scan_batches(data)
+    if scan.crc_failures:
+        return scan.crc_failures[0].position
+    return scan.invalid.position if scan.invalid is not None else None
+
+
+def assert_agrees_with_the_scan(data: bytes) -> SegmentVerification:
+    found = verify_segment(data)
+    assert found.size == len(data) and found.crc32c == crc32c(data)
+    expected = first_problem_position(data)
+    assert (found.problem[0] if found.problem else None) == expected
+    if expected is None:
+        scan = scan_batches(data)
+        assert found.batches == len(scan.batches)
+        assert found.last_offset == (scan.batches[-1].last_offset if scan.batches else None)
+        assert found.last_position == (scan.batches[-1].position if scan.batches else None)
+        assert found.max_timestamp == max((b.max_timestamp for b in scan.batches), default=-1)
+        first_by_epoch: dict[int, int] = {}
+        for b in scan.batches:
+            if b.magic == 2 and b.partition_leader_epoch >= 0:
+                first_by_epoch.setdefault(b.partition_leader_epoch, b.base_offset)
+        assert found.epochs == first_by_epoch
+    return found
+
+
+def test_a_clean_segment_of_every_format_gives_its_offsets_timestamps_epochs_and_checksum():
+    found = assert_agrees_with_the_scan(SEGMENT)
+    assert found.problem is None and found.batches == len(PARTS)
+    assert found.last_offset == 10 and found.epochs == {1: 0, 2: 7}
+
+
+def test_an_empty_segment_has_no_batches_and_no_problem():
+    found = assert_agrees_with_the_scan(b"")
+    assert (found.batches, found.last_offset, found.problem) == (0, None, None)
+
+
+def test_a_segment_cut_at_every_byte_is_a_problem_at_the_first_partial_batch():
+    for cut in range(len(SEGMENT) + 1):
+        found = assert_agrees_with_the_scan(SEGMENT[:cut])
+        if cut not in BOUNDARIES:
+            assert "partial" in found.problem[1], cut
+
+
+def test_a_zero_filled_tail_is_a_problem_where_the_zeros_start():
+    for zeros in (1, 16, 61, 4096):
+        found = assert_agrees_with_the_scan(SEGMENT + bytes(zeros))
+        assert found.problem[0] == len(SEGMENT)
+
+
+def test_every_single_bit_flip_is_found_where_the_scan_finds_it():
+    for byte in range(len(SEGMENT)):
+        for bit in range(8):
+            data = bytearray(SEGMENT)
+            data[byte] ^= 1 << bit
+            assert_agrees_with_the_scan(bytes(data))
+
+
+def test_a_crc_failure_names_its_batch():
+    data = bytearray(SEGMENT)
+    data[BOUNDARIES[1] + 40] ^= 0xFF  # inside the second batch's CRC-covered header
+    found = assert_agrees_with_the_scan(bytes(data))
+    assert found.problem == (BOUNDARIES[1], "batch fails its CRC")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(SEGMENT) - 1), st.integers(1, 255)), min_size=1, max_size=8),
+       st.integers(0, len(SEGMENT)))
+def test_random_damage_and_cuts_agree_with_the_scan(damage, cut):
+    data = bytearray(SEGMENT)
+    for position, mask in damage:
+        data[position] ^= mask
+    assert_agrees_with_the_scan(bytes(data[:cut]))
