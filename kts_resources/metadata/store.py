@@ -213,6 +213,8 @@ class RemoteLogMetadataStore:
             raise ValueError(problem)
         config = TopicConfig(configs)
         config.validate(name)
+        if self.topic_id(name) == topic_id:
+            return topic_id  # the common case (every copy pass asks): one read, no row lock
 
         def work(conn: Connection, _attempt: int) -> uuid.UUID:
             inserted = conn.execute(
@@ -421,8 +423,12 @@ class RemoteLogMetadataStore:
         for epoch, (start, end) in _epoch_ranges(md).items():
             in_epoch = (*_partition_key(EPOCHS, tip), EPOCHS.c.leader_epoch == epoch)
             # The epoch's highest offset before this segment joins it (NULL: nothing copied yet).
-            highest = sa.select(sa.func.max(EPOCHS.c.end_offset)).where(*in_epoch, EPOCHS.c.copied).scalar_subquery()
-            superseded = sa.or_(EPOCHS.c.start_offset == start, sa.and_(EPOCHS.c.start_offset >= start, highest <= end))
+            # Both statements are shaped for their partial indexes (ORDER BY … LIMIT 1 on
+            # "_highest", a range from ``start`` on "_lookup"): an epoch can span thousands of
+            # segments, and neither may scan them all.
+            highest = (sa.select(EPOCHS.c.end_offset).where(*in_epoch, EPOCHS.c.copied)
+                       .order_by(EPOCHS.c.end_offset.desc()).limit(1).scalar_subquery())
+            superseded = sa.and_(EPOCHS.c.start_offset >= start, sa.or_(EPOCHS.c.start_offset == start, highest <= end))
             replaced.update(conn.execute(
                 EPOCHS.update().where(*in_epoch, EPOCHS.c.referenced, superseded)
                 .values(referenced=False).returning(EPOCHS.c.segment_id)
