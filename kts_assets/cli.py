@@ -512,17 +512,14 @@ def cmd_status(args) -> int:
             segments = partition.segments()
             active = segments[-1] if segments else None
             log_end = summarize_segment(active.log, active.base_offset, active=True).next_offset if active else -1
-            local_start = state["local_log_start_offset"]
-            remote_start = state["remote_log_start_offset"]
             rows.append({
                 "topic": partition.topic,
                 "partition": partition.partition,
-                # The partition's log starts where its oldest data is, remote or local.
-                "log_start_offset": min(remote_start, local_start) if remote_start >= 0 and local_start >= 0 else max(remote_start, local_start),
-                "local_log_start_offset": local_start,
+                "log_start_offset": state["log_start_offset"],
+                "local_log_start_offset": state["local_log_start_offset"],
                 "high_watermark": state["high_watermark"],
                 "log_end_offset": log_end,
-                "remote_log_start_offset": remote_start,
+                "remote_log_start_offset": state["remote_log_start_offset"],
                 "remote_log_end_offset": state["remote_log_end_offset"],
                 "local_bytes": segment_bytes(segments),
                 "remote_bytes": state["remote_bytes"],

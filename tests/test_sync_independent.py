@@ -309,21 +309,10 @@ def test_status_offsets_bytes_and_segments_agree_with_the_log(tier_run):
                 "local_segments": len(p.segments),
                 "remote_segments": len(copied),
             }
-            # Where the log start offset is the first segment's base offset and every closed segment
-            # is eligible, kts's reading and Kafka's agree on these two (the xfail tests below
-            # pin down the cases where they do not).
-            if p.log_start_offset == p.segments[0].base_offset:
-                expected["log_start_offset"] = p.log_start_offset
-            if all(s in copied for s in p.segments[:-1]):
-                expected["copy_lag_segments"] = expected["copy_lag_bytes"] = 0
             actual = {name: run.status[key][name] for name in expected}
             assert actual == expected, f"{tier_run.tier}, {label}, {p.topic}-{p.partition}"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "kts_assets/cli.py cmd_status reports log_start_offset = min(remote log start, first local segment's base "
-    "offset) and ignores log-start-offset-checkpoint: orders-0 (checkpoint 19 after DeleteRecords, first segment "
-    "at 0) reads 0"))
 def test_status_log_start_offset_is_the_checkpointed_one(tier_run):
     """The partition's log start offset is what log-start-offset-checkpoint says (KAFKA_FORMATS.md §1;
     DeleteRecords can put it inside the first segment): no offset below it is readable, from either tier."""
@@ -333,10 +322,6 @@ def test_status_log_start_offset_is_the_checkpointed_one(tier_run):
         assert actual == expected, f"{tier_run.tier}, {label}"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "kts_assets/assets/copy.py tier_state counts copy lag as eligible-but-not-copied segments; KAFKA_FORMATS.md §7 "
-    "(Kafka's RemoteCopyLagBytes/Segments: onlyLocalLogSegmentsSize − active segment) counts every closed segment "
-    "not yet in the remote tier, including those above the high watermark / recovery point"))
 def test_status_copy_lag_is_every_closed_segment_not_yet_remote(tier_run):
     """Copy lag as Kafka's RemoteCopyLagBytes / RemoteCopyLagSegments (KAFKA_FORMATS.md §7):
     the bytes and count of local-only segments (base offset above the highest offset in remote

@@ -7,7 +7,6 @@ import dagster as dg
 
 from kts_assets.assets.segments import (
     LocatedPartition,
-    eligible_segments,
     local_offsets,
     local_segments,
     locate_partitions,
@@ -42,23 +41,35 @@ def finished_segments(located: LocatedPartition, store: RemoteLogMetadataStore) 
 
 
 def tier_state(located: LocatedPartition, store: RemoteLogMetadataStore) -> dict[str, int]:
-    """Offsets, bytes and segments per tier, and the copy lag (Kafka's RemoteCopyLagBytes /
-    RemoteCopyLagSegments: eligible segments not yet copied; the active segment never counts)."""
+    """Offsets, bytes and segments per tier, and the copy lag as Kafka's RemoteCopyLagBytes /
+    RemoteCopyLagSegments (KAFKA_FORMATS.md §7): the closed local segments not yet in the remote
+    tier (base offset ≥ the highest offset in remote storage, as UnifiedLog's
+    onlyLocalLogSegmentsSize counts them) — eligible or not; the active segment never counts."""
     tip, finished = finished_segments(located, store)
     segments = located.partition.segments()
     offsets = local_offsets(located, segments, None)
-    highest_copied = store.partition_state(tip).highest_copied_offset if tip is not None else -1
-    lag = eligible_segments(located, segments, offsets, highest_copied)
+    partition = store.partition_state(tip) if tip is not None else None
+    highest_copied = partition.highest_copied_offset if partition is not None else -1
+    lag = [s for s in segments if not s.active and s.base_offset >= highest_copied]
+    remote_start = min((md.start_offset for md in finished), default=-1)
+    local_start = offsets.local_log_start_offset
+    # The partition's log starts at its oldest data in either tier, but never below what the broker
+    # checkpointed (DeleteRecords, the broker's own retention) or remote retention recorded.
+    oldest = min(remote_start, local_start) if remote_start >= 0 and local_start >= 0 else max(remote_start, local_start)
+    checkpointed = located.log_dir.log_start_offset(located.partition.topic_partition)
+    log_start = max(oldest, -1 if checkpointed is None else checkpointed,
+                    partition.log_start_offset if partition is not None and finished else -1)
     return {
+        "log_start_offset": log_start,
         "remote_segments": len(finished),
         "remote_bytes": sum(md.segment_size_in_bytes for md in finished),
-        "remote_log_start_offset": min((md.start_offset for md in finished), default=-1),
+        "remote_log_start_offset": remote_start,
         "remote_log_end_offset": max((md.end_offset for md in finished), default=-1),
         "highest_copied_offset": highest_copied,
         "copy_lag_segments": len(lag),
         "copy_lag_bytes": segment_bytes(lag),
         "local_segments": len(segments),
-        "local_log_start_offset": offsets.local_log_start_offset,
+        "local_log_start_offset": local_start,
         "high_watermark": offsets.high_watermark,
     }
 
