@@ -602,13 +602,16 @@ def run(args: argparse.Namespace) -> dict:
         finally:
             dbs.close()
     load_after = os.getloadavg()
+    git_after = git_state()
     return {
         "params": {
             "size_bytes": args.size, "segment_size_bytes": args.segment_size, "partitions": args.partitions,
             "repeats": args.repeats, "warmup": args.warmup, "noop": args.noop, "quick": bool(args.quick), "seed": args.seed,
             "spark_master": "local[*]", "command": [sys.executable, "-m", "kts_assets.cli", "sync"],
             "page_cache": "warm: source files read before every measurement; sync before every one, untimed",
-            "database": dbs.info, **versions(), "git": git, "machine": platform.machine(), "cpus": os.cpu_count(),
+            # Each sync subprocess imports the code on disk at its start, the copies run the code
+            # this process imported: if the two states differ, so may the code the rounds ran.
+            "database": dbs.info, **versions(), "git": git, "git_after": git_after, "machine": platform.machine(), "cpus": os.cpu_count(),
             # The machine may be shared: load averages (1, 5, 15 minutes) before and after the run.
             "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
         },
@@ -723,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     progress(f"wrote {args.json}")
+    if p["git"] != p["git_after"]:
+        progress(f"warning: the code changed during the run (git {p['git']} → {p['git_after']}); the rounds may have run different code")
     return 0 if result["verification"]["passed"] else 1
 
 
