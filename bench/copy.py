@@ -18,7 +18,7 @@ baselines measured in the same run.
      name, CRC-32C of every byte, fsync, rename, fsync the directory; plus the leader-epoch
      lineage, a small extra object that ``cp`` has no counterpart for);
    - "storage_known": the same, handed each .log's CRC-32C as the copy procedure hands it over
-     after verifying the segment, so the .log is copied in the kernel (copy_file_range);
+     after verifying the segment (the upload compares its own CRC-32C with it);
    - "copy_log_dir": the whole copy procedure (``copy_log_dir``) against the metadata store:
      partition lock, candidates, CRC check of every batch, COPY_SEGMENT_STARTED, upload,
      COPY_SEGMENT_FINISHED; the store's tables are emptied before each round;
@@ -316,8 +316,7 @@ def copy_with_cp(segments: list[Segment], dest: Path, sync: bool, sync_seconds: 
 
 def copy_with_storage(segments: list[Segment], dest: Path, checksum_known: bool = False) -> None:
     """The storage layer alone. ``checksum_known``: as ``copy_log_dir`` calls it, with the .log's
-    CRC-32C from its verification (the .log is then copied in the kernel); otherwise the upload
-    reads every byte to checksum it."""
+    CRC-32C from its verification, which the upload's own must match."""
     storage = FileSystemRemoteStorage(dest)
     for seg in segments:
         md = RemoteLogSegmentMetadata(
@@ -910,7 +909,7 @@ def table(result: dict) -> str:
     rows.append(("copy: cp", f"{c['baselines']['cp']['mb_per_s']:,.0f} MB/s", "1.00", "(baseline)"))
     rows.append(("copy: cp + sync", f"{c['baselines']['cp_sync']['mb_per_s']:,.0f} MB/s", "1.00", "(baseline)"))
     for label, key in (("copy: storage layer, reads + checksums every byte", "storage"),
-                       ("copy: storage layer, checksum known (in the kernel)", "storage_known"),
+                       ("copy: storage layer, checksum known (compared)", "storage_known"),
                        ("copy: full procedure (copy_log_dir)", "copy_log_dir")):
         e = c[key]
         rows.append((label, f"{e['mb_per_s']:,.0f} MB/s", f"{e['ratio_vs_cp_sync']:.2f}", "cp + sync"))

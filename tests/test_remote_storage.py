@@ -230,6 +230,20 @@ def test_a_verified_log_is_copied_with_the_checksum_its_verification_computed(re
     assert remote_storage.fetch_index(seg.copied(custom), IndexType.OFFSET) == seg.local["index"]
 
 
+def test_a_log_rewritten_in_place_since_its_verification_is_not_copied(tmp_path):
+    # Same size, same modification time (restored): only the bytes tell, and the upload's CRC-32C does.
+    storage = FileSystemRemoteStorage(tmp_path / "remote", TEST_PREFIX)
+    seg = verified(make_segment(tmp_path / "log"))
+    path, st = seg.data.log_segment, seg.data.log_segment.stat()
+    data = bytearray(seg.local["log"])
+    data[100] ^= 0xFF
+    path.write_bytes(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(SourceChangedError, match="changed since it was verified"):
+        storage.copy_log_segment_data(seg.metadata, seg.data)
+    assert files_under(storage.root) == []
+
+
 def test_a_log_changed_since_its_verification_is_not_copied(remote_storage, tmp_path):
     seg = verified(make_segment(tmp_path / "log"))
     with open(seg.data.log_segment, "ab") as f:  # the broker (wrongly) appends to a rolled segment
@@ -429,7 +443,7 @@ def test_filesystem_write_failing_mid_object_removes_everything_the_copy_wrote(t
     assert files_under(storage.root) == []  # no object, no temporary file
 
 
-def test_filesystem_in_kernel_copy_failing_mid_log_removes_everything(tmp_path):
+def test_filesystem_copy_of_a_verified_log_failing_mid_object_removes_everything(tmp_path):
     storage = FileSystemRemoteStorage(tmp_path / "remote", TEST_PREFIX)
     seg = verified(make_segment(tmp_path / "log", log_size=3 * MiB, txn=False, snapshot=False))
     done = copy_in_child(storage, seg, file_size_limit=2 * MiB, ignore_sigxfsz=True)
@@ -438,11 +452,11 @@ def test_filesystem_in_kernel_copy_failing_mid_log_removes_everything(tmp_path):
     assert files_under(storage.root) == []
 
 
-@pytest.mark.parametrize("copy", ["read and written", "in the kernel"])
-def test_filesystem_crash_mid_write_leaves_only_an_invisible_temporary_file(tmp_path, copy):
+@pytest.mark.parametrize("checksum", ["computed", "known from the verification"])
+def test_filesystem_crash_mid_write_leaves_only_an_invisible_temporary_file(tmp_path, checksum):
     storage = FileSystemRemoteStorage(tmp_path / "remote", TEST_PREFIX)
     seg = make_segment(tmp_path / "log", log_size=3 * MiB, txn=False, snapshot=False)
-    if copy == "in the kernel":
+    if checksum == "known from the verification":
         seg = verified(seg)
     crashed = copy_in_child(storage, seg, file_size_limit=1 * MiB, ignore_sigxfsz=False)
     assert crashed.returncode == -signal.SIGXFSZ, crashed.stderr

@@ -21,15 +21,15 @@ from pathlib import Path
 from crc32c import crc32c
 
 from kts_resources.remote_storage.base import (
-    COPY_CHUNK_SIZE,
-    FileSource,
     ObjectInfo,
     RangeReader,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
+    SourceChangedError,
     StoredObject,
     UploadSource,
+    crc32c_hex,
 )
 from kts_resources.remote_storage.keys import ObjectKeys, check_object_key
 
@@ -38,6 +38,10 @@ from kts_resources.remote_storage.keys import ObjectKeys, check_object_key
 TMP_SUFFIX = ".kts-tmp"
 
 WRITEBACK_WINDOW = 64 * 1024 * 1024
+# A file is copied in chunks of a read-only mapping, which cost no memory, so they can be large:
+# each crc32c() and write() call frees the GIL for its whole chunk, and the fewer the calls, the
+# less the copy waits to get the GIL back from the thread verifying the next segment.
+COPY_CHUNK_SIZE = WRITEBACK_WINDOW
 _FADVISE = hasattr(os, "posix_fadvise")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -118,15 +122,16 @@ class FileSystemRemoteStorage(RemoteStorageManager):
                 fd = os.open(tmp, _CREATE_FLAGS, 0o644, dir_fd=dfd)
                 published = False
                 try:
-                    if source.known_crc32c is not None and isinstance(source, FileSource):
-                        crc, size = source.known_crc32c, _copy_in_kernel(fd, source)
-                    else:
-                        crc, size = self._copy_into(fd, source)
+                    crc, size = self._copy_into(fd, source)
                     source.finish(size)
+                    if source.known_crc32c is not None and crc != source.known_crc32c:
+                        raise SourceChangedError(
+                            f"{self.location(key)}: {source.description} changed since it was verified "
+                            f"(CRC-32C {crc32c_hex(crc)}, verified {crc32c_hex(source.known_crc32c)})"
+                        )
                     os.fsync(fd)
-                    # Cheap and sound: the CRC covers exactly the bytes handed to write() (or,
-                    # copied in the kernel, the bytes the caller verified in a file unchanged
-                    # since); the file's size says the file system kept all of them.
+                    # Cheap and sound: the CRC covers exactly the bytes handed to write(); the
+                    # file's size says the file system kept all of them.
                     on_disk = os.fstat(fd).st_size
                     if on_disk != size:
                         raise RemoteStorageError(f"{self.location(key)}: wrote {size} bytes, the file has {on_disk}")
@@ -273,34 +278,6 @@ class FileSystemRemoteStorage(RemoteStorageManager):
                 os.unlink(probe, dir_fd=dfd)
         except OSError as e:
             raise RemoteStorageError(f"{self.location()}: the remote tier is not writable: {e.strerror or e}") from e
-
-
-def _copy_in_kernel(fd: int, source: FileSource) -> int:
-    """Copy the whole source file into ``fd`` inside the kernel (what ``cp`` does): no pass of its
-    bytes through Python, and the GIL is free meanwhile. Returns the bytes copied."""
-    src = source.fileno()
-    size = flushed = 0
-    in_kernel = True
-    while size < source.size:
-        want = min(WRITEBACK_WINDOW, source.size - size)
-        if in_kernel:
-            try:
-                n = os.copy_file_range(src, fd, want, size, size)
-            except OSError as e:
-                if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-                in_kernel = False  # not between these file systems: sendfile, also in the kernel
-                continue
-        else:
-            os.lseek(fd, size, os.SEEK_SET)
-            n = os.sendfile(fd, src, size, want)
-        if n == 0:
-            break  # the file shrank: finish() reports it
-        size += n
-        if size - flushed >= WRITEBACK_WINDOW and _FADVISE:
-            os.posix_fadvise(fd, flushed, size - flushed, os.POSIX_FADV_DONTNEED)  # as in _copy_into
-            flushed = size
-    return size
 
 
 def _open_subdirectory(fd: int, name: str, create: bool) -> int:
