@@ -60,8 +60,8 @@ so its user needs CREATEDB, and drops it at the end); else an embedded server un
 KTS_HOME, with the settings kts itself starts it with, stopped at the end.
 
 The machine may be shared, so the results are the ratios; absolute rates are printed beside them
-only for orientation. Measurements are interleaved (one round of everything, N rounds, the order
-rotated every round) and each keeps its best round; the JSON also has every round and the ratios
+only for orientation. Measurements are interleaved (one round of everything, N rounds, in a fresh
+shuffled order every round) and each keeps its best round; the JSON also has every round and the ratios
 of the median rounds. Prints a table on stdout, progress on stderr, and writes JSON (default
 bench/results/copy.json).
 """
@@ -438,7 +438,9 @@ def measure_copy(args: argparse.Namespace, tmpdir: Path, store: RemoteLogMetadat
     sync_seconds.clear()
     rounds: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(args.repeats):
-        order = names[round_ % len(names):] + names[: round_ % len(names)]
+        # A fresh order every round: rotating one order gave each measurement the same
+        # predecessor every time, and what it left behind (freed blocks, writeback) showed.
+        order = random.Random(round_).sample(names, len(names))
         progress(f"copy: round {round_ + 1}/{args.repeats}")
         for name in order:
             setup, work = measurements[name]
@@ -838,7 +840,7 @@ def measure_metadata(args: argparse.Namespace, store: RemoteLogMetadataStore) ->
     try:
         select_1(), lookups()  # warm the connection, the pool and the lookup index (untimed)
         for round_ in range(args.metadata_repeats):
-            order = names[round_ % len(names):] + names[: round_ % len(names)]
+            order = random.Random(round_).sample(names, len(names))
             progress(f"metadata: round {round_ + 1}/{args.metadata_repeats}")
             for name in order:
                 gc.collect()
