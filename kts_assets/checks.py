@@ -118,21 +118,30 @@ def offset_invariants(context: dg.AssetCheckExecutionContext, kafka_log_dirs: Ka
 def local_segments_crc_clean(context: dg.AssetCheckExecutionContext, pyspark: KtsPySparkResource) -> Iterator:
     from pyspark.sql import functions as F
 
-    spark = pyspark.spark_session
-    verdicts: dict[str, Verdict] = {}
-    for key in _partition_keys(context):
-        path = inventory_path(key)
-        if not path.is_dir():
-            verdicts[key] = (True, {"segments": 0}, "no inventory yet: materialise local_segments first")
-            continue
-        inventory = spark.read.parquet(str(path))
-        bad = inventory.filter((F.col("health") != "ok") | (F.col("crc_failures") > 0)).orderBy("base_offset").collect()
-        total = inventory.count()
-        description = "; ".join(f"{r.path}: {r.health}, {r.crc_failures} batches fail their CRC" for r in bad[:10])
-        verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
-                                   "first_unhealthy_base_offset": bad[0].base_offset if bad else -1},
-                         description or f"{total} segments CRC-clean")
-    yield from _report(context, local_segments.key, "local_segments_crc_clean", verdicts)
+    from kts_resources.spark import inventory_schema
+
+    keys = _partition_keys(context)
+    present = {key: inventory_path(key) for key in keys if inventory_path(key).is_dir()}
+    verdicts: dict[str, Verdict] = {
+        key: (True, {"segments": 0}, "no inventory yet: materialise local_segments first") for key in keys if key not in present
+    }
+    if present:
+        # One read and two Spark jobs for all of the run's partitions, not two or three per partition.
+        inventory = (pyspark.spark_session.read.schema(inventory_schema()).parquet(*(str(p) for p in present.values()))
+                     .withColumn("key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"))))
+        totals = {row.key: row["count"] for row in inventory.groupBy("key").count().collect()}
+        unhealthy: dict[str, list] = {}
+        for row in (inventory.filter((F.col("health") != "ok") | (F.col("crc_failures") > 0))
+                    .select("key", "base_offset", "path", "health", "crc_failures").collect()):
+            unhealthy.setdefault(row.key, []).append(row)
+        for key in present:
+            bad = sorted(unhealthy.get(key, []), key=lambda r: r.base_offset)
+            total = totals.get(key, 0)
+            description = "; ".join(f"{r.path}: {r.health}, {r.crc_failures} batches fail their CRC" for r in bad[:10])
+            verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
+                                       "first_unhealthy_base_offset": bad[0].base_offset if bad else -1},
+                             description or f"{total} segments CRC-clean")
+    yield from _report(context, local_segments.key, "local_segments_crc_clean", {key: verdicts[key] for key in keys})
 
 
 @dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,

@@ -57,7 +57,7 @@ INVENTORY_COLUMNS = (
 )
 
 
-def _inventory_schema():
+def inventory_schema():
     from pyspark.sql import types as T
 
     return T.StructType([
@@ -100,6 +100,6 @@ def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir])
         for s in p.segments()
     ]
     if not tasks:
-        return spark.createDataFrame([], _inventory_schema())
+        return spark.createDataFrame([], inventory_schema())
     rdd = spark.sparkContext.parallelize(tasks, numSlices=len(tasks)).map(_summarize)
-    return spark.createDataFrame(rdd, _inventory_schema())
+    return spark.createDataFrame(rdd, inventory_schema())
