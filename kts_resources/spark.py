@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from kts_resources.kafka.logdir import PartitionDir
 
@@ -53,7 +53,7 @@ def build_spark_session(app_name: str = "kts", master: str | None = None, extra:
 INVENTORY_COLUMNS = (
     "topic", "partition", "base_offset", "last_offset", "next_offset", "size_bytes", "batch_count",
     "record_count", "max_timestamp", "leader_epochs", "active", "health", "crc_failures",
-    "invalid_bytes_position", "path",
+    "invalid_bytes_position", "path", "mtime_ns",
 )
 
 
@@ -76,30 +76,53 @@ def inventory_schema():
         T.StructField("crc_failures", T.IntegerType(), False),
         T.StructField("invalid_bytes_position", T.LongType(), True),
         T.StructField("path", T.StringType(), False),
+        # The file's modification time at the scan: with its size, what says a closed segment is
+        # unchanged since (null in inventories written before the column existed).
+        T.StructField("mtime_ns", T.LongType(), True),
     ])
 
 
-def _summarize(task: tuple[str, int, str, int, bool]) -> tuple:
+def _summarize(task: tuple) -> tuple:
     # Runs on an executor: imports stay inside so the closure ships only the task tuple.
+    # A task is ("row", the row kept from the last scan) or ("scan", what to scan).
+    kind, payload = task
+    if kind == "row":
+        return payload
     from kts_resources.kafka.segment import summarize_segment
 
-    topic, partition, path, base_offset, active = task
+    topic, partition, path, base_offset, active, mtime_ns = payload
     s = summarize_segment(path, base_offset, active=active)
     return (
         topic, partition, s.base_offset, s.last_offset, s.next_offset, s.size_bytes, s.batch_count, s.record_count,
         s.max_timestamp, list(s.leader_epochs), s.active, s.health, len(s.crc_failures),
-        None if s.invalid is None else s.invalid.position, s.path,
+        None if s.invalid is None else s.invalid.position, s.path, mtime_ns,
     )
 
 
-def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir]) -> "DataFrame":
-    """One row per segment of the given partitions: header-only scan with every CRC checked."""
-    tasks = [
-        (p.topic, p.partition, str(s.log), s.base_offset, s.active)
-        for p in partitions
-        for s in p.segments()
-    ]
+def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
+                      previous: Mapping[str, tuple] | None = None) -> tuple["DataFrame", int]:
+    """One row per segment of the given partitions: header-only scan with every CRC checked.
+
+    ``previous`` (path → inventory row of an earlier scan) spares rescanning what cannot have
+    changed: a segment closed then and now, of the same size and modification time — Kafka
+    never rewrites a rolled segment in place. Returns the rows and how many were kept that way.
+    """
+    tasks = []
+    kept = 0
+    for p in partitions:
+        for s in p.segments():
+            st = os.stat(s.log)
+            row = (previous or {}).get(str(s.log))
+            if (row is not None and not s.active and not row[INVENTORY_COLUMNS.index("active")]
+                    and row[INVENTORY_COLUMNS.index("size_bytes")] == st.st_size
+                    and row[INVENTORY_COLUMNS.index("mtime_ns")] == st.st_mtime_ns):
+                tasks.append(("row", tuple(row)))
+                kept += 1
+            else:
+                tasks.append(("scan", (p.topic, p.partition, str(s.log), s.base_offset, s.active, st.st_mtime_ns)))
     if not tasks:
-        return spark.createDataFrame([], inventory_schema())
-    rdd = spark.sparkContext.parallelize(tasks, numSlices=len(tasks)).map(_summarize)
-    return spark.createDataFrame(rdd, inventory_schema())
+        return spark.createDataFrame([], inventory_schema()), 0
+    # Scans one segment per task; kept rows ride along in few slices (they cost nothing).
+    slices = max(1, len(tasks) - kept)
+    rdd = spark.sparkContext.parallelize(tasks, numSlices=slices).map(_summarize)
+    return spark.createDataFrame(rdd, inventory_schema()), kept

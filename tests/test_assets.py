@@ -114,6 +114,24 @@ def test_local_segments_stores_the_inventory_and_reports_the_partitions_offsets(
     assert sorted(r.base_offset for r in rows) == [s.base_offset for s in segments]
 
 
+def test_a_second_inventory_scans_only_what_is_new_or_active_unless_asked_to_rescan(log_dir, pg_url, tmp_path, kts_home, instance):
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
+
+    def inventory(**config):
+        run_config = {"ops": {"local_segments": {"config": config}}} if config else None
+        result = dg.materialize([local_segments], partition_key="orders-0", instance=instance, resources=resources, run_config=run_config)
+        assert result.success
+        return result.asset_materializations_for_node("local_segments")[-1].metadata
+
+    segments = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0").segments()
+    first = inventory()
+    assert (first["segments_scanned"].value, first["segments_unchanged"].value) == (len(segments), 0)
+    second = inventory()
+    assert (second["segments_scanned"].value, second["segments_unchanged"].value) == (1, len(segments) - 1)  # the active one
+    scrub = inventory(rescan_unchanged=True)
+    assert (scrub["segments_scanned"].value, scrub["segments_unchanged"].value) == (len(segments), 0)
+
+
 def test_remote_segments_copies_exactly_the_eligible_segments_and_reports_both_tiers(log_dir, pg_url, tmp_path, kts_home, instance):
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
     result = dg.materialize([local_segments, remote_segments], partition_key="orders-1", instance=instance, resources=resources)

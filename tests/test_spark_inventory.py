@@ -4,6 +4,8 @@ failures included."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kts_resources.kafka.logdir import discover_partitions
@@ -28,7 +30,7 @@ def log_dir(tmp_path):
 
 def test_inventory_has_one_row_per_segment_matching_the_reader(spark, log_dir):
     partitions = discover_partitions(log_dir)
-    rows = segment_inventory(spark, partitions).collect()
+    rows = segment_inventory(spark, partitions)[0].collect()
     assert tuple(rows[0].asDict()) == INVENTORY_COLUMNS
     expected = {
         (p.topic, p.partition, s.base_offset): summarize_segment(s.log, s.base_offset, active=s.active)
@@ -49,9 +51,48 @@ def test_a_corrupt_segment_shows_in_the_inventory(spark, log_dir):
     data = bytearray(victim.read_bytes())
     data[100] ^= 0xFF
     victim.write_bytes(bytes(data))
-    rows = segment_inventory(spark, [partition]).where("health != 'ok'").collect()
+    rows = segment_inventory(spark, [partition])[0].where("health != 'ok'").collect()
     assert [(r.base_offset, r.health, r.crc_failures) for r in rows] == [(0, "corrupt", 1)]
 
 
 def test_an_empty_selection_gives_an_empty_frame(spark):
-    assert segment_inventory(spark, []).count() == 0
+    assert segment_inventory(spark, [])[0].count() == 0
+
+
+def test_closed_segments_unchanged_since_the_last_scan_keep_their_rows_and_are_not_read(spark, log_dir):
+    partitions = discover_partitions(log_dir)
+    first, kept = segment_inventory(spark, partitions)
+    assert kept == 0
+    previous = {row.path: tuple(row) for row in first.collect()}
+    closed = [s for p in partitions for s in p.segments() if not s.active]
+    # Corrupt a closed segment behind the scan's back, keeping its size and modification time:
+    # a row kept from the last scan still says "ok", so the file was not read again.
+    victim = closed[0].log
+    st = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    again, kept = segment_inventory(spark, partitions, previous)
+    assert kept == len(closed)
+    assert sorted(tuple(r) for r in again.collect()) == sorted(previous.values())
+
+
+def test_new_active_or_changed_segments_are_scanned_again(spark, log_dir):
+    partitions = discover_partitions(log_dir)
+    first, _ = segment_inventory(spark, partitions)
+    previous = {row.path: tuple(row) for row in first.collect()}
+    victim = next(s for s in partitions[0].segments() if not s.active).log
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0xFF
+    victim.write_bytes(bytes(data))  # a new modification time: rescanned, and the damage shows
+    simulate(log_dir, SimulationConfig(seed=4, topics=("orders", "page.views"), partitions=2,
+                                       total_bytes=100 * 1024, segment_bytes=32 * 1024))  # appends and rolls
+    partitions = discover_partitions(log_dir)
+    again, kept = segment_inventory(spark, partitions, previous)
+    rows = again.collect()
+    unchanged = [s for p in partitions for s in p.segments()
+                 if not s.active and str(s.log) in previous and not previous[str(s.log)][INVENTORY_COLUMNS.index("active")]
+                 and s.log != victim]
+    assert kept == len(unchanged) and len(rows) == sum(len(p.segments()) for p in partitions)
+    assert [(r.path, r.health) for r in rows if r.health != "ok"] == [(str(victim), "corrupt")]
