@@ -10,9 +10,10 @@ sit in closed, copy-eligible segments. Then, each round, every measurement into 
 (a directory) and a fresh, migrated metadata database:
 
 - "copy alone": ``copy_log_dir(LogDir(...), store, FileSystemRemoteStorage(...))``, the copy
-  procedure with nothing around it, one partition after another (the baseline);
+  procedure with nothing around it (four partitions side by side, its default) (the baseline);
 - info "copy, 4 side by side": ``copy_partition`` for the partitions four at a time under the
-  unbounded copy quota, the way the ``remote_segments`` asset runs it, still without Dagster;
+  unbounded copy quota (whose samples live in the store), the way the ``remote_segments`` asset
+  runs it, still without Dagster;
 - "kts sync": ``python -m kts_assets.cli sync`` as a subprocess, as a user runs it, with
   KTS_LOG_DIRS, KTS_DATABASE_URL, KTS_REMOTE_URI, a fresh KTS_HOME (the Parquet inventory) and a
   fresh DAGSTER_HOME (the repo's dagster.yaml: telemetry off, SQLite storage) and
