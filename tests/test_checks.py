@@ -13,7 +13,6 @@ from kts_assets.checks import (
     asset_checks,
     local_segments_crc_clean,
     no_uncopied_segment_lost,
-    offset_invariants,
     remote_segments_in_bucket,
 )
 from kts_assets.partitions import topic_partitions
