@@ -140,8 +140,8 @@ class IndexType(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class VerifiedChecksum:
     """A local file's CRC-32C as the copy's verification read it, with the file's size and
-    modification time then. An upload may reuse the checksum instead of reading the file again
-    only while both are unchanged (a rolled segment never changes)."""
+    modification time then. The upload refuses the file if either changed since, or if the bytes
+    it uploads have another CRC-32C (a rolled segment never changes)."""
 
     crc32c: int
     size: int
@@ -152,8 +152,8 @@ class VerifiedChecksum:
 class LogSegmentData:
     """The local files of one segment to copy (LogSegmentData in Kafka). The leader-epoch lineage
     travels as bytes (checkpoint text format, up to the segment's end), not as a file.
-    ``log_segment_checksum``, when the caller has just verified the .log, spares the upload a
-    second pass over it."""
+    ``log_segment_checksum``, when the caller has just verified the .log, ties the upload to the
+    bytes that were verified."""
 
     log_segment: Path
     offset_index: Path

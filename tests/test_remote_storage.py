@@ -230,10 +230,11 @@ def test_a_verified_log_is_copied_with_the_checksum_its_verification_computed(re
     assert remote_storage.fetch_index(seg.copied(custom), IndexType.OFFSET) == seg.local["index"]
 
 
-def test_a_log_rewritten_in_place_since_its_verification_is_not_copied(tmp_path):
+@pytest.mark.parametrize("log_size", [64 * 1024, 12 * MiB + 3], ids=["one put", "multipart"])
+def test_a_log_rewritten_in_place_since_its_verification_is_not_copied(remote_storage, tmp_path, log_size):
     # Same size, same modification time (restored): only the bytes tell, and the upload's CRC-32C does.
-    storage = FileSystemRemoteStorage(tmp_path / "remote", TEST_PREFIX)
-    seg = verified(make_segment(tmp_path / "log"))
+    storage = remote_storage
+    seg = verified(make_segment(tmp_path / "log", log_size=log_size))
     path, st = seg.data.log_segment, seg.data.log_segment.stat()
     data = bytearray(seg.local["log"])
     data[100] ^= 0xFF
@@ -241,7 +242,11 @@ def test_a_log_rewritten_in_place_since_its_verification_is_not_copied(tmp_path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     with pytest.raises(SourceChangedError, match="changed since it was verified"):
         storage.copy_log_segment_data(seg.metadata, seg.data)
-    assert files_under(storage.root) == []
+    assert list(storage.list_objects()) == []
+    if isinstance(storage, FileSystemRemoteStorage):
+        assert files_under(storage.root) == []
+    else:
+        assert storage.client.list_multipart_uploads(Bucket=storage.bucket).get("Uploads", []) == []
 
 
 def test_a_log_changed_since_its_verification_is_not_copied(remote_storage, tmp_path):

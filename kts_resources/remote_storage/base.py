@@ -145,7 +145,7 @@ class UploadSource(abc.ABC):
     description: str
     size: int
     # The content's CRC-32C when the caller already knows it (a segment it has just verified):
-    # a backend may then copy without reading the bytes itself.
+    # every backend compares its own with it before the object becomes visible.
     known_crc32c: int | None = None
 
     @abc.abstractmethod
@@ -174,6 +174,15 @@ class UploadSource(abc.ABC):
 
     @abc.abstractmethod
     def finish(self, total: int) -> None: ...
+
+    def check_crc32c(self, crc: int, location: str) -> None:
+        """SourceChangedError unless ``crc`` (of the bytes uploaded) is the known CRC-32C, if any:
+        the bytes changed between the caller's verification and the upload."""
+        if self.known_crc32c is not None and crc != self.known_crc32c:
+            raise SourceChangedError(
+                f"{location}: {self.description} changed since it was verified "
+                f"(CRC-32C {crc32c_hex(crc)}, verified {crc32c_hex(self.known_crc32c)})"
+            )
 
     def close(self) -> None:
         pass
@@ -210,9 +219,6 @@ class FileSource(UploadSource):
         except BaseException:
             self._file.close()
             raise
-
-    def fileno(self) -> int:
-        return self._file.fileno()
 
     def readinto(self, buffer: memoryview | bytearray) -> int:
         return self._file.readinto(buffer) or 0

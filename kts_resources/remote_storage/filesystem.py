@@ -26,10 +26,8 @@ from kts_resources.remote_storage.base import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
-    SourceChangedError,
     StoredObject,
     UploadSource,
-    crc32c_hex,
 )
 from kts_resources.remote_storage.keys import ObjectKeys, check_object_key
 
@@ -124,11 +122,7 @@ class FileSystemRemoteStorage(RemoteStorageManager):
                 try:
                     crc, size = self._copy_into(fd, source)
                     source.finish(size)
-                    if source.known_crc32c is not None and crc != source.known_crc32c:
-                        raise SourceChangedError(
-                            f"{self.location(key)}: {source.description} changed since it was verified "
-                            f"(CRC-32C {crc32c_hex(crc)}, verified {crc32c_hex(source.known_crc32c)})"
-                        )
+                    source.check_crc32c(crc, self.location(key))
                     os.fsync(fd)
                     # Cheap and sound: the CRC covers exactly the bytes handed to write(); the
                     # file's size says the file system kept all of them.

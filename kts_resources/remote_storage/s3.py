@@ -170,6 +170,7 @@ class S3RemoteStorage(RemoteStorageManager):
         data = source.read(source.size + 1)  # one byte more than expected shows a file that grew
         source.finish(len(data))
         crc = crc32c(data)
+        source.check_crc32c(crc, self.location(key))
         response = self._call(key, "put_object", Key=key, Body=data, ContentLength=len(data), ChecksumCRC32C=_b64(crc))
         self._verify_stored(key, response, len(data), {_b64(crc)})
         return StoredObject(key, len(data), crc)
@@ -180,6 +181,7 @@ class S3RemoteStorage(RemoteStorageManager):
         try:
             parts, part_crcs, crc, size = self._upload_parts(key, upload_id, source, part_size)
             source.finish(size)
+            source.check_crc32c(crc, self.location(key))  # before completing: never visible if not
             response = self._call(
                 key, "complete_multipart_upload", Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
             )
