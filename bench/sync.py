@@ -79,7 +79,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from kts_assets.cli import parse_size
-from kts_resources.copier import copy_candidates, copy_log_dir, copy_partition
+from kts_resources.copier import PARALLEL_PARTITIONS, copy_candidates, copy_log_dir, copy_partition
 from kts_resources.kafka.logdir import LogDir, SegmentFiles
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.metadata import database, embedded
@@ -91,7 +91,6 @@ MiB = 1024 * 1024
 READ_CHUNK = MiB
 DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "sync.json"
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-PARALLEL_PARTITIONS = 4  # remote_segments' default parallel_partitions
 SYNC_TIMEOUT_S = 1800
 MEASUREMENTS = ("copy_alone", "copy_parallel", "sync", "sync_noop")
 # The phases of one `kts sync`, in the order they happen (see sync_phases).

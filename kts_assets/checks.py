@@ -118,16 +118,16 @@ def offset_invariants(context: dg.AssetCheckExecutionContext, kafka_log_dirs: Ka
 def local_segments_crc_clean(context: dg.AssetCheckExecutionContext, pyspark: KtsPySparkResource) -> Iterator:
     from pyspark.sql import functions as F
 
-    from kts_resources.spark import inventory_schema
+    from kts_resources.spark import read_inventory
 
     keys = _partition_keys(context)
-    present = {key: inventory_path(key) for key in keys if inventory_path(key).is_dir()}
+    present = {key: path for key in keys if (path := inventory_path(key)).is_dir()}
     verdicts: dict[str, Verdict] = {
         key: (True, {"segments": 0}, "no inventory yet: materialise local_segments first") for key in keys if key not in present
     }
     if present:
         # One read and two Spark jobs for all of the run's partitions, not two or three per partition.
-        inventory = (pyspark.spark_session.read.schema(inventory_schema()).parquet(*(str(p) for p in present.values()))
+        inventory = (read_inventory(pyspark.spark_session, present.values())
                      .withColumn("key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"))))
         totals = {row.key: row["count"] for row in inventory.groupBy("key").count().collect()}
         unhealthy: dict[str, list] = {}

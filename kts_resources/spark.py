@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from kts_resources.kafka.logdir import PartitionDir
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 # What a shared-nothing local session needs: no UI port to collide on, few shuffle partitions.
 _DEFAULT_CONF = {
@@ -82,6 +82,12 @@ def inventory_schema():
     ])
 
 
+def read_inventory(spark: "SparkSession", paths: Iterable[os.PathLike | str]) -> "DataFrame":
+    """The stored inventories at ``paths`` as one frame, read with today's schema (columns an older
+    inventory lacks come back null)."""
+    return spark.read.schema(inventory_schema()).parquet(*map(str, paths))
+
+
 def _summarize(task: tuple) -> tuple:
     # Runs on an executor: imports stay inside so the closure ships only the task tuple.
     # A task is ("row", the row kept from the last scan) or ("scan", what to scan).
@@ -100,22 +106,22 @@ def _summarize(task: tuple) -> tuple:
 
 
 def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
-                      previous: Mapping[str, tuple] | None = None) -> tuple["DataFrame", int]:
+                      previous: Mapping[str, "Row"] | None = None) -> tuple["DataFrame", int]:
     """One row per segment of the given partitions: header-only scan with every CRC checked.
 
     ``previous`` (path → inventory row of an earlier scan) spares rescanning what cannot have
     changed: a segment closed then and now, of the same size and modification time — Kafka
     never rewrites a rolled segment in place. Returns the rows and how many were kept that way.
     """
+    previous = previous or {}
     tasks = []
     kept = 0
     for p in partitions:
         for s in p.segments():
             st = os.stat(s.log)
-            row = (previous or {}).get(str(s.log))
-            if (row is not None and not s.active and not row[INVENTORY_COLUMNS.index("active")]
-                    and row[INVENTORY_COLUMNS.index("size_bytes")] == st.st_size
-                    and row[INVENTORY_COLUMNS.index("mtime_ns")] == st.st_mtime_ns):
+            row = previous.get(str(s.log))
+            if (row is not None and not s.active and not row.active
+                    and (row.size_bytes, row.mtime_ns) == (st.st_size, st.st_mtime_ns)):
                 tasks.append(("row", tuple(row)))
                 kept += 1
             else:

@@ -63,7 +63,7 @@ def test_closed_segments_unchanged_since_the_last_scan_keep_their_rows_and_are_n
     partitions = discover_partitions(log_dir)
     first, kept = segment_inventory(spark, partitions)
     assert kept == 0
-    previous = {row.path: tuple(row) for row in first.collect()}
+    previous = {row.path: row for row in first.collect()}
     closed = [s for p in partitions for s in p.segments() if not s.active]
     # Corrupt a closed segment behind the scan's back, keeping its size and modification time:
     # a row kept from the last scan still says "ok", so the file was not read again.
@@ -75,13 +75,13 @@ def test_closed_segments_unchanged_since_the_last_scan_keep_their_rows_and_are_n
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
     again, kept = segment_inventory(spark, partitions, previous)
     assert kept == len(closed)
-    assert sorted(tuple(r) for r in again.collect()) == sorted(previous.values())
+    assert sorted(tuple(r) for r in again.collect()) == sorted(tuple(r) for r in previous.values())
 
 
 def test_new_active_or_changed_segments_are_scanned_again(spark, log_dir):
     partitions = discover_partitions(log_dir)
     first, _ = segment_inventory(spark, partitions)
-    previous = {row.path: tuple(row) for row in first.collect()}
+    previous = {row.path: row for row in first.collect()}
     victim = next(s for s in partitions[0].segments() if not s.active).log
     data = bytearray(victim.read_bytes())
     data[100] ^= 0xFF
@@ -92,7 +92,7 @@ def test_new_active_or_changed_segments_are_scanned_again(spark, log_dir):
     again, kept = segment_inventory(spark, partitions, previous)
     rows = again.collect()
     unchanged = [s for p in partitions for s in p.segments()
-                 if not s.active and str(s.log) in previous and not previous[str(s.log)][INVENTORY_COLUMNS.index("active")]
+                 if not s.active and str(s.log) in previous and not previous[str(s.log)].active
                  and s.log != victim]
     assert kept == len(unchanged) and len(rows) == sum(len(p.segments()) for p in partitions)
     assert [(r.path, r.health) for r in rows if r.health != "ok"] == [(str(victim), "corrupt")]

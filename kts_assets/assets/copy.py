@@ -13,7 +13,7 @@ from kts_assets.assets.segments import (
     segment_bytes,
 )
 from kts_assets.partitions import topic_partitions
-from kts_resources.copier import PartitionCopyResult, copy_partition
+from kts_resources.copier import PARALLEL_PARTITIONS, PartitionCopyResult, copy_partition
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
@@ -24,7 +24,7 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 class RemoteSegmentsConfig(dg.Config):
     """Run config of ``remote_segments`` (sensor and schedule runs take the defaults)."""
 
-    parallel_partitions: int = 4  # partitions copied at once in one run; the write quota is shared
+    parallel_partitions: int = PARALLEL_PARTITIONS  # partitions copied at once in one run; the write quota is shared
 
 
 def topic_id_partition(located: LocatedPartition, store: RemoteLogMetadataStore) -> TopicIdPartition | None:
@@ -56,7 +56,7 @@ def tier_state(located: LocatedPartition, store: RemoteLogMetadataStore) -> dict
     # The partition's log starts at its oldest data in either tier, but never below what the broker
     # checkpointed (DeleteRecords, the broker's own retention) or remote retention recorded.
     oldest = min(remote_start, local_start) if remote_start >= 0 and local_start >= 0 else max(remote_start, local_start)
-    checkpointed = located.log_dir.log_start_offset(located.partition.topic_partition)
+    checkpointed = offsets.checkpointed_log_start_offset
     log_start = max(oldest, -1 if checkpointed is None else checkpointed,
                     partition.log_start_offset if partition is not None and finished else -1)
     return {

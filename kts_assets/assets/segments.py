@@ -51,22 +51,26 @@ def locate_partitions(kafka_log_dirs: KafkaLogDirsResource, keys: list[str]) -> 
 class LocalOffsets:
     """KIP-405's local offsets: Lx local log start, Ly high watermark, Lz log end (−1 unknown)."""
 
-    log_start_offset: int
+    checkpointed_log_start_offset: int | None  # log-start-offset-checkpoint's entry, if any
     local_log_start_offset: int  # Lx
     high_watermark: int  # Ly: what is committed; only segments wholly below it are copied
     log_end_offset: int  # Lz
     recovery_point: int
 
+    @property
+    def log_start_offset(self) -> int:
+        """The broker's log start offset: checkpointed, else (as Kafka) the first segment's base offset."""
+        return self.local_log_start_offset if self.checkpointed_log_start_offset is None else self.checkpointed_log_start_offset
+
 
 def local_offsets(located: LocatedPartition, segments: list[SegmentFiles], next_offset_of_last: int | None) -> LocalOffsets:
     tp = located.partition.topic_partition
     first = segments[0].base_offset if segments else -1
-    lso = located.log_dir.log_start_offset(tp)
     hw = located.log_dir.high_watermark(tp)
     rp = located.log_dir.recovery_point(tp)
     end = next_offset_of_last if next_offset_of_last is not None else (segments[-1].base_offset if segments else -1)
     return LocalOffsets(
-        log_start_offset=lso if lso is not None else first,
+        checkpointed_log_start_offset=located.log_dir.log_start_offset(tp),
         local_log_start_offset=first,
         high_watermark=-1 if hw is None else hw,
         log_end_offset=end,
@@ -142,7 +146,7 @@ def local_segments(
 ) -> dg.MaterializeResult:
     from pyspark.sql import functions as F
 
-    from kts_resources.spark import inventory_schema, segment_inventory
+    from kts_resources.spark import read_inventory, segment_inventory
 
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs, keys)
@@ -152,11 +156,11 @@ def local_segments(
 
     spark = pyspark.spark_session
     listed = {key: loc.partition.segments() for key, loc in located.items()}
-    previous: dict[str, tuple] = {}
-    earlier = [str(inventory_path(key)) for key in located if inventory_path(key).is_dir()]
+    earlier = [path for path in map(inventory_path, located) if path.is_dir()]
+    previous = {}
     if earlier and not config.rescan_unchanged:
         # One small read (a row per segment) so that only new, active or changed segments are scanned.
-        previous = {row.path: tuple(row) for row in spark.read.schema(inventory_schema()).parquet(*earlier).collect()}
+        previous = {row.path: row for row in read_inventory(spark, earlier).collect()}
     inventory, kept = segment_inventory(spark, [loc.partition for loc in located.values()], previous)
     inventory = inventory.withColumn("partition_key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string")))
     inventory = inventory.cache()
