@@ -11,9 +11,8 @@ sit in closed, copy-eligible segments. Then, each round, every measurement into 
 
 - "copy alone": ``copy_log_dir(LogDir(...), store, FileSystemRemoteStorage(...))``, the copy
   procedure with nothing around it (four partitions side by side, its default) (the baseline);
-- info "copy, 4 side by side": ``copy_partition`` for the partitions four at a time under the
-  unbounded copy quota (whose samples live in the store), the way the ``remote_segments`` asset
-  runs it, still without Dagster;
+- info "copy under the copy quota": the same under the unbounded copy quota (whose samples live in
+  the store), the way the ``remote_segments`` asset runs it, still without Dagster;
 - "kts sync": ``python -m kts_assets.cli sync`` as a subprocess, as a user runs it, with
   KTS_LOG_DIRS, KTS_DATABASE_URL, KTS_REMOTE_URI, a fresh KTS_HOME (the Parquet inventory) and a
   fresh DAGSTER_HOME (the repo's dagster.yaml: telemetry off, SQLite storage) and
@@ -68,7 +67,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +77,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from kts_assets.cli import parse_size
-from kts_resources.copier import PARALLEL_PARTITIONS, copy_candidates, copy_log_dir, copy_partition
+from kts_resources.copier import PARALLEL_PARTITIONS, copy_candidates, copy_log_dir
 from kts_resources.kafka.logdir import LogDir, SegmentFiles
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.metadata import database, embedded
@@ -238,25 +236,22 @@ def copy_alone(root: Path, url: str, dest: Path, expected: list[Eligible]) -> fl
 
 
 def copy_parallel(root: Path, url: str, dest: Path, expected: list[Eligible]) -> float:
-    """Seconds of ``copy_partition`` over the partitions, PARALLEL_PARTITIONS at a time under the
-    (unbounded) shared copy quota: what the remote_segments step does, without Dagster."""
+    """Seconds of ``copy_log_dir`` (PARALLEL_PARTITIONS at a time) under the (unbounded) shared
+    copy quota, whose samples live in the store: what the remote_segments step does, without Dagster."""
     from kts_resources.resources import CopyQuotaResource
 
     store = RemoteLogMetadataStore(database.create_engine(url))
     try:
         with store.engine.connect():
             pass
-        log_dir = LogDir(root)
         gc.collect()
         t0 = time.perf_counter()
-        storage = FileSystemRemoteStorage(dest)
         quota = CopyQuotaResource().manager(store.engine)
-        with ThreadPoolExecutor(max_workers=PARALLEL_PARTITIONS, thread_name_prefix="bench-copy") as pool:
-            results = list(pool.map(lambda p: copy_partition(p, log_dir, store, storage, quota=quota), log_dir.partitions()))
+        results = copy_log_dir(LogDir(root), store, FileSystemRemoteStorage(dest), quota=quota)
         seconds = time.perf_counter() - t0
     finally:
         store.close()
-    check_copied(results, expected, "copy_partition ×4")
+    check_copied(results, expected, "copy_log_dir under the copy quota")
     return seconds
 
 
@@ -649,7 +644,7 @@ def table(result: dict) -> str:
     b, r = result["sync_per_byte"], result["remote_segments_step"]
     rows = [("measurement", "best s", "median s", "rate", "ratio", "vs")]
     rows.append(("copy alone (copy_log_dir)", f"{a['seconds']:.2f}", f"{a['median_seconds']:.2f}", f"{a['mb_per_s']:,.0f} MB/s", "1.00", "(baseline)"))
-    rows.append((f"  info: copy, {p['partitions_at_once']} partitions side by side", f"{p['seconds']:.2f}", f"{p['median_seconds']:.2f}",
+    rows.append((f"  info: copy under the copy quota, {p['partitions_at_once']} side by side", f"{p['seconds']:.2f}", f"{p['median_seconds']:.2f}",
                  f"{p['mb_per_s']:,.0f} MB/s", f"{p['ratio_vs_copy_alone']:.2f}", "copy alone"))
     rows.append(("kts sync (subprocess, all of it)", f"{s['seconds']:.2f}", f"{s['median_seconds']:.2f}", f"{s['mb_per_s']:,.1f} MB/s",
                  f"{s['ratio_vs_copy_alone']:.3f}", "copy alone"))
