@@ -33,8 +33,8 @@ from kts_resources.remote_storage.keys import (
 
 log = logging.getLogger(__name__)
 
-# Large enough that per-call overhead vanishes next to memcpy and CRC, small enough to stay in cache.
-COPY_CHUNK_SIZE = 8 * 1024 * 1024
+# Streamed ranged reads of a remote .log fill their buffer this much at a time.
+STREAM_BUFFER_SIZE = 1024 * 1024
 
 _HEX_CRC = re.compile(r"[0-9a-f]{8}")
 
@@ -419,7 +419,7 @@ class RemoteStorageManager(abc.ABC):
         """``fetch_log_segment`` as a file-like object, for reads too large to hold at once (close it)."""
         _check_range(start_position, end_position)
         raw = self._open_range(self.segment_object_keys(metadata)[LOG_SUFFIX], start_position, end_position)
-        return io.BufferedReader(raw, COPY_CHUNK_SIZE // 8)  # type: ignore[return-value]
+        return io.BufferedReader(raw, STREAM_BUFFER_SIZE)  # type: ignore[return-value]
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         """The whole index (or producer snapshot, or leader-epoch lineage) of the segment, verified

@@ -39,7 +39,7 @@ WRITEBACK_WINDOW = 64 * 1024 * 1024
 # A file is copied in chunks of a read-only mapping, which cost no memory, so they can be large:
 # each crc32c() and write() call frees the GIL for its whole chunk, and the fewer the calls, the
 # less the copy waits to get the GIL back from the thread verifying the next segment.
-COPY_CHUNK_SIZE = WRITEBACK_WINDOW
+FILE_COPY_CHUNK_SIZE = WRITEBACK_WINDOW
 _FADVISE = hasattr(os, "posix_fadvise")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -54,7 +54,7 @@ def _is_tmp(name: str) -> bool:
 class FileSystemRemoteStorage(RemoteStorageManager):
     """Objects as files under ``root`` (``root/<key>``), keys laid out by ``ObjectKeys(prefix)``."""
 
-    def __init__(self, root: str | os.PathLike, prefix: str = "", *, chunk_size: int = COPY_CHUNK_SIZE):
+    def __init__(self, root: str | os.PathLike, prefix: str = "", *, chunk_size: int = FILE_COPY_CHUNK_SIZE):
         # absolute() rather than resolve(): the configured root may itself be a link (a mount
         # point); what must never be followed are links found *inside* it.
         self.root = Path(root).expanduser().absolute()
