@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from kts_resources.kafka.simulate import SimulationConfig, simulate
 
 from .conftest import REPO_ROOT
 from .fixtures_postgres import _fresh_database
+from .fixtures_s3 import free_loopback_port
 
 TOPICS = ("orders", "page.views")
 PARTITIONS = 2
@@ -70,12 +70,6 @@ def _post_graphql(url: str, query: str, variables: dict | None = None) -> dict:
 def _tail(path: Path, lines: int = 60) -> str:
     text = path.read_text(errors="replace") if path.exists() else "(no log)"
     return f"--- last {lines} lines of {path} ---\n" + "\n".join(text.splitlines()[-lines:])
-
-
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -153,7 +147,7 @@ def webserver(tmp_path_factory: pytest.TempPathFactory, module_pg_url: str) -> I
            "KTS_REMOTE_URI": remote.as_uri(), "KTS_SPARK_MASTER": "local[2]"}
     _register_partitions_with_the_discovery_sensor(env)
 
-    port = _free_loopback_port()
+    port = free_loopback_port()
     url = f"http://127.0.0.1:{port}"
     server_log, sync_log = root / "webserver.log", root / "sync.log"
     processes: list[subprocess.Popen] = []
