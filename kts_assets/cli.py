@@ -465,7 +465,7 @@ def cmd_sync(args) -> int:
             tags={PARTITION_RANGE_START_TAG: batch.start, PARTITION_RANGE_END_TAG: batch.end, "kts/trigger": "kts sync"},
             raise_on_error=False,
             # The run's full event log is in the Dagster UI; the terminal gets warnings and errors.
-            run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("KTS_LOG_LEVEL", "WARNING").upper()}}}},
+            run_config={"loggers": {"console": {"config": {"log_level": settings.log_level("WARNING")}}}},
         )
         if not result.success:
             failed.append(f"{batch.start} .. {batch.end} (run {result.run_id})")
@@ -612,7 +612,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Library warnings (a retried connection, a deferred clean-up) stay quiet unless asked for:
     # the command's own outcome is the one line a user reads.
-    logging.basicConfig(level=os.environ.get("KTS_LOG_LEVEL", "ERROR").upper(), format="kts: %(levelname)s: %(message)s")
+    from kts_resources import settings
+
+    logging.basicConfig(level=settings.log_level("ERROR"), format="kts: %(levelname)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
 from kts_assets.assets import local_segments, remote_segments
@@ -12,7 +10,6 @@ from kts_assets.jobs import copy_job
 from kts_assets.schedules import reconcile_schedule
 from kts_assets.sensors import partition_discovery_sensor
 from kts_assets.sensors_roll import segment_roll_sensor
-from kts_resources import settings
 from kts_resources.resources import (
     CopyQuotaResource,
     KafkaLogDirsResource,
@@ -22,25 +19,18 @@ from kts_resources.resources import (
 )
 
 
-def _env_or_default(name: str, default: str):
-    # EnvVar keeps the value out of the UI's config view; the default makes embedded runs work.
-    return dg.EnvVar(name) if os.environ.get(name) else default
-
-
 def default_resources() -> dict[str, object]:
-    """Resources from kts's environment contract, with embedded defaults for what is unset."""
+    """Resources from kts's environment contract. Their fields are left empty: each resource asks
+    ``kts_resources.settings`` when used, as the CLI does, so `kts sync` and `dagster dev` get the
+    same values and defaults from one place. (Not ``dg.EnvVar``: it reads the environment itself,
+    without settings' defaults and normalisation, and would make a second road to each value; an
+    empty field keeps secrets such as a database URL's password out of the run config just as well.)"""
     return {
-        "kafka_log_dirs": KafkaLogDirsResource(
-            log_dirs=_env_or_default("KTS_LOG_DIRS", ",".join(str(p) for p in settings.log_dirs())),
-            owned_log_dirs=_env_or_default("KTS_OWNED_LOG_DIRS", ""),
-        ),
-        "metadata_store": MetadataStoreResource(database_url=_env_or_default("KTS_DATABASE_URL", "")),
-        "remote_tier": RemoteTierResource(
-            remote_uri=_env_or_default("KTS_REMOTE_URI", ""),
-            s3_endpoint_url=_env_or_default("KTS_S3_ENDPOINT_URL", ""),
-        ),
+        "kafka_log_dirs": KafkaLogDirsResource(),
+        "metadata_store": MetadataStoreResource(),
+        "remote_tier": RemoteTierResource(),
         "copy_quota": CopyQuotaResource(),
-        "pyspark": spark_resource(),  # KTS_SPARK_MASTER, default local[*]
+        "pyspark": spark_resource(),  # settings.spark_master(), default local[*]
     }
 
 

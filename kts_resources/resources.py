@@ -6,12 +6,16 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+from dagster_aws.s3 import S3Resource
 from dagster_pyspark import PySparkResource
+from pydantic import Field
 
+from kts_resources import settings
 from kts_resources.kafka.logdir import Discovery, LogDir
+from kts_resources.remote_storage.factory import S3_MAX_ATTEMPTS, s3_client
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -21,21 +25,31 @@ if TYPE_CHECKING:
     from kts_resources.remote_storage.base import RemoteStorageManager
 
 
+def _split_paths(raw: str) -> list[Path]:
+    return [Path(p.strip()).expanduser() for p in raw.split(",") if p.strip()]
+
+
+# Every resource's fields are overrides (tests, a deployment's own Definitions); an empty field
+# means settings.py's value, read when the resource is used: the CLI and `dagster dev` agree.
+
+
 class KafkaLogDirsResource(dg.ConfigurableResource):
-    """The broker log dirs kts reads (``KTS_LOG_DIRS``), and which of them kts owns.
+    """The broker log dirs kts reads (``KTS_LOG_DIRS``), and which of them kts owns
+    (``KTS_OWNED_LOG_DIRS``); empty fields take ``settings.log_dirs()`` / ``settings.owned_log_dirs()``.
 
     kts never edits files in a dir a live broker owns; ``owned_log_dirs`` names the dirs it may
     apply local retention to (a stopped broker, a mirror, a staging area).
     """
 
-    log_dirs: str
+    log_dirs: str = ""
     owned_log_dirs: str = ""
 
     def paths(self) -> list[Path]:
-        return [Path(p.strip()).expanduser() for p in self.log_dirs.split(",") if p.strip()]
+        return _split_paths(self.log_dirs) if self.log_dirs.strip() else settings.log_dirs()
 
     def owned_paths(self) -> set[Path]:
-        return {Path(p.strip()).expanduser().resolve() for p in self.owned_log_dirs.split(",") if p.strip()}
+        owned = _split_paths(self.owned_log_dirs) if self.owned_log_dirs.strip() else settings.owned_log_dirs()
+        return {p.resolve() for p in owned}
 
     def is_owned(self, log_dir: Path) -> bool:
         return log_dir.resolve() in self.owned_paths()
@@ -57,7 +71,9 @@ _stores_lock = threading.Lock()
 
 
 class MetadataStoreResource(dg.ConfigurableResource):
-    """The remote log metadata store (``KTS_DATABASE_URL``; empty: the embedded PostgreSQL).
+    """The remote log metadata store; an empty ``database_url`` takes ``KTS_DATABASE_URL`` (through
+    ``settings``), else the embedded PostgreSQL. Left empty in the Definitions, a URL's password never
+    shows in the run config.
 
     One store (one connection pool, migrated once) per process and URL: every step and check of a
     run, and every run of an in-process ``kts sync``, shares it.
@@ -84,32 +100,50 @@ class MetadataStoreResource(dg.ConfigurableResource):
 # --- the remote tier ---------------------------------------------------------------------------
 
 
+class KtsS3Resource(S3Resource):
+    """dagster-aws's ``S3Resource`` whose client comes from kts's one builder
+    (``remote_storage.factory.s3_client``): the pipeline's client has the CLI's timeouts, retries
+    and addressing style. ``max_attempts`` defaults to kts's, not dagster-aws's."""
+
+    max_attempts: int = Field(default=S3_MAX_ATTEMPTS, description="Attempts per request in all, the first included.")
+
+    def get_client(self) -> Any:
+        return s3_client(
+            self.endpoint_url,
+            max_attempts=self.max_attempts,
+            region_name=self.region_name,
+            profile_name=self.profile_name,
+            use_ssl=self.use_ssl,
+            verify=self.verify,
+            aws_access_key_id=self.aws_access_key_id,
+            aws_secret_access_key=self.aws_secret_access_key,
+            aws_session_token=self.aws_session_token,
+        )
+
+
 class RemoteTierResource(dg.ConfigurableResource):
     """The remote tier (``KTS_REMOTE_URI``: ``file:///path``, default ``KTS_HOME/remote``, or
-    ``s3://bucket/prefix``; ``KTS_S3_ENDPOINT_URL`` for S3-compatible stores)."""
+    ``s3://bucket/prefix``; ``KTS_S3_ENDPOINT_URL`` for S3-compatible stores); empty fields take
+    ``settings.remote_uri()`` / ``settings.s3_endpoint_url()``."""
 
     remote_uri: str = ""
     s3_endpoint_url: str = ""
 
     def uri(self) -> str:
-        from kts_resources.remote_storage.factory import default_remote_uri
+        return self.remote_uri or settings.remote_uri()
 
-        return self.remote_uri or default_remote_uri()
+    def endpoint_url(self) -> str | None:
+        return self.s3_endpoint_url or settings.s3_endpoint_url()
+
+    def s3(self) -> KtsS3Resource:
+        return KtsS3Resource(endpoint_url=self.endpoint_url())
 
     def storage(self) -> "RemoteStorageManager":
         from kts_resources.remote_storage.factory import remote_storage_from_uri
 
         uri = self.uri()
-        if not uri.startswith("s3://"):
-            return remote_storage_from_uri(uri)
-        from dagster_aws.s3 import S3Resource
-
-        from kts_resources.remote_storage.s3 import S3RemoteStorage, parse_s3_uri
-
-        bucket, prefix = parse_s3_uri(uri)
-        endpoint = self.s3_endpoint_url or os.environ.get("KTS_S3_ENDPOINT_URL") or None
-        client = S3Resource(endpoint_url=endpoint, max_attempts=3).get_client()
-        return S3RemoteStorage(client, bucket, prefix)
+        client = self.s3().get_client() if uri.startswith("s3://") else None
+        return remote_storage_from_uri(uri, client=client)
 
 
 # --- quotas ------------------------------------------------------------------------------------

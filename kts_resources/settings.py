@@ -1,18 +1,83 @@
-"""kts's environment contract (ARCHITECTURE.md): where things are when nothing is configured."""
+"""kts's environment contract (ARCHITECTURE.md): every ``KTS_*`` variable is read here, and only here.
+
+Each accessor reads the environment when called (not at import), so a test or a CLI command that
+sets a variable sees it at once. The CLI, the Dagster resources and ``dagster dev`` all ask these
+functions, so they agree on every value. A test (tests/test_settings.py) fails if any other module
+of kts_assets/ or kts_resources/ reads a ``KTS_*`` variable.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+HOME = "KTS_HOME"
+LOG_DIRS = "KTS_LOG_DIRS"
+OWNED_LOG_DIRS = "KTS_OWNED_LOG_DIRS"
+REMOTE_URI = "KTS_REMOTE_URI"
+S3_ENDPOINT_URL = "KTS_S3_ENDPOINT_URL"
+DATABASE_URL = "KTS_DATABASE_URL"
+SPARK_MASTER = "KTS_SPARK_MASTER"
+SPARK_REMOTE = "KTS_SPARK_REMOTE"
+LOG_LEVEL = "KTS_LOG_LEVEL"
+
+DEFAULT_SPARK_MASTER = "local[*]"
+
+
+def _get(name: str) -> str | None:
+    """The variable's value with surrounding blanks removed; None when unset or blank."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def _paths(raw: str | None) -> list[Path]:
+    return [Path(p.strip()).expanduser() for p in (raw or "").split(",") if p.strip()]
+
 
 def kts_home() -> Path:
     """``KTS_HOME``, default ``~/.kts``: embedded Postgres, the local remote tier, caches."""
-    return Path(os.environ.get("KTS_HOME") or Path.home() / ".kts").expanduser()
+    return Path(_get(HOME) or Path.home() / ".kts").expanduser()
 
 
 def log_dirs() -> list[Path]:
     """``KTS_LOG_DIRS`` (comma-separated broker log dirs), default ``KTS_HOME/logs``."""
-    raw = os.environ.get("KTS_LOG_DIRS", "")
-    dirs = [Path(p.strip()).expanduser() for p in raw.split(",") if p.strip()]
-    return dirs or [kts_home() / "logs"]
+    return _paths(_get(LOG_DIRS)) or [kts_home() / "logs"]
+
+
+def owned_log_dirs() -> list[Path]:
+    """``KTS_OWNED_LOG_DIRS`` (comma-separated): the log dirs kts may edit; default none."""
+    return _paths(_get(OWNED_LOG_DIRS))
+
+
+def remote_uri() -> str:
+    """``KTS_REMOTE_URI`` (``file:///path`` or ``s3://bucket/prefix``), default the directory
+    ``KTS_HOME/remote``."""
+    return _get(REMOTE_URI) or (kts_home() / "remote").absolute().as_uri()
+
+
+def s3_endpoint_url() -> str | None:
+    """``KTS_S3_ENDPOINT_URL``: an S3-compatible store's endpoint; None means AWS."""
+    return _get(S3_ENDPOINT_URL)
+
+
+def database_url() -> str | None:
+    """``KTS_DATABASE_URL`` as configured (any PostgreSQL URL); None means the embedded server
+    (``metadata.database.database_url`` starts it and normalises either)."""
+    return _get(DATABASE_URL)
+
+
+def spark_master() -> str:
+    """``KTS_SPARK_MASTER``, a classic Spark master, default ``local[*]``."""
+    return _get(SPARK_MASTER) or DEFAULT_SPARK_MASTER
+
+
+def spark_remote() -> str | None:
+    """``KTS_SPARK_REMOTE`` (``sc://host:port``, a Spark Connect endpoint). Reserved for the coming
+    Spark Connect work: nothing uses it yet."""
+    return _get(SPARK_REMOTE)
+
+
+def log_level(default: str) -> str:
+    """``KTS_LOG_LEVEL`` (a ``logging`` level name, any case), else ``default``; upper-cased.
+    The CLI's default is ERROR for library logging and WARNING for a Dagster run's console."""
+    return (_get(LOG_LEVEL) or default).upper()

@@ -10,6 +10,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Iterable, Mapping
 
+from kts_resources import settings
 from kts_resources.kafka.logdir import PartitionDir
 
 if TYPE_CHECKING:
@@ -25,13 +26,8 @@ _DEFAULT_CONF = {
 }
 
 
-def spark_master() -> str:
-    """``KTS_SPARK_MASTER``, default ``local[*]``."""
-    return os.environ.get("KTS_SPARK_MASTER") or "local[*]"
-
-
 def spark_conf(master: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {"spark.master": master or spark_master(), **_DEFAULT_CONF, **(extra or {})}
+    return {"spark.master": master or settings.spark_master(), **_DEFAULT_CONF, **(extra or {})}
 
 
 def build_spark_session(app_name: str = "kts", master: str | None = None, extra: dict[str, str] | None = None) -> "SparkSession":

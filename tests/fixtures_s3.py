@@ -89,11 +89,12 @@ def s3_bucket(s3_client: Any) -> Iterator[str]:
 
 
 def make_s3_storage(endpoint: str, bucket: str, prefix: str = TEST_PREFIX, **kwargs: Any) -> Any:
-    from kts_resources.remote_storage.s3 import S3RemoteStorage, make_s3_client
+    from kts_resources.remote_storage.factory import s3_client
+    from kts_resources.remote_storage.s3 import S3RemoteStorage
 
     kwargs.setdefault("multipart_threshold", TEST_MULTIPART_THRESHOLD)
     kwargs.setdefault("part_size", TEST_PART_SIZE)
-    return S3RemoteStorage(make_s3_client(endpoint), bucket, prefix, **kwargs)
+    return S3RemoteStorage(s3_client(endpoint), bucket, prefix, **kwargs)
 
 
 @pytest.fixture(params=["filesystem", "s3"])

@@ -41,7 +41,8 @@ from kts_resources.remote_storage import (
 from kts_resources.remote_storage.base import FileSource
 from kts_resources.remote_storage.filesystem import TMP_SUFFIX
 from kts_resources.remote_storage.keys import SEGMENT_SUFFIXES
-from kts_resources.remote_storage.s3 import S3RemoteStorage, make_s3_client
+from kts_resources.remote_storage import factory
+from kts_resources.remote_storage.s3 import S3RemoteStorage
 from tests.fixtures_s3 import TEST_PREFIX, MiB, free_loopback_port, make_s3_storage
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -557,7 +558,7 @@ def test_s3_abort_incomplete_uploads_aborts_only_under_the_prefix(s3_endpoint, s
 
 
 def test_s3_unreachable_endpoint_is_one_clear_error_quickly(fake_aws_credentials, tmp_path):
-    storage = S3RemoteStorage(make_s3_client(f"http://127.0.0.1:{free_loopback_port()}"), "kts-bucket", "p")
+    storage = S3RemoteStorage(factory.s3_client(f"http://127.0.0.1:{free_loopback_port()}"), "kts-bucket", "p")
     seg = make_segment(tmp_path / "log")
     started = time.monotonic()
     with pytest.raises(RemoteStorageError, match=r"^s3://kts-bucket/: cannot reach the S3 endpoint http://127\.0\.0\.1"):
@@ -615,3 +616,57 @@ def test_factory_picks_the_backend_from_the_uri(tmp_path, monkeypatch):
     for bad in ("http://x/y", "file://host/path", "s3:///prefix", "s3://b/../x", "/plain/path"):
         with pytest.raises(ValueError):
             remote_storage_from_uri(bad)
+
+
+# --- the one S3 client builder -----------------------------------------------------------------
+
+
+def _client_settings(client) -> dict:
+    """What decides how a client talks to a bucket."""
+    config = client.meta.config
+    return {
+        "endpoint": client.meta.endpoint_url,
+        "retries": config.retries,
+        "connect_timeout": config.connect_timeout,
+        "read_timeout": config.read_timeout,
+        "addressing_style": (config.s3 or {}).get("addressing_style"),
+        "max_pool_connections": config.max_pool_connections,
+    }
+
+
+@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9000", None], ids=["s3-compatible", "aws"])
+def test_the_cli_and_the_pipeline_build_the_same_s3_client(monkeypatch, fake_aws_credentials, endpoint):
+    """`kts` (remote_storage_from_uri) and the Dagster resource (dagster-aws's S3Resource) talk to a
+    bucket identically: same endpoint, retries, timeouts and addressing style."""
+    from kts_resources.resources import KtsS3Resource, RemoteTierResource
+
+    monkeypatch.setenv("KTS_REMOTE_URI", "s3://some-bucket/tiered")
+    if endpoint:
+        monkeypatch.setenv("KTS_S3_ENDPOINT_URL", endpoint)
+    else:
+        monkeypatch.delenv("KTS_S3_ENDPOINT_URL", raising=False)
+    cli = _client_settings(remote_storage_from_uri().client)
+    pipeline = _client_settings(RemoteTierResource().storage().client)
+    via_s3_resource = _client_settings(KtsS3Resource(endpoint_url=endpoint).get_client())
+    assert cli == pipeline == via_s3_resource
+    assert cli["retries"] == {"mode": "standard", "total_max_attempts": factory.S3_MAX_ATTEMPTS}
+    assert (cli["connect_timeout"], cli["read_timeout"]) == (factory.S3_CONNECT_TIMEOUT_S, factory.S3_READ_TIMEOUT_S)
+    if endpoint:
+        assert cli["endpoint"] == endpoint and cli["addressing_style"] == "path"
+    else:
+        assert "amazonaws.com" in cli["endpoint"] and cli["addressing_style"] is None
+
+
+def test_only_the_factory_builds_s3_clients():
+    """Every S3 client of the package comes from remote_storage.factory.s3_client: no other module
+    calls boto3 or dagster-aws's S3Resource for one."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    builder = root / "kts_resources" / "remote_storage" / "factory.py"
+    pattern = re.compile(r"boto3\.(client|resource|session)|\.client\(\s*['\"]s3|\.resource\(\s*['\"]s3|\bS3Resource\(|construct_s3_client|\bSession\(")
+    modules = [p for package in ("kts_assets", "kts_resources") for p in sorted((root / package).rglob("*.py"))]
+    assert builder in modules and pattern.search(builder.read_text())  # the pattern finds the builder itself
+    offences = [f"{p.relative_to(root)}:{n}: {line.strip()}" for p in modules if p != builder
+                for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert offences == [], "build S3 clients with remote_storage.factory.s3_client:\n" + "\n".join(offences)

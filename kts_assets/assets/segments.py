@@ -151,7 +151,7 @@ def local_segments(
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs, keys)
     for key in missing:
-        context.log.warning(f"{key}: in none of the log dirs {kafka_log_dirs.log_dirs!r}; nothing scanned")
+        context.log.warning(f"{key}: in none of the log dirs ({', '.join(map(str, kafka_log_dirs.paths()))}); nothing scanned")
         context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, partition_key=key)
 
     spark = pyspark.spark_session

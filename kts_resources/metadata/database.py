@@ -11,7 +11,6 @@ only after the last attempt gives ONE clear ``MetadataStoreUnavailable`` naming 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -19,6 +18,8 @@ from typing import Callable, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
+
+from kts_resources import settings
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class MetadataStoreUnavailable(ConnectionError):
 
 def database_url() -> str:
     """``KTS_DATABASE_URL`` if set, else the embedded server's URL (starting it if needed)."""
-    configured = os.environ.get("KTS_DATABASE_URL", "").strip()
+    configured = settings.database_url()
     if configured:
         return normalize_url(configured)
     from kts_resources.metadata import embedded

@@ -1,26 +1,80 @@
-"""The remote tier named by ``KTS_REMOTE_URI`` (ARCHITECTURE.md's environment contract)."""
+"""The remote tier named by ``KTS_REMOTE_URI`` (ARCHITECTURE.md's environment contract), and the one
+builder of S3 clients: the CLI's ``remote_storage_from_uri`` and the pipeline's ``RemoteTierResource``
+(through dagster-aws's ``S3Resource``) both get their clients from ``s3_client``, so both talk to a
+bucket with the same timeouts, retries and addressing style."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from kts_resources import settings
 from kts_resources.remote_storage.base import RemoteStorageManager
 from kts_resources.remote_storage.filesystem import FileSystemRemoteStorage
-from kts_resources.settings import kts_home
 
-REMOTE_URI_ENV = "KTS_REMOTE_URI"
+# Fail fast: an unreachable endpoint is reported in seconds, not after botocore's defaults (60 s
+# to connect, five attempts); a slow read of a large part still has a minute.
+S3_CONNECT_TIMEOUT_S = 3
+S3_READ_TIMEOUT_S = 60
+S3_MAX_ATTEMPTS = 3  # in all, the first included
+S3_MAX_POOL_CONNECTIONS = 16  # parallel multipart parts of several partitions at once
+
+
+def s3_client_config(endpoint_url: str | None = None, max_attempts: int = S3_MAX_ATTEMPTS) -> Any:
+    """The botocore ``Config`` of every S3 client kts makes. S3-compatible stores (MinIO, Ceph,
+    moto) rarely resolve virtual-hosted bucket names, so a custom endpoint gets path-style addressing."""
+    from botocore.config import Config
+
+    return Config(
+        connect_timeout=S3_CONNECT_TIMEOUT_S,
+        read_timeout=S3_READ_TIMEOUT_S,
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
+        s3={"addressing_style": "path"} if endpoint_url else None,
+        max_pool_connections=S3_MAX_POOL_CONNECTIONS,
+    )
+
+
+def s3_client(
+    endpoint_url: str | None = None,
+    *,
+    max_attempts: int = S3_MAX_ATTEMPTS,
+    region_name: str | None = None,
+    profile_name: str | None = None,
+    use_ssl: bool = True,
+    verify: str | bool | None = None,
+    aws_access_key_id: str | None = None,
+    aws_secret_access_key: str | None = None,
+    aws_session_token: str | None = None,
+) -> Any:
+    """A boto3 S3 client configured by ``s3_client_config`` (boto3 is imported only here, when S3
+    is used). The keyword arguments are dagster-aws ``S3Resource``'s fields, which
+    ``resources.KtsS3Resource`` passes through; None leaves each to boto3's own lookup
+    (environment, profile, instance role)."""
+    import boto3
+
+    session = boto3.session.Session(profile_name=profile_name)
+    return session.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region_name,
+        use_ssl=use_ssl,
+        verify=verify,
+        aws_access_key_id=aws_access_key_id,
+        aws_secret_access_key=aws_secret_access_key,
+        aws_session_token=aws_session_token,
+        config=s3_client_config(endpoint_url, max_attempts),
+    )
 
 
 def default_remote_uri() -> str:
-    """``$KTS_REMOTE_URI``, else the directory ``KTS_HOME/remote``."""
-    return os.environ.get(REMOTE_URI_ENV) or (kts_home() / "remote").absolute().as_uri()
+    """``$KTS_REMOTE_URI``, else the directory ``KTS_HOME/remote`` (``settings.remote_uri``)."""
+    return settings.remote_uri()
 
 
-def remote_storage_from_uri(uri: str | None = None) -> RemoteStorageManager:
-    """``file:///path`` → FileSystemRemoteStorage, ``s3://bucket/prefix`` → S3RemoteStorage (boto3,
-    ``KTS_S3_ENDPOINT_URL`` for S3-compatible stores); None → ``default_remote_uri()``.
+def remote_storage_from_uri(uri: str | None = None, *, client: Any = None) -> RemoteStorageManager:
+    """``file:///path`` → FileSystemRemoteStorage, ``s3://bucket/prefix`` → S3RemoteStorage over
+    ``client``, else ``s3_client(settings.s3_endpoint_url())``; None → ``default_remote_uri()``.
     Nothing is contacted yet: call ``check_access()`` for an early, clear error."""
     uri = uri or default_remote_uri()
     parts = urlsplit(uri)
@@ -29,7 +83,8 @@ def remote_storage_from_uri(uri: str | None = None) -> RemoteStorageManager:
             raise ValueError(f"remote tier {uri!r}: expected file:///absolute/path")
         return FileSystemRemoteStorage(Path(unquote(parts.path)))
     if parts.scheme == "s3":
-        from kts_resources.remote_storage.s3 import S3RemoteStorage  # boto3 only when S3 is used
+        from kts_resources.remote_storage.s3 import S3RemoteStorage, parse_s3_uri  # boto3 only when S3 is used
 
-        return S3RemoteStorage.from_uri(uri)
+        bucket, prefix = parse_s3_uri(uri)
+        return S3RemoteStorage(client if client is not None else s3_client(settings.s3_endpoint_url()), bucket, prefix)
     raise ValueError(f"remote tier {uri!r}: expected file:///path or s3://bucket/prefix")

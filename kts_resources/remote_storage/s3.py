@@ -1,6 +1,7 @@
 """The remote tier on S3 or an S3-compatible store, over a boto3 S3 client.
 
-The client can come from dagster-aws (``S3Resource(...).get_client()``) or from ``from_uri``. Objects
+The client comes from kts's one builder (``factory.s3_client``), directly or through dagster-aws's
+``S3Resource`` (``resources.KtsS3Resource``), so every path has the same timeouts and retries. Objects
 up to ``multipart_threshold`` go up in one PUT, larger ones as an explicit multipart upload so a
 failure can abort it (S3 never shows an incomplete multipart upload as an object). Every PUT and part
 carries our CRC-32C, which S3 checks against the bytes it received; what the store echoes back (or,
@@ -29,6 +30,7 @@ from botocore.exceptions import (
 )
 from crc32c import crc32c
 
+from kts_resources import settings
 from kts_resources.remote_storage.base import (
     ObjectInfo,
     RangeReader,
@@ -44,7 +46,6 @@ MiB = 1024 * 1024
 MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
 MAX_PARTS = 10_000
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys
-ENDPOINT_ENV = "KTS_S3_ENDPOINT_URL"
 
 _BUCKET = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,254}")
 _NOT_FOUND = {"NoSuchKey", "NotFound", "404"}
@@ -64,22 +65,6 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     if not _BUCKET.fullmatch(parts.netloc):
         raise ValueError(f"{uri!r}: {parts.netloc!r} is not a bucket name")
     return parts.netloc, parts.path.lstrip("/")
-
-
-def make_s3_client(endpoint_url: str | None = None) -> Any:
-    """A plain boto3 S3 client that fails fast: 3 s to connect, three attempts in all."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(
-        connect_timeout=3,
-        read_timeout=60,
-        retries={"mode": "standard", "total_max_attempts": 3},
-        # S3-compatible stores (MinIO, Ceph, moto) rarely resolve virtual-hosted bucket names.
-        s3={"addressing_style": "path"} if endpoint_url else None,
-        max_pool_connections=16,
-    )
-    return boto3.client("s3", endpoint_url=endpoint_url, config=config)
 
 
 class S3RemoteStorage(RemoteStorageManager):
@@ -110,11 +95,12 @@ class S3RemoteStorage(RemoteStorageManager):
 
     @classmethod
     def from_uri(cls, uri: str, endpoint_url: str | None = None, **kwargs: Any) -> S3RemoteStorage:
-        """``s3://bucket/prefix`` with a plain boto3 client; ``endpoint_url`` defaults to
-        ``$KTS_S3_ENDPOINT_URL`` (an S3-compatible store), else AWS."""
+        """``s3://bucket/prefix`` over a client from kts's one builder (``factory.s3_client``);
+        ``endpoint_url`` defaults to ``KTS_S3_ENDPOINT_URL`` (an S3-compatible store), else AWS."""
+        from kts_resources.remote_storage.factory import s3_client
+
         bucket, prefix = parse_s3_uri(uri)
-        endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
-        return cls(make_s3_client(endpoint_url), bucket, prefix, **kwargs)
+        return cls(s3_client(endpoint_url or settings.s3_endpoint_url()), bucket, prefix, **kwargs)
 
     @property
     def client(self) -> Any:
