@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -9,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
@@ -100,25 +100,40 @@ class MetadataStoreResource(dg.ConfigurableResource):
 # --- the remote tier ---------------------------------------------------------------------------
 
 
-class KtsS3Resource(S3Resource):
-    """dagster-aws's ``S3Resource`` whose client comes from kts's one builder
-    (``remote_storage.factory.s3_client``): the pipeline's client has the CLI's timeouts, retries
-    and addressing style. ``max_attempts`` defaults to kts's, not dagster-aws's."""
+@functools.cache
+def kts_s3_resource_class() -> type:
+    """``KtsS3Resource`` (also importable by that name), made on first use: importing dagster-aws
+    costs seconds, and only an S3 tier needs it."""
+    from dagster_aws.s3 import S3Resource
 
-    max_attempts: int = Field(default=S3_MAX_ATTEMPTS, description="Attempts per request in all, the first included.")
+    class KtsS3Resource(S3Resource):
+        """dagster-aws's ``S3Resource`` whose client comes from kts's one builder
+        (``remote_storage.factory.s3_client``): the pipeline's client has the CLI's timeouts, retries
+        and addressing style. ``max_attempts`` defaults to kts's, not dagster-aws's."""
 
-    def get_client(self) -> Any:
-        return s3_client(
-            self.endpoint_url,
-            max_attempts=self.max_attempts,
-            region_name=self.region_name,
-            profile_name=self.profile_name,
-            use_ssl=self.use_ssl,
-            verify=self.verify,
-            aws_access_key_id=self.aws_access_key_id,
-            aws_secret_access_key=self.aws_secret_access_key,
-            aws_session_token=self.aws_session_token,
-        )
+        max_attempts: int = Field(default=S3_MAX_ATTEMPTS, description="Attempts per request in all, the first included.")
+
+        def get_client(self) -> Any:
+            return s3_client(
+                self.endpoint_url,
+                max_attempts=self.max_attempts,
+                region_name=self.region_name,
+                profile_name=self.profile_name,
+                use_ssl=self.use_ssl,
+                verify=self.verify,
+                aws_access_key_id=self.aws_access_key_id,
+                aws_secret_access_key=self.aws_secret_access_key,
+                aws_session_token=self.aws_session_token,
+            )
+
+    KtsS3Resource.__qualname__ = "KtsS3Resource"
+    return KtsS3Resource
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KtsS3Resource":
+        return kts_s3_resource_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RemoteTierResource(dg.ConfigurableResource):
@@ -135,8 +150,9 @@ class RemoteTierResource(dg.ConfigurableResource):
     def endpoint_url(self) -> str | None:
         return self.s3_endpoint_url or settings.s3_endpoint_url()
 
-    def s3(self) -> KtsS3Resource:
-        return KtsS3Resource(endpoint_url=self.endpoint_url())
+    def s3(self) -> Any:
+        """The tier's ``KtsS3Resource`` (dagster-aws's S3Resource over kts's client builder)."""
+        return kts_s3_resource_class()(endpoint_url=self.endpoint_url())
 
     def storage(self) -> "RemoteStorageManager":
         from kts_resources.remote_storage.factory import remote_storage_from_uri
