@@ -3,7 +3,8 @@
 Kafka's RLMCopyTask, as a plain function the pipeline calls. Per partition, under the metadata
 store's partition lock: repair what a crashed run left behind, pick the candidates, then per
 segment: verify every batch CRC → COPY_SEGMENT_STARTED → upload all its files → COPY_SEGMENT_FINISHED.
-A failed upload is cleaned up through DELETE_SEGMENT_STARTED → DELETE_SEGMENT_FINISHED.
+A failed upload is cleaned up by the one delete procedure, ``delete_remote_log_segment``
+(DELETE_SEGMENT_STARTED → objects → DELETE_SEGMENT_FINISHED), which expiry and scrub will share.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kts_resources.remote_log import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
+    RemoteResourceNotFoundError,
     TopicIdPartition,
     VerifiedChecksum,
 )
@@ -86,6 +88,37 @@ def segment_leader_epochs(lineage: Sequence[EpochEntry], batch_epochs: Mapping[i
     for epoch, first_offset in batch_epochs.items():
         epochs.setdefault(epoch, max(first_offset, start_offset))
     return epochs or {0: start_offset}  # magic 0/1 data carries no epochs; Kafka treats it as epoch 0
+
+
+# --- the one delete procedure --------------------------------------------------------------------
+
+
+def delete_remote_log_segment(
+    store: RemoteLogMetadataStore,
+    storage: RemoteStorageManager,
+    metadata: RemoteLogSegmentMetadata,
+    clock: Clock,
+) -> RemoteLogSegmentMetadata:
+    """Delete one remote segment as Kafka's RemoteLogManager.deleteRemoteLogSegment does:
+    DELETE_SEGMENT_STARTED → every object of the segment (log, indexes, snapshot, epochs) →
+    DELETE_SEGMENT_FINISHED; returns the segment's final metadata.
+
+    The one procedure for the copy's clean-up and repair now, and expiry and scrub later.
+    Idempotent, so an interrupted delete is finished by calling it again: the state is the store's
+    (not ``metadata``'s, which may be stale), a segment already in DELETE_SEGMENT_STARTED continues,
+    one already DELETE_SEGMENT_FINISHED is left as it is, and objects already gone are fine. The
+    caller holds the partition lock. RemoteResourceNotFoundError when the store has no such segment.
+    """
+    current = store.segment(metadata.segment_id)
+    if current is None:
+        raise RemoteResourceNotFoundError(f"no remote log segment metadata found for {metadata.segment_id.id}")
+    if current.state is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+        return current
+    if current.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+        # No longer readable from here on; still listed until its objects are gone.
+        current = store.update_remote_log_segment_metadata(current.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
+    storage.delete_log_segment_data(current)
+    return store.update_remote_log_segment_metadata(current.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, clock.now_ms())
 
 
 # --- the procedure -------------------------------------------------------------------------------
@@ -216,10 +249,7 @@ def _finish_interrupted(store: RemoteLogMetadataStore, storage: RemoteStorageMan
     repaired = []
     states = {RemoteLogSegmentState.COPY_SEGMENT_STARTED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED}
     for md in store.list_remote_log_segments(tip, states=states):
-        if md.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            md = store.update_remote_log_segment_metadata(md.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
-        storage.delete_log_segment_data(md)
-        store.update_remote_log_segment_metadata(md.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, clock.now_ms())
+        delete_remote_log_segment(store, storage, md, clock)
         repaired.append(md.segment_id.id)
     return repaired
 
@@ -290,9 +320,7 @@ def _upload_and_finish(
 def _abandon(store: RemoteLogMetadataStore, storage: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, clock: Clock) -> None:
     """Clean up a failed copy; if the clean-up fails too, the next pass finishes it."""
     try:
-        md = store.update_remote_log_segment_metadata(metadata.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
-        storage.delete_log_segment_data(md)
-        store.update_remote_log_segment_metadata(md.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, clock.now_ms())
+        delete_remote_log_segment(store, storage, metadata, clock)
     except Exception as e:  # noqa: BLE001
         log.warning("clean-up of failed copy %s deferred to the next pass: %s", metadata.segment_id.id, e)
 

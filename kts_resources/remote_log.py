@@ -1,7 +1,8 @@
 """KIP-405's value types, shared by the remote storage manager, the metadata store and the copier.
 
 Plain data, no I/O: what a remote segment is (``RemoteLogSegmentMetadata``), the files that travel
-with it (``LogSegmentData``), and the one place where state transitions are defined.
+with it (``LogSegmentData``), the one place where state transitions are defined, and the errors the
+tier and the store share (``RemoteStorageError``, the one ``RemoteResourceNotFoundError``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,18 @@ PARTITION_DELETE_TRANSITIONS: Mapping[RemotePartitionDeleteState | None, frozens
     P.DELETE_PARTITION_STARTED: frozenset({P.DELETE_PARTITION_FINISHED}),
     P.DELETE_PARTITION_FINISHED: frozenset(),
 }
+
+
+class RemoteStorageError(Exception):
+    """A remote-tier operation failed (RemoteStorageException); the message starts with the object's
+    location, ``s3://bucket/key: …`` or ``file:///root/key: …``."""
+
+
+class RemoteResourceNotFoundError(RemoteStorageError, LookupError):
+    """No such remote resource (RemoteResourceNotFoundException), raised by the remote tier (no such
+    object, e.g. the transaction index of a segment that had none) and by the metadata store (no
+    such segment, topic or topic ID) alike, so one ``except`` covers both. A RemoteStorageError as
+    in Kafka, and a LookupError as the store's lookups always were."""
 
 
 class InvalidStateTransition(ValueError):

@@ -38,10 +38,10 @@ from kts_resources.remote_storage import (
     remote_storage_from_uri,
     stored_objects,
 )
+from kts_resources.remote_storage import factory
 from kts_resources.remote_storage.base import FileSource
 from kts_resources.remote_storage.filesystem import TMP_SUFFIX
 from kts_resources.remote_storage.keys import SEGMENT_SUFFIXES
-from kts_resources.remote_storage import factory
 from kts_resources.remote_storage.s3 import S3RemoteStorage
 from tests.fixtures_s3 import TEST_PREFIX, MiB, free_loopback_port, make_s3_storage
 

@@ -51,6 +51,7 @@ from kts_resources.remote_log import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteState,
+    RemoteResourceNotFoundError,  # the one not-found type, shared with the remote tier; re-exported
     TopicIdPartition,
     check_partition_delete_transition,
     check_segment_transition,
@@ -83,10 +84,6 @@ class EventKind:
     SEGMENT_STATE_CHANGED = "SEGMENT_STATE_CHANGED"
     LOG_START_OFFSET_CHANGED = "LOG_START_OFFSET_CHANGED"
     PARTITION_DELETE_STATE_CHANGED = "PARTITION_DELETE_STATE_CHANGED"
-
-
-class RemoteResourceNotFoundError(LookupError):
-    """No such segment, topic or topic ID in the store (RemoteResourceNotFoundException)."""
 
 
 class DuplicateRemoteLogSegmentIdError(ValueError):

@@ -22,7 +22,15 @@ from typing import BinaryIO, NamedTuple
 
 from crc32c import crc32c
 
-from kts_resources.remote_log import IndexType, LogSegmentData, RemoteLogSegmentMetadata, VerifiedChecksum
+# The errors live with KIP-405's types (the metadata store raises the same not-found); re-exported here.
+from kts_resources.remote_log import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    VerifiedChecksum,
+)
 from kts_resources.remote_storage.keys import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
@@ -37,16 +45,6 @@ log = logging.getLogger(__name__)
 STREAM_BUFFER_SIZE = 1024 * 1024
 
 _HEX_CRC = re.compile(r"[0-9a-f]{8}")
-
-
-class RemoteStorageError(Exception):
-    """A remote-tier operation failed (RemoteStorageException); the message starts with the object's
-    location, ``s3://bucket/key: …`` or ``file:///root/key: …``."""
-
-
-class RemoteResourceNotFoundError(RemoteStorageError):
-    """The object is not in the remote tier (RemoteResourceNotFoundException), e.g. the transaction
-    index of a segment that had none."""
 
 
 class ChecksumMismatch(RemoteStorageError):
