@@ -15,7 +15,7 @@ from pydantic import Field
 
 from kts_resources import settings
 from kts_resources.kafka.logdir import Discovery, LogDir
-from kts_resources.remote_storage.factory import S3_MAX_ATTEMPTS, s3_client
+from kts_resources.remote_storage.factory import S3_MAX_ATTEMPTS, remote_storage_from_uri, s3_client
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -155,8 +155,6 @@ class RemoteTierResource(dg.ConfigurableResource):
         return kts_s3_resource_class()(endpoint_url=self.endpoint_url())
 
     def storage(self) -> "RemoteStorageManager":
-        from kts_resources.remote_storage.factory import remote_storage_from_uri
-
         uri = self.uri()
         client = self.s3().get_client() if uri.startswith("s3://") else None
         return remote_storage_from_uri(uri, client=client)
