@@ -31,39 +31,12 @@ from kts_resources.remote_log import (
     VerifiedChecksum,
 )
 from kts_resources.remote_storage.base import RemoteStorageManager
+from kts_resources.tiers import copy_candidates, log_start_offset, partition_topic_id
 
 log = logging.getLogger(__name__)
 
 
-# --- which segments ------------------------------------------------------------------------------
-
-
-def copy_candidates(
-    segments: Sequence[SegmentFiles],
-    *,
-    high_watermark: int,
-    recovery_point: int,
-    log_start_offset: int,
-    highest_copied_offset: int,
-) -> list[SegmentFiles]:
-    """The segments to copy, in ascending order (KAFKA_FORMATS.md §7).
-
-    Non-active segments whose next segment's base offset is ≤ min(high watermark, recovery point)
-    — so every offset in them is committed and flushed — starting from the segment that holds
-    max(highest copied offset + 1, log start offset).
-    """
-    bound = min(high_watermark, recovery_point)
-    from_offset = max(highest_copied_offset + 1, log_start_offset)
-    candidates = []
-    for segment in segments:
-        if segment.active or segment.next_base_offset is None:
-            break  # the active segment is never copied, nor anything after it
-        if segment.next_base_offset > bound:
-            break  # not yet wholly below the high watermark / recovery point
-        if segment.next_base_offset - 1 < from_offset:
-            continue  # wholly below what is already copied or already deleted
-        candidates.append(segment)
-    return candidates
+# --- leader epochs of a segment -----------------------------------------------------------------
 
 
 def segment_leader_epochs(lineage: Sequence[EpochEntry], batch_epochs: Mapping[int, int], start_offset: int, end_offset: int) -> dict[int, int]:
@@ -150,14 +123,12 @@ def copy_partition(
     with store.partition_lock(tip, timeout_s=lock_timeout_s) as lock:
         result.repaired = _finish_interrupted(store, storage, tip, clock)
         segments = partition.segments()
-        log_start_offset = log_dir.log_start_offset(tp)
-        if log_start_offset is None:
-            log_start_offset = segments[0].base_offset if segments else 0
         candidates = copy_candidates(
             segments,
             high_watermark=high_watermark,
             recovery_point=recovery_point,
-            log_start_offset=log_start_offset,
+            log_start_offset=log_start_offset(checkpointed=log_dir.log_start_offset(tp),
+                                              local_log_start_offset=segments[0].base_offset if segments else -1),
             highest_copied_offset=store.partition_state(tip).highest_copied_offset,
         )
         lineage = partition.leader_epochs()
@@ -200,13 +171,8 @@ def copy_partition(
 def _topic_id_partition(partition: PartitionDir, store: RemoteLogMetadataStore) -> TopicIdPartition:
     """The partition's topic id from partition.metadata; a topic that predates topic ids keeps
     the one kts recorded for it, or gets a new one."""
-    metadata = partition.metadata()
-    topic = partition.topic
-    if metadata is not None:
-        topic_id = metadata.topic_id
-    else:
-        topic_id = store.topic_id(topic) or uuid.uuid4()
-    store.ensure_topic(topic, topic_id)
+    topic_id = partition_topic_id(partition, store) or uuid.uuid4()
+    store.ensure_topic(partition.topic, topic_id)
     return TopicIdPartition(topic_id, partition.topic_partition)
 
 

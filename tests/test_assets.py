@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from kts_assets.assets import local_segments, remote_segments
-from kts_assets.assets.segments import inventory_path
+from kts_resources.inventory import inventory_path
 from kts_assets.definitions import defs
 from kts_assets.jobs import copy_job
 from kts_assets.partitions import topic_partitions

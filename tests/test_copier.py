@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.copier import copy_candidates, copy_log_dir, copy_partition, segment_leader_epochs
+from kts_resources.copier import copy_log_dir, copy_partition, segment_leader_epochs
 from kts_resources.kafka.checkpoints import EpochEntry, read_offset_checkpoint, write_offset_checkpoint
-from kts_resources.kafka.logdir import LogDir, SegmentFiles
+from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.quotas import ManualClock, RLMQuotaManager, InMemorySamples
 from kts_resources.remote_log import IndexType, RemoteLogSegmentState, TopicIdPartition
@@ -27,36 +27,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 # --- planning ------------------------------------------------------------------------------------
-
-
-def _segments(*bases: int, active_last: bool = True) -> list[SegmentFiles]:
-    out = []
-    for i, base in enumerate(bases):
-        nxt = bases[i + 1] if i + 1 < len(bases) else None
-        p = Path(f"{base:020d}.log")
-        out.append(SegmentFiles(base, p, p.with_suffix(".index"), p.with_suffix(".timeindex"), None, nxt is None, nxt))
-    return out
-
-
-def test_candidates_are_closed_segments_wholly_below_the_high_watermark_and_recovery_point():
-    segments = _segments(0, 100, 200, 300)
-    plan = copy_candidates(segments, high_watermark=1000, recovery_point=250, log_start_offset=0, highest_copied_offset=-1)
-    assert [s.base_offset for s in plan] == [0, 100]  # 200's next base 300 > recovery point 250
-    plan = copy_candidates(segments, high_watermark=200, recovery_point=1000, log_start_offset=0, highest_copied_offset=-1)
-    assert [s.base_offset for s in plan] == [0, 100]
-
-
-def test_the_active_segment_is_never_a_candidate():
-    segments = _segments(0, 100)
-    plan = copy_candidates(segments, high_watermark=10**9, recovery_point=10**9, log_start_offset=0, highest_copied_offset=-1)
-    assert [s.base_offset for s in plan] == [0]
-
-
-def test_candidates_start_after_the_highest_copied_offset_and_at_the_log_start_offset():
-    segments = _segments(0, 100, 200, 300, 400)
-    kw = dict(high_watermark=400, recovery_point=400)
-    assert [s.base_offset for s in copy_candidates(segments, log_start_offset=0, highest_copied_offset=99, **kw)] == [100, 200, 300]
-    assert [s.base_offset for s in copy_candidates(segments, log_start_offset=250, highest_copied_offset=-1, **kw)] == [200, 300]
 
 
 def test_segment_leader_epochs_come_from_the_lineage_within_the_segment():
@@ -97,7 +67,9 @@ def tier(request, tmp_path, monkeypatch):
 
 
 def _eligible(root: Path) -> dict[str, list]:
-    """Per partition, the segments the copy rule allows: closed and below min(HW, recovery point)."""
+    """Per partition, the segments the copy rule allows: closed and below min(HW, recovery point).
+    The test suite's one statement of the rule (kts_resources.tiers states it for kts); the other
+    tests compare with this, or with hand-computed offsets (tests/test_tiers.py)."""
     log_dir = LogDir(root)
     hws = read_offset_checkpoint(root / "replication-offset-checkpoint")
     rps = read_offset_checkpoint(root / "recovery-point-offset-checkpoint")

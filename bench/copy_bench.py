@@ -1,7 +1,7 @@
 """How fast kts copies segments to the remote tier and keeps their metadata, as ratios against
 baselines measured in the same run.
 
-    .venv/bin/python bench/copy.py [--size 512MiB] [--segment-size 64MiB] [--partitions 4]
+    .venv/bin/python bench/copy_bench.py [--size 512MiB] [--segment-size 64MiB] [--partitions 4]
                                    [--lookup-segments 100000] [--quick] [--repeats N]
                                    [--metadata-repeats N] [--json PATH]
 
@@ -68,14 +68,6 @@ bench/results/copy.json).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# Run as a script, this file's directory comes first on sys.path, and this file is named like the
-# standard library's ``copy`` (which dataclasses and others import): take the directory off first.
-if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import contextlib
 import csv
@@ -88,22 +80,22 @@ import platform
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from benchlib import add_json_argument, progress, write_json
 
 import sqlalchemy as sa
 from crc32c import crc32c
 from sqlalchemy.engine import make_url
 
 from kts_assets.cli import parse_size
-from kts_resources.copier import copy_candidates, copy_log_dir
+from kts_resources.copier import copy_log_dir
 from kts_resources.kafka.checkpoints import epochs_up_to, format_leader_epoch_checkpoint
 from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir
@@ -127,10 +119,10 @@ from kts_resources.remote_storage import (
     segment_custom_metadata,
 )
 from kts_resources.remote_storage.keys import LOG_SUFFIX, ObjectKeys, suffix_for_index
+from kts_resources.tiers import copy_candidates
 
 MiB = 1024 * 1024
 READ_CHUNK = MiB
-DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "copy.json"
 BASE_TIMESTAMP = 1_700_000_000_000
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 STORE_TABLES = ("topics", "partitions", "remote_segments", "remote_segment_leader_epochs", "remote_log_events", "quota_samples")
@@ -149,10 +141,6 @@ DEFAULTS = {
     "commits": (500, 50),  # INSERT + COMMIT per round
     "verify_segments": (300, 100),
 }
-
-
-def progress(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -979,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="copy rounds; each measurement keeps its best (default 11; 1 with --quick)")
     parser.add_argument("--metadata-repeats", type=int, default=None, help="metadata rounds, likewise (default 5; 1 with --quick)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON.relative_to(REPO_ROOT)})")
+    add_json_argument(parser, "copy")
     args = parser.parse_args(argv)
     pick = 1 if args.quick else 0
     for name, values in DEFAULTS.items():
@@ -999,9 +987,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({p['database']['source']}, fsync={p['database'].get('fsync')}, synchronous_commit={p['database'].get('synchronous_commit')}); "
           f"python {p['python']}, {p['cpus']} CPUs, load {p['load_average'][0]:.1f}→{p['load_average'][1]:.1f}; "
           f"{result['runtime_seconds']:.0f} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    progress(f"wrote {args.json}")
+    write_json(args.json, result)
     return 0
 
 
