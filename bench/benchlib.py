@@ -8,16 +8,25 @@ A bench runs as ``.venv/bin/python bench/<name>_bench.py``; Python puts ``bench/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Iterator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 RESULTS = REPO_ROOT / "bench" / "results"
+
+import sqlalchemy as sa  # noqa: E402  (after the repository is on sys.path, as kts's imports)
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from kts_resources.metadata import database, embedded  # noqa: E402
 
 
 def progress(message: str) -> None:
@@ -62,3 +71,50 @@ def format_rows(rows: list[tuple[str, ...]], right: set[int]) -> list[str]:
         if i == 0:
             lines.append("-" * len(lines[0]))
     return lines
+
+
+def _with_database(url: str, name: str) -> str:
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+@contextlib.contextmanager
+def bench_database(tmpdir: Path) -> Iterator[tuple[str, dict]]:
+    """(URL of a fresh, migrated database of the bench's own, description). On
+    ``KTS_DATABASE_URL``'s server when set, else on an embedded server under a temporary KTS_HOME
+    that is stopped at the end. The database is dropped at the end either way."""
+    configured = os.environ.get("KTS_DATABASE_URL", "").strip()
+    home: Path | None = None
+    admin: sa.Engine | None = None
+    name = f"kts_bench_{uuid.uuid4().hex[:12]}"
+    try:
+        if configured:
+            server_url = database.normalize_url(configured)
+            info = {"source": "KTS_DATABASE_URL", "server": database.describe_url(server_url)}
+        else:
+            home = tmpdir / "kts_home" / "postgres"
+            progress(f"starting an embedded PostgreSQL under {home.parent}")
+            server = embedded.ensure_running(home)  # the settings kts itself starts it with
+            server_url = server.url_for("postgres")
+            info = {"source": "embedded", "server": database.describe_url(server_url)}
+        admin = database.create_engine(server_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        try:
+            url = _with_database(server_url, name)
+            engine = database.create_engine(url, poolclass=sa.pool.NullPool)
+            database.migrate(engine)
+            with engine.connect() as conn:
+                info["server_version"] = conn.exec_driver_sql("SHOW server_version").scalar()
+                info["fsync"] = conn.exec_driver_sql("SHOW fsync").scalar()
+                info["synchronous_commit"] = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+            engine.dispose()
+            yield url, info
+        finally:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        if admin is not None:
+            admin.dispose()
+        if home is not None:
+            progress("stopping the embedded PostgreSQL")
+            embedded.stop(home)

@@ -88,11 +88,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchlib import add_json_argument, progress, write_json
+from benchlib import add_json_argument, bench_database, progress, write_json
 
 import sqlalchemy as sa
 from crc32c import crc32c
-from sqlalchemy.engine import make_url
 
 from kts_assets.cli import parse_size
 from kts_resources.copier import copy_log_dir
@@ -102,7 +101,7 @@ from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import verify_segment
 from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.metadata import database, embedded
+from kts_resources.metadata import database
 from kts_resources.metadata.store import RemoteLogMetadataStore, _epoch_ranges
 from kts_resources.remote_log import (
     IndexType,
@@ -159,53 +158,6 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 # --- the database -------------------------------------------------------------------------------
-
-
-def _with_database(url: str, name: str) -> str:
-    return make_url(url).set(database=name).render_as_string(hide_password=False)
-
-
-@contextlib.contextmanager
-def bench_database(tmpdir: Path) -> Iterator[tuple[str, dict]]:
-    """(URL of a fresh, migrated database of the bench's own, description). On
-    ``KTS_DATABASE_URL``'s server when set, else on an embedded server under a temporary KTS_HOME
-    that is stopped at the end. The database is dropped at the end either way."""
-    configured = os.environ.get("KTS_DATABASE_URL", "").strip()
-    home: Path | None = None
-    admin: sa.Engine | None = None
-    name = f"kts_bench_{uuid.uuid4().hex[:12]}"
-    try:
-        if configured:
-            server_url = database.normalize_url(configured)
-            info = {"source": "KTS_DATABASE_URL", "server": database.describe_url(server_url)}
-        else:
-            home = tmpdir / "kts_home" / "postgres"
-            progress(f"starting an embedded PostgreSQL under {home.parent}")
-            server = embedded.ensure_running(home)  # the settings kts itself starts it with
-            server_url = server.url_for("postgres")
-            info = {"source": "embedded", "server": database.describe_url(server_url)}
-        admin = database.create_engine(server_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        try:
-            url = _with_database(server_url, name)
-            engine = database.create_engine(url, poolclass=sa.pool.NullPool)
-            database.migrate(engine)
-            with engine.connect() as conn:
-                info["server_version"] = conn.exec_driver_sql("SHOW server_version").scalar()
-                info["fsync"] = conn.exec_driver_sql("SHOW fsync").scalar()
-                info["synchronous_commit"] = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
-            engine.dispose()
-            yield url, info
-        finally:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        if admin is not None:
-            admin.dispose()
-        if home is not None:
-            progress("stopping the embedded PostgreSQL")
-            embedded.stop(home)
 
 
 def truncate_store(store: RemoteLogMetadataStore) -> None:

@@ -20,7 +20,7 @@ from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import verify_segment
-from kts_resources.metadata.store import RemoteLogMetadataStore
+from kts_resources.metadata.store import RemoteLogMetadataStore, StaleTopicIdError
 from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
 from kts_resources.remote_log import (
     LogSegmentData,
@@ -31,7 +31,7 @@ from kts_resources.remote_log import (
     VerifiedChecksum,
 )
 from kts_resources.remote_storage.base import RemoteStorageManager
-from kts_resources.tiers import copy_candidates, log_start_offset, partition_topic_id
+from kts_resources.tiers import copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,13 @@ def copy_partition(
     clock = clock or SystemClock()
     tp = partition.topic_partition
     result = PartitionCopyResult(tp)
-    tip = _topic_id_partition(partition, store)
+    try:
+        tip = _topic_id_partition(partition, store)
+    except StaleTopicIdError as e:
+        # A dir left from an earlier incarnation of a re-created topic: its data is not the topic's now.
+        result.skipped = f"{partition.path}: {e}; the partition is not copied"
+        log.warning("%s", result.skipped)
+        return result
     config = store.topic_configs(tp.topic)
     if not config.copy_enabled(tp.topic):
         result.skipped = "tiering is off for this topic (internal, compacted, remote.storage.enable=false or remote.log.copy.disable=true)"
@@ -281,9 +287,20 @@ def copy_log_dir(
     at a time, each under its own partition lock; results in the log dir's partition order.
     ``on_copied``, if given, is called from the copying threads."""
     wanted = None if partitions is None else set(partitions)
-    selected = [p for p in log_dir.partitions() if wanted is None or p.topic_partition in wanted]
+    everything = log_dir.partitions()
+    selected = [p for p in everything if wanted is None or p.topic_partition in wanted]
+    # A dir whose topic id is not its siblings' is reported, not copied under either id.
+    disagreements = topic_id_disagreements(everything)
+
+    def copy_one(partition: PartitionDir) -> PartitionCopyResult:
+        problem = disagreements.get(partition.path)
+        if problem is not None:
+            log.warning("%s", problem)
+            return PartitionCopyResult(partition.topic_partition, skipped=str(problem))
+        return copy_partition(partition, log_dir, store, storage, **options)
+
     if parallel_partitions <= 1 or len(selected) <= 1:
-        return [copy_partition(partition, log_dir, store, storage, **options) for partition in selected]
+        return [copy_one(partition) for partition in selected]
     with ThreadPoolExecutor(max_workers=parallel_partitions, thread_name_prefix="kts-copy-partition") as pool:
-        futures = [pool.submit(copy_partition, partition, log_dir, store, storage, **options) for partition in selected]
+        futures = [pool.submit(copy_one, partition) for partition in selected]
         return [future.result() for future in futures]
