@@ -29,3 +29,4 @@ test: setup
 
 bench: setup
 	$(VENV)/bin/python bench/scan_bench.py
+	$(VENV)/bin/python bench/status_bench.py
