@@ -28,4 +28,5 @@ test: setup
 	$(VENV)/bin/python -m pytest
 
 bench: setup
-	$(VENV)/bin/python bench/scan.py
+	$(VENV)/bin/python bench/scan_bench.py
+	$(VENV)/bin/python bench/status_bench.py

@@ -13,12 +13,20 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from kts_assets.assets.copy import finished_segments, remote_segments, topic_id_partition
-from kts_assets.assets.segments import LocatedPartition, inventory_path, local_offsets, local_segments, locate_partitions
+from kts_assets.assets.copy import remote_segments
+from kts_assets.assets.segments import local_segments
 from kts_assets.partitions import topic_partitions
-from kts_resources.kafka.segment import summarize_segment
+from kts_resources.inventory import inventory_path
 from kts_resources.remote_storage.base import RemoteStorageError, stored_objects
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
+from kts_resources.tiers import (
+    LocatedPartition,
+    active_log_end_offset,
+    finished_segments,
+    locate_partitions,
+    partition_tiers,
+    topic_id_partition,
+)
 
 # Objects up to this size are read back and their CRC-32C recomputed; larger ones are checked by size.
 VERIFY_CRC_MAX_BYTES = 1024 * 1024
@@ -79,7 +87,7 @@ def _latest_materializations(instance: dg.DagsterInstance, asset_key: dg.AssetKe
 
 def _per_partition(kafka_log_dirs: KafkaLogDirsResource, keys: list[str],
                    judge: Callable[[LocatedPartition], Verdict]) -> dict[str, Verdict]:
-    located, missing = locate_partitions(kafka_log_dirs, keys)
+    located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     verdicts = {key: judge(loc) for key, loc in located.items()}
     for key in missing:
         verdicts[key] = (True, {"missing": True}, "the partition is in no log dir; nothing to check")
@@ -94,17 +102,14 @@ def offset_invariants(context: dg.AssetCheckExecutionContext, kafka_log_dirs: Ka
 
     def judge(loc: LocatedPartition) -> Verdict:
         segments = loc.partition.segments()
-        last = summarize_segment(segments[-1].log, segments[-1].base_offset, active=True) if segments else None
-        o = local_offsets(loc, segments, last.next_offset if last else None)
-        _, finished = finished_segments(loc, store)
-        rx = min((md.start_offset for md in finished), default=-1)
-        ry = max((md.end_offset for md in finished), default=-1)
+        o = partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments))
+        rx, ry = o.remote_log_start_offset, o.remote_log_end_offset
         problems = []
         if o.high_watermark < 0:
             problems.append("no high watermark in replication-offset-checkpoint")
         elif not o.local_log_start_offset <= o.high_watermark <= o.log_end_offset:
             problems.append(f"not Lx {o.local_log_start_offset} ≤ Ly {o.high_watermark} ≤ Lz {o.log_end_offset}")
-        if finished and not (0 <= rx <= ry and (o.high_watermark < 0 or ry <= o.high_watermark)):
+        if o.remote_segments and not (0 <= rx <= ry and (o.high_watermark < 0 or ry <= o.high_watermark)):
             problems.append(f"not Rx {rx} ≤ Ry {ry} ≤ Ly {o.high_watermark}")
         metadata = {"Lx": o.local_log_start_offset, "Ly": o.high_watermark, "Lz": o.log_end_offset, "Rx": rx, "Ry": ry}
         return not problems, metadata, "; ".join(problems) or "offsets in order"
@@ -152,7 +157,8 @@ def remote_segments_in_bucket(context: dg.AssetCheckExecutionContext, kafka_log_
     storage = remote_tier.storage()
 
     def judge(loc: LocatedPartition) -> Verdict:
-        tip, finished = finished_segments(loc, store)
+        tip = topic_id_partition(loc.partition, store)
+        finished = finished_segments(tip, store)
         if tip is None or not finished:
             return True, {"remote_segments": 0, "objects_checked": 0}, "nothing remote"
         listed = {o.key: o.size for o in storage.list_objects(storage.keys.partition_prefix(tip))}
@@ -188,13 +194,12 @@ def no_uncopied_segment_lost(context: dg.AssetCheckExecutionContext, kafka_log_d
     store = metadata_store.store()
 
     def judge(loc: LocatedPartition) -> Verdict:
-        tip = topic_id_partition(loc, store)
-        highest = store.partition_state(tip).highest_copied_offset if tip is not None else -1
         segments = loc.partition.segments()
+        o = partition_tiers(loc, store, segments=segments)
+        highest = o.highest_copied_offset
         if highest < 0 or not segments:
             # Before kts's first copy it cannot know what the broker had; nothing to compare.
             return True, {"lost_offsets": 0, "owned_log_dir": loc.owned}, "nothing copied yet"
-        o = local_offsets(loc, segments, None)
         # Once kts copies a partition, every segment must reach the remote tier before it leaves the
         # disk: a broker that is not tiering-aware deletes by its own retention (advancing its log
         # start offset too), so a gap between the last copied offset and the first local one is loss.

@@ -492,44 +492,22 @@ STATUS_FIELDS = (
 
 def cmd_status(args) -> int:
     """Per partition: both tiers' offsets (Lx ≤ Ly ≤ Lz locally, Rx ≤ Ry remotely), bytes, segments
-    and copy lag, from the log dirs and the metadata store (ARCHITECTURE.md's status fields)."""
-    _quiet_dagster_warnings()
-    from kts_assets.assets.copy import tier_state
-    from kts_assets.assets.segments import LocatedPartition, segment_bytes
+    and copy lag, from the log dirs and the metadata store (ARCHITECTURE.md's status fields).
+    Neither Dagster nor PySpark is imported: ``kts_resources.tiers`` has all it needs."""
+    import dataclasses
+
     from kts_resources import settings
-    from kts_resources.kafka.logdir import LogDir
-    from kts_resources.kafka.segment import summarize_segment
+    from kts_resources.tiers import active_log_end_offset, log_dir_partitions, partition_tiers
 
     store = _metadata_store()
     rows = []
-    for path in settings.log_dirs():
-        if not path.is_dir():
-            continue
-        log_dir = LogDir(path)
-        for partition in log_dir.partitions():
-            located = LocatedPartition(partition.topic_partition.dir_name, log_dir, partition, owned=False)
-            state = tier_state(located, store)
-            segments = partition.segments()
-            active = segments[-1] if segments else None
-            log_end = summarize_segment(active.log, active.base_offset, active=True).next_offset if active else -1
-            rows.append({
-                "topic": partition.topic,
-                "partition": partition.partition,
-                "log_start_offset": state["log_start_offset"],
-                "local_log_start_offset": state["local_log_start_offset"],
-                "high_watermark": state["high_watermark"],
-                "log_end_offset": log_end,
-                "remote_log_start_offset": state["remote_log_start_offset"],
-                "remote_log_end_offset": state["remote_log_end_offset"],
-                "local_bytes": segment_bytes(segments),
-                "remote_bytes": state["remote_bytes"],
-                "local_segments": state["local_segments"],
-                "remote_segments": state["remote_segments"],
-                "copy_lag_bytes": state["copy_lag_bytes"],
-                "copy_lag_segments": state["copy_lag_segments"],
-            })
+    for located in log_dir_partitions(settings.log_dirs()):
+        partition = located.partition
+        segments = partition.segments()
+        tiers = partition_tiers(located, store, segments=segments, log_end_offset=active_log_end_offset(segments))
+        rows.append({"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers)})
     if args.json:
-        print_json(rows)
+        print_json([{name: row[name] for name in STATUS_FIELDS} for row in rows])
     else:
         print_table(rows, STATUS_FIELDS)
     return 0

@@ -6,10 +6,9 @@ import dagster as dg
 
 from kts_assets.assets import local_segments, remote_segments
 from kts_assets.checks import asset_checks
-from kts_assets.jobs import copy_job
+from kts_assets.jobs import jobs
 from kts_assets.schedules import reconcile_schedule
-from kts_assets.sensors import partition_discovery_sensor
-from kts_assets.sensors_roll import segment_roll_sensor
+from kts_assets.sensors import sensors
 from kts_resources.resources import (
     CopyQuotaResource,
     KafkaLogDirsResource,
@@ -37,8 +36,8 @@ def default_resources() -> dict[str, object]:
 defs = dg.Definitions(
     assets=[local_segments, remote_segments],
     asset_checks=asset_checks,
-    jobs=[copy_job],
-    sensors=[partition_discovery_sensor, segment_roll_sensor],
+    jobs=jobs,
+    sensors=sensors,
     schedules=[reconcile_schedule],
     resources=default_resources(),
 )

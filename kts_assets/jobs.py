@@ -1,14 +1,19 @@
-"""Jobs: what sensors and schedules start. One run covers many partitions (single-run backfill
-policy on both assets), so a busy tick starts one Spark JVM, not one per partition.
-Partitioning (topic_partitions) comes from the assets; define_asset_job's partitions_def is deprecated.
+"""Jobs, and their names, for what sensors and schedules start. One run covers many partitions
+(single-run backfill policy on both assets), so a busy tick starts one Spark JVM, not one per
+partition. Partitioning (topic_partitions) comes from the assets; define_asset_job's
+partitions_def is deprecated.
 """
 
 import dagster as dg
 
 from kts_assets.assets import local_segments, remote_segments
 
+COPY_JOB_NAME = "copy_job"
+
 copy_job = dg.define_asset_job(
-    "copy_job",
+    COPY_JOB_NAME,
     selection=[local_segments, remote_segments],
     description="Scan the partitions' local segments with Spark, then copy the eligible ones to the remote tier.",
 )
+
+jobs = [copy_job]

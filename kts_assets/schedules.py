@@ -12,7 +12,7 @@ import dagster as dg
 
 from kts_assets.batching import batch_key_ranges, range_run_request
 from kts_assets.partitions import topic_partitions
-from kts_assets.sensors_roll import COPY_JOB_NAME
+from kts_assets.jobs import COPY_JOB_NAME
 
 # Every partition is wanted, so ranges have no gaps; larger runs than the sensor's are fine here.
 RECONCILE_PARTITIONS_PER_RUN = 500

@@ -21,7 +21,7 @@ from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import verify_segment
-from kts_resources.metadata.store import RemoteLogMetadataStore
+from kts_resources.metadata.store import RemoteLogMetadataStore, StaleTopicIdError
 from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
 from kts_resources.remote_log import (
     LogSegmentData,
@@ -33,39 +33,12 @@ from kts_resources.remote_log import (
     VerifiedChecksum,
 )
 from kts_resources.remote_storage.base import RemoteStorageManager
+from kts_resources.tiers import copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
 
 log = logging.getLogger(__name__)
 
 
-# --- which segments ------------------------------------------------------------------------------
-
-
-def copy_candidates(
-    segments: Sequence[SegmentFiles],
-    *,
-    high_watermark: int,
-    recovery_point: int,
-    log_start_offset: int,
-    highest_copied_offset: int,
-) -> list[SegmentFiles]:
-    """The segments to copy, in ascending order (KAFKA_FORMATS.md §7).
-
-    Non-active segments whose next segment's base offset is ≤ min(high watermark, recovery point)
-    — so every offset in them is committed and flushed — starting from the segment that holds
-    max(highest copied offset + 1, log start offset).
-    """
-    bound = min(high_watermark, recovery_point)
-    from_offset = max(highest_copied_offset + 1, log_start_offset)
-    candidates = []
-    for segment in segments:
-        if segment.active or segment.next_base_offset is None:
-            break  # the active segment is never copied, nor anything after it
-        if segment.next_base_offset > bound:
-            break  # not yet wholly below the high watermark / recovery point
-        if segment.next_base_offset - 1 < from_offset:
-            continue  # wholly below what is already copied or already deleted
-        candidates.append(segment)
-    return candidates
+# --- leader epochs of a segment -----------------------------------------------------------------
 
 
 def segment_leader_epochs(lineage: Sequence[EpochEntry], batch_epochs: Mapping[int, int], start_offset: int, end_offset: int) -> dict[int, int]:
@@ -168,7 +141,13 @@ def copy_partition(
     clock = clock or SystemClock()
     tp = partition.topic_partition
     result = PartitionCopyResult(tp)
-    tip = _topic_id_partition(partition, store)
+    try:
+        tip = _topic_id_partition(partition, store)
+    except StaleTopicIdError as e:
+        # A dir left from an earlier incarnation of a re-created topic: its data is not the topic's now.
+        result.skipped = f"{partition.path}: {e}; the partition is not copied"
+        log.warning("%s", result.skipped)
+        return result
     config = store.topic_configs(tp.topic)
     if not config.copy_enabled(tp.topic):
         result.skipped = "tiering is off for this topic (internal, compacted, remote.storage.enable=false or remote.log.copy.disable=true)"
@@ -183,14 +162,12 @@ def copy_partition(
     with store.partition_lock(tip, timeout_s=lock_timeout_s) as lock:
         result.repaired = _finish_interrupted(store, storage, tip, clock)
         segments = partition.segments()
-        log_start_offset = log_dir.log_start_offset(tp)
-        if log_start_offset is None:
-            log_start_offset = segments[0].base_offset if segments else 0
         candidates = copy_candidates(
             segments,
             high_watermark=high_watermark,
             recovery_point=recovery_point,
-            log_start_offset=log_start_offset,
+            log_start_offset=log_start_offset(checkpointed=log_dir.log_start_offset(tp),
+                                              local_log_start_offset=segments[0].base_offset if segments else -1),
             highest_copied_offset=store.partition_state(tip).highest_copied_offset,
         )
         lineage = partition.leader_epochs()
@@ -233,13 +210,8 @@ def copy_partition(
 def _topic_id_partition(partition: PartitionDir, store: RemoteLogMetadataStore) -> TopicIdPartition:
     """The partition's topic id from partition.metadata; a topic that predates topic ids keeps
     the one kts recorded for it, or gets a new one."""
-    metadata = partition.metadata()
-    topic = partition.topic
-    if metadata is not None:
-        topic_id = metadata.topic_id
-    else:
-        topic_id = store.topic_id(topic) or uuid.uuid4()
-    store.ensure_topic(topic, topic_id)
+    topic_id = partition_topic_id(partition, store) or uuid.uuid4()
+    store.ensure_topic(partition.topic, topic_id)
     return TopicIdPartition(topic_id, partition.topic_partition)
 
 
@@ -343,9 +315,20 @@ def copy_log_dir(
     at a time, each under its own partition lock; results in the log dir's partition order.
     ``on_copied``, if given, is called from the copying threads."""
     wanted = None if partitions is None else set(partitions)
-    selected = [p for p in log_dir.partitions() if wanted is None or p.topic_partition in wanted]
+    everything = log_dir.partitions()
+    selected = [p for p in everything if wanted is None or p.topic_partition in wanted]
+    # A dir whose topic id is not its siblings' is reported, not copied under either id.
+    disagreements = topic_id_disagreements(everything)
+
+    def copy_one(partition: PartitionDir) -> PartitionCopyResult:
+        problem = disagreements.get(partition.path)
+        if problem is not None:
+            log.warning("%s", problem)
+            return PartitionCopyResult(partition.topic_partition, skipped=str(problem))
+        return copy_partition(partition, log_dir, store, storage, **options)
+
     if parallel_partitions <= 1 or len(selected) <= 1:
-        return [copy_partition(partition, log_dir, store, storage, **options) for partition in selected]
+        return [copy_one(partition) for partition in selected]
     with ThreadPoolExecutor(max_workers=parallel_partitions, thread_name_prefix="kts-copy-partition") as pool:
-        futures = [pool.submit(copy_partition, partition, log_dir, store, storage, **options) for partition in selected]
+        futures = [pool.submit(copy_one, partition) for partition in selected]
         return [future.result() for future in futures]

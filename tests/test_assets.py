@@ -5,17 +5,19 @@ segments and reports both tiers; one run covers many partitions with one Spark s
 
 from __future__ import annotations
 
+import logging
+import uuid
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from kts_assets.assets import local_segments, remote_segments
-from kts_assets.assets.segments import inventory_path
 from kts_assets.definitions import defs
 from kts_assets.jobs import copy_job
 from kts_assets.partitions import topic_partitions
-from kts_resources.kafka.checkpoints import read_offset_checkpoint
+from kts_resources.inventory import inventory_path
+from kts_resources.kafka.checkpoints import PartitionMetadata, read_offset_checkpoint, write_partition_metadata
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
@@ -149,6 +151,25 @@ def test_remote_segments_copies_exactly_the_eligible_segments_and_reports_both_t
     again = dg.materialize([remote_segments], partition_key="orders-1", instance=instance, resources=resources)
     md = partition_metadata(again, "remote_segments")["orders-1"]
     assert md["copied_segments"] == 0 and md["remote_segments"] == len(wanted)
+
+
+def test_a_partition_dir_whose_topic_id_disagrees_with_its_siblings_is_warned_about_and_not_copied(
+        pg_url, tmp_path, kts_home, instance):
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=11, topics=("orders",), partitions=3, total_bytes=144 * 1024, segment_bytes=16 * 1024))
+    stray_id = uuid.uuid4()
+    write_partition_metadata(root / "orders-1" / "partition.metadata", PartitionMetadata(0, stray_id))
+    instance.add_dynamic_partitions(topic_partitions.name, ["orders-2"])
+    result = dg.materialize([remote_segments], instance=instance, resources=pipeline_resources(root, pg_url, tmp_path / "remote"),
+                            tags={RANGE_START: "orders-0", RANGE_END: "orders-2"})
+    assert result.success
+    md = partition_metadata(result, "remote_segments")
+    assert md["orders-0"]["copied_segments"] > 0 and md["orders-2"]["copied_segments"] > 0
+    assert "copied_segments" not in md["orders-1"]
+    assert str(root / "orders-1") in md["orders-1"]["skipped"] and str(stray_id) in md["orders-1"]["skipped"]
+    warnings = [e.user_message for e in instance.all_logs(result.run_id)
+                if e.level == logging.WARNING and str(stray_id) in e.user_message]
+    assert len(warnings) == 1 and "not copied" in warnings[0]
 
 
 def test_copy_lag_counts_eligible_segments_not_yet_copied(log_dir, pg_url, tmp_path, kts_home, instance):

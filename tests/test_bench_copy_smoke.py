@@ -1,4 +1,4 @@
-"""``bench/copy.py --quick`` runs to the end and writes its JSON. No timing assertions: the numbers
+"""``bench/copy_bench.py --quick`` runs to the end and writes its JSON. No timing assertions: the numbers
 depend on the machine and on whatever else runs on it.
 
 It uses ``KTS_DATABASE_URL``'s server when set (creating and dropping a database of its own there),
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "copy.py"
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "copy_bench.py"
 
 
 def test_copy_bench_quick_runs_and_writes_json(tmp_path):

@@ -1,4 +1,4 @@
-"""``bench/scan.py --quick`` runs to the end and writes its JSON. No timing assertions: the numbers
+"""``bench/scan_bench.py --quick`` runs to the end and writes its JSON. No timing assertions: the numbers
 depend on the machine and on whatever else runs on it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "scan.py"
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "scan_bench.py"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 

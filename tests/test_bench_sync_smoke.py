@@ -1,4 +1,4 @@
-"""``bench/sync.py --quick`` runs to the end, writes its JSON, and its correctness check passed
+"""``bench/sync_bench.py --quick`` runs to the end, writes its JSON, and its correctness check passed
 (every eligible segment COPY_SEGMENT_FINISHED after ``kts sync``, two compared byte for byte). No
 timing assertions: the numbers depend on the machine and on whatever else runs on it.
 
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "sync.py"
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "sync_bench.py"
 
 
 def test_sync_bench_quick_runs_verifies_and_writes_json(tmp_path):

@@ -5,19 +5,28 @@ both remote tiers (a directory, and S3 through moto's HTTP endpoint)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
-from kts_resources.copier import copy_candidates, copy_log_dir, copy_partition, segment_leader_epochs
-from kts_resources.kafka.checkpoints import EpochEntry, read_offset_checkpoint, write_offset_checkpoint
-from kts_resources.kafka.logdir import LogDir, SegmentFiles
+from kts_resources.copier import copy_log_dir, copy_partition, segment_leader_epochs
+from kts_resources.kafka.checkpoints import (
+    EpochEntry,
+    PartitionMetadata,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+    write_partition_metadata,
+)
+from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.quotas import ManualClock, RLMQuotaManager, InMemorySamples
-from kts_resources.remote_log import IndexType, RemoteLogSegmentState, TopicIdPartition
+from kts_resources.remote_log import IndexType, RemoteLogSegmentState, RemotePartitionDeleteState, TopicIdPartition
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .fixtures_s3 import make_s3_storage
@@ -27,36 +36,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 # --- planning ------------------------------------------------------------------------------------
-
-
-def _segments(*bases: int, active_last: bool = True) -> list[SegmentFiles]:
-    out = []
-    for i, base in enumerate(bases):
-        nxt = bases[i + 1] if i + 1 < len(bases) else None
-        p = Path(f"{base:020d}.log")
-        out.append(SegmentFiles(base, p, p.with_suffix(".index"), p.with_suffix(".timeindex"), None, nxt is None, nxt))
-    return out
-
-
-def test_candidates_are_closed_segments_wholly_below_the_high_watermark_and_recovery_point():
-    segments = _segments(0, 100, 200, 300)
-    plan = copy_candidates(segments, high_watermark=1000, recovery_point=250, log_start_offset=0, highest_copied_offset=-1)
-    assert [s.base_offset for s in plan] == [0, 100]  # 200's next base 300 > recovery point 250
-    plan = copy_candidates(segments, high_watermark=200, recovery_point=1000, log_start_offset=0, highest_copied_offset=-1)
-    assert [s.base_offset for s in plan] == [0, 100]
-
-
-def test_the_active_segment_is_never_a_candidate():
-    segments = _segments(0, 100)
-    plan = copy_candidates(segments, high_watermark=10**9, recovery_point=10**9, log_start_offset=0, highest_copied_offset=-1)
-    assert [s.base_offset for s in plan] == [0]
-
-
-def test_candidates_start_after_the_highest_copied_offset_and_at_the_log_start_offset():
-    segments = _segments(0, 100, 200, 300, 400)
-    kw = dict(high_watermark=400, recovery_point=400)
-    assert [s.base_offset for s in copy_candidates(segments, log_start_offset=0, highest_copied_offset=99, **kw)] == [100, 200, 300]
-    assert [s.base_offset for s in copy_candidates(segments, log_start_offset=250, highest_copied_offset=-1, **kw)] == [200, 300]
 
 
 def test_segment_leader_epochs_come_from_the_lineage_within_the_segment():
@@ -97,7 +76,9 @@ def tier(request, tmp_path, monkeypatch):
 
 
 def _eligible(root: Path) -> dict[str, list]:
-    """Per partition, the segments the copy rule allows: closed and below min(HW, recovery point)."""
+    """Per partition, the segments the copy rule allows: closed and below min(HW, recovery point).
+    The test suite's one statement of the rule (kts_resources.tiers states it for kts); the other
+    tests compare with this, or with hand-computed offsets (tests/test_tiers.py)."""
     log_dir = LogDir(root)
     hws = read_offset_checkpoint(root / "replication-offset-checkpoint")
     rps = read_offset_checkpoint(root / "recovery-point-offset-checkpoint")
@@ -199,6 +180,56 @@ def test_a_failed_upload_is_cleaned_up_through_the_delete_states(log_dir, metada
     assert states == [FINISHED, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED]
     keys = {obj.key for obj in storage.list_objects()}
     assert keys == set(storage.segment_object_keys(result.copied[0]).values()) & keys
+
+
+def test_a_recreated_topic_is_tiered_from_its_own_offsets_and_the_old_id_is_marked_deleted(log_dir, metadata_store, tmp_path):
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    old = {p.topic_partition: TopicIdPartition(p.metadata().topic_id, p.topic_partition) for p in LogDir(log_dir).partitions()}
+    old_segments = {tp: metadata_store.list_remote_log_segments(tip) for tp, tip in old.items()}
+    # Deleted and created again under the same names: new topic ids, offsets from 0 again.
+    shutil.rmtree(log_dir)
+    simulate(log_dir, SimulationConfig(seed=10, topics=("orders", "page.views"), partitions=1,
+                                       total_bytes=96 * 1024, segment_bytes=24 * 1024))
+    results = copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    assert all(r.skipped is None and r.stopped is None for r in results)
+    for partition in LogDir(log_dir).partitions():
+        tp = partition.topic_partition
+        new = TopicIdPartition(partition.metadata().topic_id, tp)
+        assert new.topic_id != old[tp].topic_id
+        assert [md.start_offset for md in metadata_store.list_remote_log_segments(new)] == [
+            s.base_offset for s in _eligible(log_dir)[str(tp)]]
+        assert metadata_store.partition_state(old[tp]).delete_state is RemotePartitionDeleteState.DELETE_PARTITION_MARKED
+        assert metadata_store.list_remote_log_segments(old[tp]) == old_segments[tp]  # kept for topic deletion
+
+
+def test_a_partition_dir_whose_topic_id_is_not_its_siblings_is_reported_and_not_copied(tmp_path, metadata_store, caplog):
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=9, topics=("orders",), partitions=3, total_bytes=144 * 1024, segment_bytes=24 * 1024))
+    siblings_id = LogDir(root).partitions()[0].metadata().topic_id
+    stray_id = uuid.uuid4()
+    write_partition_metadata(root / "orders-2" / "partition.metadata", PartitionMetadata(0, stray_id))
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    with caplog.at_level(logging.WARNING, logger="kts_resources.copier"):
+        results = {str(r.topic_partition): r for r in copy_log_dir(LogDir(root), metadata_store, storage)}
+    assert results["orders-0"].copied and results["orders-1"].copied
+    stray = results["orders-2"]
+    assert stray.copied == [] and str(root / "orders-2") in stray.skipped
+    assert str(stray_id) in stray.skipped and str(siblings_id) in stray.skipped
+    assert [r.getMessage() for r in caplog.records] == [stray.skipped]
+    assert metadata_store.list_remote_log_segments(TopicIdPartition(stray_id, results["orders-2"].topic_partition)) == []
+
+
+def test_a_dir_of_an_earlier_incarnation_is_skipped_with_both_ids_not_a_crash(log_dir, metadata_store, tmp_path):
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    partition = LogDir(log_dir).partitions()[0]
+    earlier = partition.metadata().topic_id
+    copy_partition(partition, LogDir(log_dir), metadata_store, storage)
+    now = uuid.uuid4()
+    metadata_store.ensure_topic(partition.topic, now)  # re-created; this dir was left behind
+    result = copy_partition(partition, LogDir(log_dir), metadata_store, storage)
+    assert result.copied == [] and str(partition.path) in result.skipped
+    assert str(earlier) in result.skipped and str(now) in result.skipped
 
 
 @pytest.mark.parametrize("configs, topic", [

@@ -191,6 +191,21 @@ def test_a_recreated_topic_gets_its_new_id_and_the_old_incarnation_is_kept(metad
     assert set(metadata_store.partitions()) == {tip}
 
 
+def test_a_recreated_topics_old_partitions_are_marked_for_deletion_and_keep_their_segments(metadata_store, tip):
+    old = upsert(metadata_store, tip, {0: 0}, 0, 99)
+    metadata_store.ensure_topic("foo", uuid.uuid4())
+    # The old incarnation is a deleted topic now: marked (KAFKA_FORMATS.md §7), cleaned up later.
+    assert metadata_store.partition_state(tip).delete_state is P.DELETE_PARTITION_MARKED
+    assert metadata_store.list_remote_log_segments(tip) == [old]
+    marked = [e for e in metadata_store.events() if e.kind == EventKind.PARTITION_DELETE_STATE_CHANGED]
+    assert [(e.topic_id, e.partition, e.old_state, e.new_state) for e in marked] == [
+        (tip.topic_id, 0, None, "DELETE_PARTITION_MARKED")]
+    # A further re-creation leaves the mark (and the deletion's progress) as it was.
+    metadata_store.put_partition_delete_state(tip, P.DELETE_PARTITION_STARTED)
+    metadata_store.ensure_topic("foo", uuid.uuid4())
+    assert metadata_store.partition_state(tip).delete_state is P.DELETE_PARTITION_STARTED
+
+
 def test_nothing_new_is_copied_for_an_old_topic_id(metadata_store, tip):
     metadata_store.ensure_topic("foo", uuid.uuid4())
     with pytest.raises(StaleTopicIdError):

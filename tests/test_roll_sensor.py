@@ -16,23 +16,18 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kts_assets import batching, sensors_roll
+from kts_assets import batching
 from kts_assets.partitions import topic_partitions
-from kts_assets.sensors_roll import (
-    CURSOR_COMPRESS_ABOVE,
-    decode_cursor,
-    encode_cursor,
-    newest_eligible_base_offset,
-    segment_base_offsets,
-    segment_roll_sensor,
-    survey_log_dirs,
-)
-from kts_resources.copier import copy_candidates
+from kts_assets.sensors import roll as sensors_roll
+from kts_assets.sensors.cursor import CURSOR_COMPRESS_ABOVE, decode_cursor, encode_cursor
+from kts_assets.sensors.roll import segment_base_offsets, segment_roll_sensor, survey_log_dirs
 from kts_resources.kafka.checkpoints import write_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir, offset_file_name
 from kts_resources.kafka.partition import parse_topic_partition
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.resources import KafkaLogDirsResource
+
+from .test_copier import _eligible
 
 KiB = 1024
 
@@ -103,17 +98,6 @@ def add_partitions(instance: dg.DagsterInstance, keys) -> None:
 # --- eligibility -----------------------------------------------------------------------------------
 
 
-def test_the_newest_eligible_segment_is_the_last_whose_successor_starts_at_or_below_the_bound():
-    bases = [0, 100, 200]  # 200 is active
-    assert newest_eligible_base_offset(bases, high_watermark=250, recovery_point=250) == 100
-    assert newest_eligible_base_offset(bases, high_watermark=200, recovery_point=900) == 100
-    assert newest_eligible_base_offset(bases, high_watermark=199, recovery_point=900) == 0
-    assert newest_eligible_base_offset(bases, high_watermark=900, recovery_point=150) == 0
-    assert newest_eligible_base_offset(bases, high_watermark=99, recovery_point=99) is None
-    assert newest_eligible_base_offset([0], high_watermark=10**9, recovery_point=10**9) is None  # active only
-    assert newest_eligible_base_offset([], high_watermark=5, recovery_point=5) is None
-
-
 def test_only_live_log_files_count_as_segments(tmp_path):
     write_segments(tmp_path, "t-0", [0, 50])
     for name in (offset_file_name(10, ".log.deleted"), offset_file_name(20, ".log.swap"),
@@ -123,20 +107,14 @@ def test_only_live_log_files_count_as_segments(tmp_path):
     assert segment_base_offsets(tmp_path / "t-0") == [0, 50]
 
 
-def test_eligibility_agrees_with_copy_candidates_on_a_simulated_log_dir(tmp_path):
+def test_the_survey_finds_the_newest_segment_the_copier_would_take_on_a_simulated_log_dir(tmp_path):
     simulate(tmp_path, SimulationConfig(seed=3, topics=("orders", "page.views"), partitions=2,
                                         total_bytes=160 * KiB, segment_bytes=8 * KiB))
-    log_dir = LogDir(tmp_path)
-    hws, rps = log_dir.high_watermarks(), log_dir.recovery_points()
-    partitions = log_dir.partitions()
+    partitions = LogDir(tmp_path).partitions()
     survey = survey_log_dirs([tmp_path], [p.topic_partition.dir_name for p in partitions])
     assert survey.checked == len(partitions) == 4
-    for partition in partitions:
-        tp = partition.topic_partition
-        candidates = copy_candidates(partition.segments(), high_watermark=hws.get(tp), recovery_point=rps.get(tp),
-                                     log_start_offset=0, highest_copied_offset=-1)
-        expected = candidates[-1].base_offset if candidates else None
-        assert survey.eligible.get(tp.dir_name) == expected
+    for key, segments in _eligible(tmp_path).items():
+        assert survey.eligible.get(key) == (segments[-1].base_offset if segments else None)
     assert len(survey.eligible) == 4  # 160 KiB over 8 KiB segments: every partition rolled
 
 
@@ -396,7 +374,7 @@ def test_the_sensor_tick_bench_quick_runs_and_writes_json(tmp_path):
     import sys
 
     out = tmp_path / "sensor_tick.json"
-    script = Path(__file__).resolve().parent.parent / "bench" / "sensor_tick.py"
+    script = Path(__file__).resolve().parent.parent / "bench" / "sensor_tick_bench.py"
     done = subprocess.run([sys.executable, str(script), "--quick", "--json", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -1,24 +1,22 @@
 """``remote_segments``: the copy procedure (Kafka's RLMCopyTask) for the run's partitions, under
 the shared write quota, with each partition's remote-tier state as metadata."""
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import dagster as dg
 
-from kts_assets.assets.segments import (
-    LocatedPartition,
-    local_offsets,
-    local_segments,
-    locate_partitions,
-    segment_bytes,
-)
+from kts_assets.assets.segments import local_segments
 from kts_assets.partitions import topic_partitions
 from kts_resources.copier import PARALLEL_PARTITIONS, PartitionCopyResult, copy_partition
-from kts_resources.metadata.store import RemoteLogMetadataStore
-from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
-
-FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+from kts_resources.tiers import (
+    LocatedPartition,
+    locate_partitions,
+    log_dir_partitions,
+    partition_tiers,
+    topic_id_disagreements,
+)
 
 
 class RemoteSegmentsConfig(dg.Config):
@@ -27,51 +25,11 @@ class RemoteSegmentsConfig(dg.Config):
     parallel_partitions: int = PARALLEL_PARTITIONS  # partitions copied at once in one run; the write quota is shared
 
 
-def topic_id_partition(located: LocatedPartition, store: RemoteLogMetadataStore) -> TopicIdPartition | None:
-    """The partition under its topic id (partition.metadata, else the id kts recorded); None when
-    kts has never seen the topic, so nothing of it can be remote."""
-    metadata = located.partition.metadata()
-    topic_id = metadata.topic_id if metadata is not None else store.topic_id(located.partition.topic)
-    return None if topic_id is None else TopicIdPartition(topic_id, located.partition.topic_partition)
-
-
-def finished_segments(located: LocatedPartition, store: RemoteLogMetadataStore) -> tuple[TopicIdPartition | None, list[RemoteLogSegmentMetadata]]:
-    tip = topic_id_partition(located, store)
-    return tip, ([] if tip is None else store.list_remote_log_segments(tip, states={FINISHED}))
-
-
-def tier_state(located: LocatedPartition, store: RemoteLogMetadataStore) -> dict[str, int]:
-    """Offsets, bytes and segments per tier, and the copy lag as Kafka's RemoteCopyLagBytes /
-    RemoteCopyLagSegments (KAFKA_FORMATS.md §7): the closed local segments not yet in the remote
-    tier (base offset ≥ the highest offset in remote storage, as UnifiedLog's
-    onlyLocalLogSegmentsSize counts them) — eligible or not; the active segment never counts."""
-    tip, finished = finished_segments(located, store)
-    segments = located.partition.segments()
-    offsets = local_offsets(located, segments, None)
-    partition = store.partition_state(tip) if tip is not None else None
-    highest_copied = partition.highest_copied_offset if partition is not None else -1
-    lag = [s for s in segments if not s.active and s.base_offset >= highest_copied]
-    remote_start = min((md.start_offset for md in finished), default=-1)
-    local_start = offsets.local_log_start_offset
-    # The partition's log starts at its oldest data in either tier, but never below what the broker
-    # checkpointed (DeleteRecords, the broker's own retention) or remote retention recorded.
-    oldest = min(remote_start, local_start) if remote_start >= 0 and local_start >= 0 else max(remote_start, local_start)
-    checkpointed = offsets.checkpointed_log_start_offset
-    log_start = max(oldest, -1 if checkpointed is None else checkpointed,
-                    partition.log_start_offset if partition is not None and finished else -1)
-    return {
-        "log_start_offset": log_start,
-        "remote_segments": len(finished),
-        "remote_bytes": sum(md.segment_size_in_bytes for md in finished),
-        "remote_log_start_offset": remote_start,
-        "remote_log_end_offset": max((md.end_offset for md in finished), default=-1),
-        "highest_copied_offset": highest_copied,
-        "copy_lag_segments": len(lag),
-        "copy_lag_bytes": segment_bytes(lag),
-        "local_segments": len(segments),
-        "local_log_start_offset": local_start,
-        "high_watermark": offsets.high_watermark,
-    }
+# What the copy asset reports of a partition's two tiers (PartitionTiers' fields less Lz, which
+# would cost a read of the active segment).
+TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark", "remote_log_start_offset",
+                 "remote_log_end_offset", "highest_copied_offset", "local_segments", "remote_segments",
+                 "remote_bytes", "copy_lag_segments", "copy_lag_bytes")
 
 
 @dg.asset(
@@ -96,9 +54,19 @@ def remote_segments(
     config: RemoteSegmentsConfig,
 ) -> dg.MaterializeResult:
     keys = list(context.partition_keys)
-    located, missing = locate_partitions(kafka_log_dirs, keys)
+    located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs; nothing copied")
+    # A dir left from an earlier incarnation of its topic is not copied under either id.
+    topics = {loc.partition.topic for loc in located.values()}
+    disagreements = topic_id_disagreements(
+        loc.partition for loc in log_dir_partitions(kafka_log_dirs.paths()) if loc.partition.topic in topics)
+    for key, loc in list(located.items()):
+        problem = disagreements.get(loc.partition.path)
+        if problem is not None:
+            context.log.warning(str(problem))
+            context.add_asset_metadata({"copy_failed": 0, "skipped": str(problem)}, partition_key=key)
+            del located[key]
     store = metadata_store.store()
     storage = remote_tier.storage()
     quota = copy_quota.manager(store.engine)  # one rate for the whole run, shared with other runs
@@ -133,7 +101,8 @@ def remote_segments(
                 "repaired_segments": len(result.repaired),
                 "throttle_time_ms": result.throttle_ms,
                 "copy_failed": 1 if result.stopped else 0,
-                **tier_state(loc, store),
+                **{name: value for name, value in dataclasses.asdict(partition_tiers(loc, store)).items()
+                   if name in TIER_METADATA},
             }
             if result.stopped:
                 metadata["copy_error"] = result.stopped

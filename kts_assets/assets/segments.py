@@ -1,123 +1,17 @@
 """``local_segments``: Spark's inventory of every local segment of the run's partitions.
 
-Besides the asset, this module holds what the copy asset and the checks share: finding a
-partition key's directory in the log dirs, and the offsets of a partition (Lx, Ly, Lz).
+Where partitions are and what their offsets are comes from ``kts_resources.tiers``; where the
+inventory is kept and how it is swapped in, from ``kts_resources.inventory``.
 """
 
-import os
 import shutil
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
 
 import dagster as dg
 
 from kts_assets.partitions import topic_partitions
-from kts_resources import settings
-from kts_resources.copier import copy_candidates
-from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name
+from kts_resources.inventory import inventory_path, inventory_root, publish
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
-
-
-@dataclass(frozen=True)
-class LocatedPartition:
-    """A partition key's directory, the log dir holding it, and whether kts owns that dir."""
-
-    key: str
-    log_dir: LogDir
-    partition: PartitionDir
-    owned: bool
-
-
-def locate_partitions(kafka_log_dirs: KafkaLogDirsResource, keys: list[str]) -> tuple[dict[str, LocatedPartition], list[str]]:
-    """(key → where it is, keys found in no log dir). The first log dir holding a key wins, as in
-    the discovery sensor."""
-    located: dict[str, LocatedPartition] = {}
-    missing: list[str] = []
-    log_dirs = [LogDir(p) for p in kafka_log_dirs.paths() if p.is_dir()]
-    for key in keys:
-        tp = parse_partition_dir_name(key)
-        for log_dir in log_dirs if tp is not None else []:
-            partition = log_dir.partition_dir(tp)
-            if partition.path.is_dir():
-                located[key] = LocatedPartition(key, log_dir, partition, kafka_log_dirs.is_owned(log_dir.path))
-                break
-        else:
-            missing.append(key)
-    return located, missing
-
-
-@dataclass(frozen=True)
-class LocalOffsets:
-    """KIP-405's local offsets: Lx local log start, Ly high watermark, Lz log end (−1 unknown)."""
-
-    checkpointed_log_start_offset: int | None  # log-start-offset-checkpoint's entry, if any
-    local_log_start_offset: int  # Lx
-    high_watermark: int  # Ly: what is committed; only segments wholly below it are copied
-    log_end_offset: int  # Lz
-    recovery_point: int
-
-    @property
-    def log_start_offset(self) -> int:
-        """The broker's log start offset: checkpointed, else (as Kafka) the first segment's base offset."""
-        return self.local_log_start_offset if self.checkpointed_log_start_offset is None else self.checkpointed_log_start_offset
-
-
-def local_offsets(located: LocatedPartition, segments: list[SegmentFiles], next_offset_of_last: int | None) -> LocalOffsets:
-    tp = located.partition.topic_partition
-    first = segments[0].base_offset if segments else -1
-    hw = located.log_dir.high_watermark(tp)
-    rp = located.log_dir.recovery_point(tp)
-    end = next_offset_of_last if next_offset_of_last is not None else (segments[-1].base_offset if segments else -1)
-    return LocalOffsets(
-        checkpointed_log_start_offset=located.log_dir.log_start_offset(tp),
-        local_log_start_offset=first,
-        high_watermark=-1 if hw is None else hw,
-        log_end_offset=end,
-        recovery_point=-1 if rp is None else rp,
-    )
-
-
-def eligible_segments(located: LocatedPartition, segments: list[SegmentFiles], offsets: LocalOffsets, highest_copied_offset: int = -1) -> list[SegmentFiles]:
-    """Segments the copy rule takes (closed, wholly below min(HW, recovery point)), above
-    ``highest_copied_offset``; none when what is committed is unknown."""
-    if offsets.high_watermark < 0 or offsets.recovery_point < 0:
-        return []
-    return copy_candidates(
-        segments,
-        high_watermark=offsets.high_watermark,
-        recovery_point=offsets.recovery_point,
-        log_start_offset=max(offsets.log_start_offset, 0),
-        highest_copied_offset=highest_copied_offset,
-    )
-
-
-def segment_bytes(segments: list[SegmentFiles]) -> int:
-    total = 0
-    for s in segments:
-        try:
-            total += s.log.stat().st_size
-        except FileNotFoundError:
-            pass  # deleted by the broker's retention since it was listed
-    return total
-
-
-def inventory_root() -> Path:
-    return settings.kts_home() / "inventory" / "local_segments"
-
-
-def inventory_path(key: str) -> Path:
-    """``KTS_HOME/inventory/local_segments/<key>.parquet`` (a Spark Parquet directory)."""
-    return inventory_root() / f"{key}.parquet"
-
-
-def _publish(staged: Path, target: Path) -> None:
-    """Replace ``target`` with ``staged``: readers see the old or the new inventory, never a mix."""
-    old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
-    if target.exists():
-        os.replace(target, old)
-    os.replace(staged, target)
-    shutil.rmtree(old, ignore_errors=True)
+from kts_resources.tiers import eligible_segments, locate_partitions, partition_tiers, segment_bytes
 
 
 class LocalSegmentsConfig(dg.Config):
@@ -149,7 +43,7 @@ def local_segments(
     from kts_resources.spark import read_inventory, segment_inventory
 
     keys = list(context.partition_keys)
-    located, missing = locate_partitions(kafka_log_dirs, keys)
+    located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs ({', '.join(map(str, kafka_log_dirs.paths()))}); nothing scanned")
         context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, partition_key=key)
@@ -181,10 +75,10 @@ def local_segments(
         seg_rows = sorted(by_key.get(key, []), key=lambda r: r.base_offset)
         staged = staging / f"partition_key={key}"
         if staged.is_dir():
-            _publish(staged, inventory_path(key))
+            publish(staged, inventory_path(key))
         segments = listed[key]
-        offsets = local_offsets(loc, segments, seg_rows[-1].next_offset if seg_rows else None)
-        eligible = eligible_segments(loc, segments, offsets)
+        offsets = partition_tiers(loc, segments=segments, log_end_offset=seg_rows[-1].next_offset if seg_rows else None)
+        eligible = eligible_segments(offsets, segments)
         crc_failures = sum(r.crc_failures for r in seg_rows)
         unhealthy = [r for r in seg_rows if r.health != "ok"]
         for r in unhealthy:

@@ -203,7 +203,9 @@ class RemoteLogMetadataStore:
         """Record ``name`` with ``topic_id``. The configs (overrides under Kafka's names) apply
         when the topic is first recorded or re-created; change them later with
         ``set_topic_config``. A new ID for a known name means the topic was deleted and
-        re-created: the name moves to the new ID and the old ID's partitions and segments stay.
+        re-created: the name moves to the new ID, and the old ID's partitions are marked
+        DELETE_PARTITION_MARKED (their segments stay until topic deletion removes them). An ID the
+        name had before the current one is a stale view of the cluster: StaleTopicIdError.
         """
         problem = topic_name_problem(name)
         if problem is not None:
@@ -237,6 +239,19 @@ class RemoteLogMetadataStore:
             )
             _event(conn, EventKind.TOPIC_RECREATED, topic_id=topic_id,
                    details={"topic": name, "old_topic_id": str(row.topic_id), "configs": config.overrides})
+            # The old id's remote data belongs to a deleted topic now: its partitions are marked for
+            # deletion (KAFKA_FORMATS.md §7), which the topic-deletion work carries out; nothing
+            # is deleted here, and nothing new is ever added under the old id.
+            marked = conn.execute(
+                PARTITIONS.update()
+                .where(PARTITIONS.c.topic_id == row.topic_id, PARTITIONS.c.delete_state.is_(None))
+                .values(delete_state=RemotePartitionDeleteState.DELETE_PARTITION_MARKED.name, updated_at=sa.func.now())
+                .returning(PARTITIONS.c.partition)
+            ).scalars().all()
+            for partition in sorted(marked):
+                _event(conn, EventKind.PARTITION_DELETE_STATE_CHANGED,
+                       tip=TopicIdPartition(row.topic_id, TopicPartition(name, partition)),
+                       old_state=None, new_state=RemotePartitionDeleteState.DELETE_PARTITION_MARKED.name)
             return topic_id
 
         return self._tx(work)

@@ -1,7 +1,7 @@
 """How fast kts copies segments to the remote tier and keeps their metadata, as ratios against
 baselines measured in the same run.
 
-    .venv/bin/python bench/copy.py [--size 512MiB] [--segment-size 64MiB] [--partitions 4]
+    .venv/bin/python bench/copy_bench.py [--size 512MiB] [--segment-size 64MiB] [--partitions 4]
                                    [--lookup-segments 100000] [--quick] [--repeats N]
                                    [--metadata-repeats N] [--json PATH]
 
@@ -68,14 +68,6 @@ bench/results/copy.json).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# Run as a script, this file's directory comes first on sys.path, and this file is named like the
-# standard library's ``copy`` (which dataclasses and others import): take the directory off first.
-if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 import argparse
 import contextlib
 import csv
@@ -88,29 +80,28 @@ import platform
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from benchlib import add_json_argument, bench_database, progress, write_json
 
 import sqlalchemy as sa
 from crc32c import crc32c
-from sqlalchemy.engine import make_url
 
 from kts_assets.cli import parse_size
-from kts_resources.copier import copy_candidates, copy_log_dir
+from kts_resources.copier import copy_log_dir
 from kts_resources.kafka.checkpoints import epochs_up_to, format_leader_epoch_checkpoint
 from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import verify_segment
 from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.metadata import database, embedded
+from kts_resources.metadata import database
 from kts_resources.metadata.store import RemoteLogMetadataStore, _epoch_ranges
 from kts_resources.remote_log import (
     IndexType,
@@ -127,10 +118,10 @@ from kts_resources.remote_storage import (
     segment_custom_metadata,
 )
 from kts_resources.remote_storage.keys import LOG_SUFFIX, ObjectKeys, suffix_for_index
+from kts_resources.tiers import copy_candidates
 
 MiB = 1024 * 1024
 READ_CHUNK = MiB
-DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "copy.json"
 BASE_TIMESTAMP = 1_700_000_000_000
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 STORE_TABLES = ("topics", "partitions", "remote_segments", "remote_segment_leader_epochs", "remote_log_events", "quota_samples")
@@ -151,10 +142,6 @@ DEFAULTS = {
 }
 
 
-def progress(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
 def timed(fn: Callable[[], object]) -> float:
     gc.collect()
     start = time.perf_counter()
@@ -171,53 +158,6 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 # --- the database -------------------------------------------------------------------------------
-
-
-def _with_database(url: str, name: str) -> str:
-    return make_url(url).set(database=name).render_as_string(hide_password=False)
-
-
-@contextlib.contextmanager
-def bench_database(tmpdir: Path) -> Iterator[tuple[str, dict]]:
-    """(URL of a fresh, migrated database of the bench's own, description). On
-    ``KTS_DATABASE_URL``'s server when set, else on an embedded server under a temporary KTS_HOME
-    that is stopped at the end. The database is dropped at the end either way."""
-    configured = os.environ.get("KTS_DATABASE_URL", "").strip()
-    home: Path | None = None
-    admin: sa.Engine | None = None
-    name = f"kts_bench_{uuid.uuid4().hex[:12]}"
-    try:
-        if configured:
-            server_url = database.normalize_url(configured)
-            info = {"source": "KTS_DATABASE_URL", "server": database.describe_url(server_url)}
-        else:
-            home = tmpdir / "kts_home" / "postgres"
-            progress(f"starting an embedded PostgreSQL under {home.parent}")
-            server = embedded.ensure_running(home)  # the settings kts itself starts it with
-            server_url = server.url_for("postgres")
-            info = {"source": "embedded", "server": database.describe_url(server_url)}
-        admin = database.create_engine(server_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        try:
-            url = _with_database(server_url, name)
-            engine = database.create_engine(url, poolclass=sa.pool.NullPool)
-            database.migrate(engine)
-            with engine.connect() as conn:
-                info["server_version"] = conn.exec_driver_sql("SHOW server_version").scalar()
-                info["fsync"] = conn.exec_driver_sql("SHOW fsync").scalar()
-                info["synchronous_commit"] = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
-            engine.dispose()
-            yield url, info
-        finally:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        if admin is not None:
-            admin.dispose()
-        if home is not None:
-            progress("stopping the embedded PostgreSQL")
-            embedded.stop(home)
 
 
 def truncate_store(store: RemoteLogMetadataStore) -> None:
@@ -979,7 +919,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="copy rounds; each measurement keeps its best (default 11; 1 with --quick)")
     parser.add_argument("--metadata-repeats", type=int, default=None, help="metadata rounds, likewise (default 5; 1 with --quick)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON.relative_to(REPO_ROOT)})")
+    add_json_argument(parser, "copy")
     args = parser.parse_args(argv)
     pick = 1 if args.quick else 0
     for name, values in DEFAULTS.items():
@@ -999,9 +939,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({p['database']['source']}, fsync={p['database'].get('fsync')}, synchronous_commit={p['database'].get('synchronous_commit')}); "
           f"python {p['python']}, {p['cpus']} CPUs, load {p['load_average'][0]:.1f}→{p['load_average'][1]:.1f}; "
           f"{result['runtime_seconds']:.0f} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    progress(f"wrote {args.json}")
+    write_json(args.json, result)
     return 0
 
 

@@ -1,6 +1,6 @@
 """How long one tick of the segment roll sensor takes, against Dagster's 60 s tick budget.
 
-    .venv/bin/python bench/sensor_tick.py [--partitions 2000,10000] [--segments 10] [--repeats 5] [--quick] [--json PATH]
+    .venv/bin/python bench/sensor_tick_bench.py [--partitions 2000,10000] [--segments 10] [--repeats 5] [--quick] [--json PATH]
 
 For each size it writes a synthetic log dir under a temporary directory: topics of 100 partitions,
 each partition ``--segments`` empty segments of a partition-specific size (.log, .index, .timeindex), a producer snapshot, a
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import sys
@@ -31,25 +30,21 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-# Python puts this script's directory first on sys.path, where bench/copy.py would shadow the stdlib.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import dagster as dg
+from benchlib import add_json_argument, write_json
 
-import dagster as dg  # noqa: E402
-
-from kts_assets.partitions import topic_partitions  # noqa: E402
-from kts_assets.sensors_roll import encode_cursor, segment_roll_sensor, survey_log_dirs  # noqa: E402
-from kts_resources.kafka.checkpoints import write_offset_checkpoint  # noqa: E402
-from kts_resources.kafka.logdir import offset_file_name  # noqa: E402
-from kts_resources.kafka.partition import TopicPartition  # noqa: E402
-from kts_resources.resources import KafkaLogDirsResource  # noqa: E402
+from kts_assets.partitions import topic_partitions
+from kts_assets.sensors import segment_roll_sensor
+from kts_assets.sensors.cursor import encode_cursor
+from kts_assets.sensors.roll import survey_log_dirs
+from kts_resources.kafka.checkpoints import write_offset_checkpoint
+from kts_resources.kafka.logdir import offset_file_name
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.resources import KafkaLogDirsResource
 
 TICK_BUDGET_S = 60.0  # Dagster's default sensor evaluation timeout
 PARTITIONS_PER_TOPIC = 100
 SEGMENT_OFFSETS = 50_000  # offsets per segment
-DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "sensor_tick.json"
 
 
 def write_log_dir(root: Path, partitions: int, segments: int) -> list[str]:
@@ -160,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segments", type=int, default=10, help="segments per partition")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="200 and 1000 partitions, 3 segments, 1 round")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    add_json_argument(parser, "sensor_tick")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.partitions.split(",") if s.strip()]
     segments, repeats = args.segments, args.repeats
@@ -175,12 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     elapsed = time.perf_counter() - started
     print(f"\nbest of {repeats}; python {platform.python_version()}, {os.cpu_count()} CPUs; {elapsed:.0f} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({
+    write_json(args.json, {
         "params": {"partitions": sizes, "segments": segments, "repeats": repeats, "quick": args.quick,
                    "tick_budget_s": TICK_BUDGET_S, "python": platform.python_version(), "cpus": os.cpu_count()},
         "results": results,
-    }, indent=2) + "\n")
+    })
     return 0
 
 

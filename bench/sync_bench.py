@@ -1,7 +1,7 @@
 """How fast ``kts sync`` tiers a log dir, against the copy procedure alone on the same bytes: the
 cost of Dagster and Spark around the copy, as a ratio measured in the same run.
 
-    .venv/bin/python bench/sync.py [--size 1GiB] [--segment-size 64MiB] [--partitions 8]
+    .venv/bin/python bench/sync_bench.py [--size 1GiB] [--segment-size 64MiB] [--partitions 8]
                                    [--repeats N] [--[no-]noop] [--no-warmup] [--quick] [--json PATH]
 
 A deterministic (seeded) broker log dir is simulated (``kts_resources.kafka.simulate``: two topics,
@@ -48,46 +48,38 @@ JSON (default bench/results/sync.json).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# Run as a script, this file's directory comes first on sys.path, where bench/copy.py would shadow
-# the standard library's ``copy``: take the directory off first.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import argparse
 import gc
-import json
 import os
 import platform
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from benchlib import REPO_ROOT, add_json_argument, format_rows, git_state, progress, write_json
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from kts_assets.cli import parse_size
-from kts_resources.copier import PARALLEL_PARTITIONS, copy_candidates, copy_log_dir
+from kts_resources.copier import PARALLEL_PARTITIONS, copy_log_dir
 from kts_resources.kafka.logdir import LogDir, SegmentFiles
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.metadata import database, embedded
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import IndexType, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage import FileSystemRemoteStorage
+from kts_resources.tiers import copy_candidates
 
 MiB = 1024 * 1024
 READ_CHUNK = MiB
-DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "sync.json"
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 SYNC_TIMEOUT_S = 1800
 MEASUREMENTS = ("copy_alone", "copy_parallel", "sync", "sync_noop")
@@ -102,10 +94,6 @@ DEFAULTS = {
     "partitions": (8, 4),
     "repeats": (5, 1),
 }
-
-
-def progress(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 # --- the database -------------------------------------------------------------------------------
@@ -575,17 +563,6 @@ def versions() -> dict:
             "java": (java.stderr or java.stdout).splitlines()[0] if java.returncode == 0 else None}
 
 
-def git_state() -> dict:
-    """The commit measured and the tracked files that differed from it (others may be editing
-    the working tree: the numbers are for the code as it was on disk)."""
-    def git(*argv: str) -> str:
-        r = subprocess.run(["git", *argv], cwd=REPO_ROOT, check=False, capture_output=True, text=True)
-        return r.stdout.rstrip("\n") if r.returncode == 0 else ""
-
-    return {"commit": git("rev-parse", "HEAD") or None,
-            "modified": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]}
-
-
 def run(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     load_before = os.getloadavg()
@@ -626,17 +603,6 @@ PHASE_LABELS = {
     "dagster_other": "Dagster between steps",
     "exit": "exit (JVM shutdown)",
 }
-
-
-def format_rows(rows: list[tuple[str, ...]], right: set[int]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for i, r in enumerate(rows):
-        cells = [f"{c:>{widths[j]}}" if j in right else f"{c:<{widths[j]}}" for j, c in enumerate(r)]
-        lines.append("  ".join(cells).rstrip())
-        if i == 0:
-            lines.append("-" * len(lines[0]))
-    return lines
 
 
 def table(result: dict) -> str:
@@ -692,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="after every sync, time a second one with nothing to copy (default: yes; no with --quick)")
     parser.add_argument("--quick", action="store_true", help="small sizes, one round, no warm-up, no no-op sync: a smoke run, not a measurement")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON.relative_to(REPO_ROOT)})")
+    add_json_argument(parser, "sync")
     args = parser.parse_args(argv)
     pick = 1 if args.quick else 0
     for name, values in DEFAULTS.items():
@@ -718,9 +684,7 @@ def main(argv: list[str] | None = None) -> int:
           f"dagster {p['dagster']}, pyspark {p['pyspark']}, {p['java']}; python {p['python']}, {p['cpus']} CPUs, "
           f"load {load['before'][0]:.1f}→{load['after'][0]:.1f} (5 min {load['before'][1]:.1f}→{load['after'][1]:.1f}); "
           f"{result['runtime_seconds']:.0f} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    progress(f"wrote {args.json}")
+    write_json(args.json, result)
     if p["git"] != p["git_after"]:
         progress(f"warning: the code changed during the run (git {p['git']} → {p['git_after']}); the rounds may have run different code")
     return 0 if result["verification"]["passed"] else 1

@@ -1,7 +1,8 @@
 """The segment roll sensor: copy runs for the partitions that gained eligible segments.
 
 A segment is eligible for the remote tier once it is not the active segment and every offset in
-it is below min(high watermark, recovery point) — committed and flushed (``copy_candidates``).
+it is below min(high watermark, recovery point) — committed and flushed (``kts_resources.tiers``,
+whose rule the copier applies too).
 Per tick the sensor reads each log dir's two checkpoints once, lists each known partition's
 segment base offsets from file names alone (one ``os.scandir`` per partition dir, no file is
 opened), and compares each partition's newest eligible base offset with the cursor. Partitions
@@ -13,11 +14,7 @@ the sensor; the reconcile schedule (``kts_assets.schedules``) sweeps every parti
 
 from __future__ import annotations
 
-import base64
-import bisect
-import json
 import os
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -25,22 +22,20 @@ from typing import Iterable, Mapping, Sequence
 import dagster as dg
 
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, KeyRangeBatch, batch_key_ranges, range_run_request
+from kts_assets.jobs import COPY_JOB_NAME
 from kts_assets.partitions import topic_partitions
+from kts_assets.sensors.cursor import decode_cursor, encode_cursor
 from kts_resources.kafka.checkpoints import CheckpointError
 from kts_resources.kafka.logdir import LOG_SUFFIX, LogDir, parse_offset_file_name
 from kts_resources.resources import KafkaLogDirsResource
+from kts_resources.tiers import newest_eligible_base_offset
 
-COPY_JOB_NAME = "copy_job"
 # Runs started per tick, at most; the rest wait for the next tick (their cursor entries are not
 # advanced), so a burst of rolls never launches more than this many Spark applications at once.
 MAX_RUNS_PER_TICK = 10
-# Above this many bytes of JSON the cursor is stored zlib-compressed: the cursor is written with
-# every tick, and 10,000 partitions' offsets are ~250 KB of plain JSON.
-CURSOR_COMPRESS_ABOVE = 4096
-CURSOR_VERSION = 1
 
 
-# --- eligibility from file names and checkpoints (no Dagster) ------------------------------------
+# --- the newest eligible segment from file names and checkpoints (no Dagster) ---------------------
 
 
 def segment_base_offsets(partition_dir: str | os.PathLike) -> list[int]:
@@ -62,16 +57,6 @@ def segment_base_offsets(partition_dir: str | os.PathLike) -> list[int]:
                 bases.append(offset)
     bases.sort()
     return bases
-
-
-def newest_eligible_base_offset(bases: Sequence[int], high_watermark: int, recovery_point: int) -> int | None:
-    """Base offset of the last non-active segment whose next base offset ≤ min(HW, recovery point).
-
-    ``bases`` ascending; the last one is the active segment. None when no segment is eligible.
-    """
-    # The largest base ≤ bound is the first segment NOT wholly committed; the one before it is.
-    j = bisect.bisect_right(bases, min(high_watermark, recovery_point)) - 1
-    return bases[j - 1] if j >= 1 else None
 
 
 @dataclass
@@ -127,48 +112,6 @@ def survey_log_dirs(log_dirs: Iterable[Path], known_keys: Iterable[str]) -> Roll
                 survey.eligible[key] = base
     survey.not_found = sorted(pending)
     return survey
-
-
-# --- the cursor -----------------------------------------------------------------------------------
-
-
-def encode_cursor(requested: Mapping[str, int]) -> str:
-    """``{key: base offset}`` as compact JSON; packed and zlib-compressed once it grows large.
-
-    Packed, each topic is named once and followed by its ``partition, offset`` pairs: 10,000
-    partitions with random 9-digit offsets take ~84 KB, about a third of the plain map.
-    """
-    plain = json.dumps({"v": CURSOR_VERSION, "requested": dict(sorted(requested.items()))}, separators=(",", ":"))
-    if len(plain) <= CURSOR_COMPRESS_ABOVE:
-        return plain
-    by_topic: dict[str, list[int]] = {}
-    for key, offset in sorted(requested.items(), key=lambda kv: _split_key(kv[0])):
-        topic, partition = _split_key(key)
-        by_topic.setdefault(topic, []).extend((partition, offset))
-    packed = json.dumps(by_topic, separators=(",", ":")).encode()
-    return json.dumps({"v": CURSOR_VERSION, "zlib": base64.b64encode(zlib.compress(packed, 9)).decode("ascii")},
-                      separators=(",", ":"))
-
-
-def _split_key(key: str) -> tuple[str, int]:
-    topic, _, partition = key.rpartition("-")  # topics may contain '-': the partition follows the last
-    return topic, int(partition)
-
-
-def decode_cursor(cursor: str | None) -> dict[str, int]:
-    """The map :func:`encode_cursor` wrote; empty for no cursor. ValueError for anything else."""
-    if not cursor:
-        return {}
-    try:
-        data = json.loads(cursor)
-        if data.get("v") != CURSOR_VERSION:
-            raise ValueError(f"cursor version {data.get('v')!r}, expected {CURSOR_VERSION}")
-        if "zlib" not in data:
-            return {str(k): int(v) for k, v in data["requested"].items()}
-        by_topic = json.loads(zlib.decompress(base64.b64decode(data["zlib"])))
-        return {f"{topic}-{pairs[i]}": int(pairs[i + 1]) for topic, pairs in by_topic.items() for i in range(0, len(pairs), 2)}
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError, zlib.error) as e:
-        raise ValueError(f"not a segment_roll_sensor cursor: {e}") from e
 
 
 # --- the sensor -----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """How fast kts reads segments, as ratios against physical limits measured in the same run.
 
-    .venv/bin/python bench/scan.py [--size 256MiB] [--quick] [--repeats N] [--json PATH]
+    .venv/bin/python bench/scan_bench.py [--size 256MiB] [--quick] [--repeats N] [--json PATH]
 
 Writes a deterministic segment (seeded; ~16 KiB batches of 100–1000-byte records with keys and a
 header) plus one smaller segment per codec holding the same records, then measures, best of N,
@@ -22,16 +22,8 @@ Prints a table on stdout, progress on stderr, and writes JSON (default bench/res
 
 from __future__ import annotations
 
-import os.path
-import sys
-
-# Python puts this script's directory first on sys.path, where bench/copy.py would shadow the
-# standard library's copy module (imported by dataclasses, argparse, …): drop it before any import.
-sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != os.path.dirname(os.path.realpath(__file__))]
-
 import argparse
 import gc
-import json
 import os
 import platform
 import random
@@ -41,36 +33,28 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import crc32c
+from benchlib import add_json_argument, progress, write_json
 
-import crc32c  # noqa: E402
-
-from kts_assets.cli import parse_size  # noqa: E402
-from kts_resources.kafka import codecs, records  # noqa: E402
-from kts_resources.kafka.files import mapped  # noqa: E402
+from kts_assets.cli import parse_size
+from kts_resources.kafka import codecs, records
+from kts_resources.kafka.files import mapped
 
 try:
     from kafka.record.memory_records import MemoryRecords
     from kafka.version import __version__ as KAFKA_PYTHON_VERSION
 except ImportError:  # pragma: no cover - a dev dependency
-    raise SystemExit("bench/scan.py compares against kafka-python: pip install -e '.[dev]'") from None
+    raise SystemExit("bench/scan_bench.py compares against kafka-python: pip install -e '.[dev]'") from None
 
 MiB = 1024 * 1024
 READ_CHUNK = MiB
 BATCH_TARGET = 16 * 1024  # uncompressed record bytes per batch, like a producer's batch.size
 RECORD_VALUE_SIZES = (100, 1000)
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-DEFAULT_JSON = REPO_ROOT / "bench" / "results" / "scan.json"
 BASE_TIMESTAMP = 1_700_000_000_000
 
 QUICK_SIZE = 8 * MiB
 QUICK_CODEC_SIZE = 1 * MiB
-
-
-def progress(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 # --- test data ----------------------------------------------------------------------------------
@@ -337,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small files, one round: a smoke run, not a measurement")
     parser.add_argument("--repeats", type=int, default=None, help="rounds; each measurement keeps its best (default 3; 1 with --quick)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON.relative_to(REPO_ROOT)})")
+    add_json_argument(parser, "scan")
     args = parser.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -347,9 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     p = result["params"]
     print(f"\n{p['size_bytes'] / MiB:.0f} MiB segment, {result['files']['scan']['batches']} batches; "
           f"best of {p['repeats']}; python {p['python']}, {p['cpus']} CPUs; {result['runtime_seconds']:.0f} s")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    progress(f"wrote {args.json}")
+    write_json(args.json, result)
     return 0
 
 

@@ -1,0 +1,283 @@
+"""A partition's two tiers: where its directory is, its offsets, bytes and segments locally and
+remotely, and the rules that relate them — each stated here once.
+
+KIP-405's names: Lx local log start offset, Ly high watermark, Lz log end offset; Rx / Ry the
+remote log start / end offset. Plain paths and the metadata store in, plain values out: no Dagster,
+no PySpark, so ``kts status`` (and every command that only looks) starts fast.
+"""
+
+from __future__ import annotations
+
+import bisect
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+
+from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name
+from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+
+if TYPE_CHECKING:
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+# --- where a partition is ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LocatedPartition:
+    """A partition key's directory, the log dir holding it, and whether kts owns that dir."""
+
+    key: str
+    log_dir: LogDir
+    partition: PartitionDir
+    owned: bool
+
+
+def _resolved(paths: Iterable[Path]) -> set[Path]:
+    return {Path(p).expanduser().resolve() for p in paths}
+
+
+def locate_partitions(log_dirs: Iterable[Path], keys: Iterable[str], *,
+                      owned_log_dirs: Iterable[Path] = ()) -> tuple[dict[str, LocatedPartition], list[str]]:
+    """(key → where it is, keys found in no log dir). The first log dir holding a key wins, as in
+    the discovery sensor; a log dir in ``owned_log_dirs`` is one kts may apply retention to."""
+    owned = _resolved(owned_log_dirs)
+    dirs = [(LogDir(p), Path(p).expanduser().resolve() in owned) for p in log_dirs if Path(p).is_dir()]
+    located: dict[str, LocatedPartition] = {}
+    missing: list[str] = []
+    for key in keys:
+        tp = parse_partition_dir_name(key)
+        for log_dir, is_owned in dirs if tp is not None else []:
+            partition = log_dir.partition_dir(tp)
+            if partition.path.is_dir():
+                located[key] = LocatedPartition(key, log_dir, partition, is_owned)
+                break
+        else:
+            missing.append(key)
+    return located, missing
+
+
+def log_dir_partitions(log_dirs: Iterable[Path], *, owned_log_dirs: Iterable[Path] = ()) -> Iterator[LocatedPartition]:
+    """Every partition dir of every existing log dir, in log-dir order (a key in two log dirs twice)."""
+    owned = _resolved(owned_log_dirs)
+    for path in log_dirs:
+        if Path(path).is_dir():
+            log_dir = LogDir(path)
+            is_owned = Path(path).expanduser().resolve() in owned
+            for partition in log_dir.partitions():
+                yield LocatedPartition(partition.topic_partition.dir_name, log_dir, partition, is_owned)
+
+
+# --- the topic id of a partition -----------------------------------------------------------------
+
+
+def partition_topic_id(partition: PartitionDir, store: "RemoteLogMetadataStore") -> uuid.UUID | None:
+    """partition.metadata's topic id; for a topic that predates topic ids, the one kts recorded
+    for the name (None: kts has never seen the topic)."""
+    metadata = partition.metadata()
+    return metadata.topic_id if metadata is not None else store.topic_id(partition.topic)
+
+
+def topic_id_partition(partition: PartitionDir, store: "RemoteLogMetadataStore") -> TopicIdPartition | None:
+    """The partition under its topic id; None when kts has never seen the topic, so nothing of it
+    can be remote."""
+    topic_id = partition_topic_id(partition, store)
+    return None if topic_id is None else TopicIdPartition(topic_id, partition.topic_partition)
+
+
+@dataclass(frozen=True)
+class TopicIdDisagreement:
+    """A partition dir whose partition.metadata names another topic id than its siblings' do."""
+
+    partition: PartitionDir
+    topic_id: uuid.UUID
+    siblings_topic_id: uuid.UUID | None  # None: the topic's dirs split evenly, no id is the siblings'
+
+    def __str__(self) -> str:
+        theirs = (f"its sibling partition dirs have {self.siblings_topic_id}" if self.siblings_topic_id is not None
+                  else "its sibling partition dirs are split evenly between topic ids")
+        return (f"{self.partition.path}: partition.metadata has topic id {self.topic_id} but {theirs}; "
+                f"the partition is not copied until they agree")
+
+
+def topic_id_disagreements(partitions: Iterable[PartitionDir]) -> dict[Path, TopicIdDisagreement]:
+    """Partition dirs (by path) whose topic id is not the one most of their topic's dirs have.
+
+    A topic deleted and re-created while a broker was away can leave a dir of the old incarnation
+    beside the new ones; copying it under either id would mix two topics' data. Dirs without
+    partition.metadata (topics that predate ids) are not compared.
+    """
+    by_topic: dict[str, list[tuple[PartitionDir, uuid.UUID]]] = {}
+    for partition in partitions:
+        metadata = partition.metadata()
+        if metadata is not None:
+            by_topic.setdefault(partition.topic, []).append((partition, metadata.topic_id))
+    found: dict[Path, TopicIdDisagreement] = {}
+    for dirs in by_topic.values():
+        counts = Counter(topic_id for _, topic_id in dirs).most_common()
+        if len(counts) < 2:
+            continue
+        tie = counts[0][1] == counts[1][1]
+        majority = None if tie else counts[0][0]
+        for partition, topic_id in dirs:
+            if topic_id != majority:
+                found[partition.path] = TopicIdDisagreement(partition, topic_id, majority)
+    return found
+
+
+# --- the rules -----------------------------------------------------------------------------------
+
+
+def eligible_segment_count(base_offsets: Sequence[int], high_watermark: int, recovery_point: int) -> int:
+    """How many of the partition's segments (``base_offsets`` ascending, the last one active) may go
+    to the remote tier: the leading non-active ones whose next segment's base offset is
+    ≤ min(high watermark, recovery point), so that every offset in them is committed and flushed
+    (KAFKA_FORMATS.md §7). An unknown high watermark or recovery point (−1) makes none eligible.
+
+    File names alone decide it: the roll sensor's survey and the copier both ask this function.
+    """
+    # The largest base ≤ bound starts the first segment NOT wholly below it; those before it are.
+    return max(bisect.bisect_right(base_offsets, min(high_watermark, recovery_point)) - 1, 0)
+
+
+def newest_eligible_base_offset(base_offsets: Sequence[int], high_watermark: int, recovery_point: int) -> int | None:
+    """Base offset of the newest eligible segment; None when no segment is eligible."""
+    n = eligible_segment_count(base_offsets, high_watermark, recovery_point)
+    return base_offsets[n - 1] if n else None
+
+
+def copy_candidates(
+    segments: Sequence[SegmentFiles],
+    *,
+    high_watermark: int,
+    recovery_point: int,
+    log_start_offset: int,
+    highest_copied_offset: int,
+) -> list[SegmentFiles]:
+    """The eligible segments not yet copied, ascending: from the one holding max(highest copied
+    offset + 1, log start offset)."""
+    n = eligible_segment_count([s.base_offset for s in segments], high_watermark, recovery_point)
+    from_offset = max(highest_copied_offset + 1, log_start_offset)
+    # A segment ends just before the next one begins; one wholly below from_offset is done (or deleted).
+    return [s for s in segments[:n] if s.next_base_offset - 1 >= from_offset]
+
+
+def log_start_offset(*, checkpointed: int | None, local_log_start_offset: int,
+                     remote_log_start_offset: int = -1, recorded: int = -1) -> int:
+    """The partition's log start offset: its oldest data in either tier, but never below what the
+    broker checkpointed (DeleteRecords, the broker's own retention) nor what remote retention
+    recorded in the metadata store (``recorded``; −1 when nothing is remote). −1: no data at all."""
+    local, remote = local_log_start_offset, remote_log_start_offset
+    oldest = min(local, remote) if local >= 0 and remote >= 0 else max(local, remote)
+    return max(oldest, -1 if checkpointed is None else checkpointed, recorded)
+
+
+# --- a partition's two tiers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionTiers:
+    """A partition's offsets, bytes and segments in both tiers (−1: unknown or none), and the copy
+    lag as Kafka's RemoteCopyLagBytes / RemoteCopyLagSegments (KAFKA_FORMATS.md §7)."""
+
+    log_start_offset: int
+    local_log_start_offset: int  # Lx
+    high_watermark: int  # Ly: what is committed; only segments wholly below it are copied
+    log_end_offset: int  # Lz
+    recovery_point: int
+    remote_log_start_offset: int  # Rx
+    remote_log_end_offset: int  # Ry
+    highest_copied_offset: int
+    local_bytes: int
+    local_segments: int
+    remote_bytes: int
+    remote_segments: int
+    copy_lag_bytes: int
+    copy_lag_segments: int
+
+
+def segment_bytes(segments: Iterable[SegmentFiles]) -> int:
+    total = 0
+    for s in segments:
+        try:
+            total += s.log.stat().st_size
+        except FileNotFoundError:
+            pass  # deleted by the broker's retention since it was listed
+    return total
+
+
+def active_log_end_offset(segments: Sequence[SegmentFiles]) -> int:
+    """Lz exactly: the next offset after the active segment's last batch (reads that segment)."""
+    from kts_resources.kafka.segment import summarize_segment
+
+    if not segments:
+        return -1
+    active = segments[-1]
+    return summarize_segment(active.log, active.base_offset, active=True).next_offset
+
+
+def finished_segments(tip: TopicIdPartition | None, store: "RemoteLogMetadataStore") -> list[RemoteLogSegmentMetadata]:
+    return [] if tip is None else store.list_remote_log_segments(tip, states={FINISHED})
+
+
+def partition_tiers(
+    located: LocatedPartition,
+    store: "RemoteLogMetadataStore | None" = None,
+    *,
+    segments: Sequence[SegmentFiles] | None = None,
+    log_end_offset: int | None = None,
+) -> PartitionTiers:
+    """Both tiers of a partition (the local one alone without a ``store``).
+
+    ``segments``: the partition's listing if the caller has one. ``log_end_offset``: Lz if the
+    caller knows it (:func:`active_log_end_offset`, an inventory's); otherwise the active segment's
+    base offset stands in, a lower bound that costs no read.
+
+    Copy lag: the closed local segments not yet in the remote tier (base offset ≥ the highest
+    copied offset, as UnifiedLog's onlyLocalLogSegmentsSize counts them) — eligible or not; the
+    active segment never counts.
+    """
+    partition, log_dir = located.partition, located.log_dir
+    tp = partition.topic_partition
+    segments = partition.segments() if segments is None else segments
+    local_start = segments[0].base_offset if segments else -1
+    hw, rp = log_dir.high_watermark(tp), log_dir.recovery_point(tp)
+    if log_end_offset is None:
+        log_end_offset = segments[-1].base_offset if segments else -1
+
+    tip = topic_id_partition(partition, store) if store is not None else None
+    finished = finished_segments(tip, store) if store is not None else []
+    state = store.partition_state(tip) if tip is not None else None
+    highest_copied = state.highest_copied_offset if state is not None else -1
+    remote_start = min((md.start_offset for md in finished), default=-1)
+    lag = [s for s in segments if not s.active and s.base_offset >= highest_copied]
+    return PartitionTiers(
+        log_start_offset=log_start_offset(
+            checkpointed=log_dir.log_start_offset(tp), local_log_start_offset=local_start,
+            remote_log_start_offset=remote_start,
+            recorded=state.log_start_offset if state is not None and finished else -1),
+        local_log_start_offset=local_start,
+        high_watermark=-1 if hw is None else hw,
+        log_end_offset=log_end_offset,
+        recovery_point=-1 if rp is None else rp,
+        remote_log_start_offset=remote_start,
+        remote_log_end_offset=max((md.end_offset for md in finished), default=-1),
+        highest_copied_offset=highest_copied,
+        local_bytes=segment_bytes(segments),
+        local_segments=len(segments),
+        remote_bytes=sum(md.segment_size_in_bytes for md in finished),
+        remote_segments=len(finished),
+        copy_lag_bytes=segment_bytes(lag),
+        copy_lag_segments=len(lag),
+    )
+
+
+def eligible_segments(tiers: PartitionTiers, segments: Sequence[SegmentFiles]) -> list[SegmentFiles]:
+    """The segments the copy rule takes from ``tiers``' offsets (highest copied offset included)."""
+    return copy_candidates(segments, high_watermark=tiers.high_watermark, recovery_point=tiers.recovery_point,
+                           log_start_offset=tiers.log_start_offset, highest_copied_offset=tiers.highest_copied_offset)
+
