@@ -26,6 +26,7 @@ RESULTS = REPO_ROOT / "bench" / "results"
 import sqlalchemy as sa  # noqa: E402  (after the repository is on sys.path, as kts's imports)
 from sqlalchemy.engine import make_url  # noqa: E402
 
+from kts_resources import settings  # noqa: E402
 from kts_resources.metadata import database, embedded  # noqa: E402
 
 
@@ -82,7 +83,7 @@ def bench_database(tmpdir: Path) -> Iterator[tuple[str, dict]]:
     """(URL of a fresh, migrated database of the bench's own, description). On
     ``KTS_DATABASE_URL``'s server when set, else on an embedded server under a temporary KTS_HOME
     that is stopped at the end. The database is dropped at the end either way."""
-    configured = os.environ.get("KTS_DATABASE_URL", "").strip()
+    configured = settings.database_url()
     home: Path | None = None
     admin: sa.Engine | None = None
     name = f"kts_bench_{uuid.uuid4().hex[:12]}"
