@@ -45,3 +45,7 @@ class IndexFormatError(KafkaFormatError):
 
 class CheckpointError(KafkaFormatError):
     """A checkpoint, partition.metadata or producer snapshot file that is malformed."""
+
+
+class FileChangedError(KafkaFormatError):
+    """A file that shrank while kts read it (a broker truncates its log after a leader change)."""
