@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .errors import CorruptRecordError, FileChangedError, IndexFormatError
+from .errors import CorruptRecordError, FileChangedError, IndexFormatError, shown
 from .files import MAX_KAFKA_FILE_BYTES, read_whole, write_atomically
 from .logdir import list_segments, parse_offset_file_name
 from .records import NO_TIMESTAMP, SegmentScan, scan_batches
@@ -70,7 +70,7 @@ class IndexFinding:
     message: str
 
     def __str__(self) -> str:
-        where = self.path if self.position is None else f"{self.path}: byte {self.position}"
+        where = shown(self.path) if self.position is None else f"{shown(self.path)}: byte {self.position}"
         return f"{where}: {self.message}"
 
     def to_json(self) -> dict:
