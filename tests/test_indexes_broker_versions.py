@@ -288,3 +288,22 @@ def test_a_time_entry_at_a_record_without_that_timestamp_is_caught(old_leader_se
     rewrite(timeindex, ">qi", 2, entries[2].timestamp, entries[3].offset)
     text = "\n".join(map(str, verify_segment_indexes(old_leader_segment, closed=True)))
     assert "the batch holding that offset" in text
+
+
+def test_a_fresh_active_segment_with_preallocated_empty_indexes_verifies(tmp_path: Path):
+    """Right after a roll the new active segment is empty and its indexes are segment.index.bytes of zeros."""
+    log = tmp_path / f"{500:020d}.log"
+    log.write_bytes(b"")
+    log.with_suffix(".index").write_bytes(bytes(10 * 1024 * 1024))
+    log.with_suffix(".timeindex").write_bytes(bytes(10 * 1024 * 1024 - 10 * 1024 * 1024 % TIME_ENTRY_SIZE))
+    assert_clean(log, closed=False)
+
+
+def test_an_active_segment_with_one_batch_and_preallocated_indexes_verifies(tmp_path: Path):
+    segment = BrokerSegment(0)
+    produce(segment, 1, record_offset_rule=True)
+    log = segment.write(tmp_path)
+    for suffix in (".index", ".timeindex"):
+        path = log.with_suffix(suffix)
+        path.write_bytes(path.read_bytes().ljust(12 * 1024, b"\0"))
+    assert_clean(log, closed=False)

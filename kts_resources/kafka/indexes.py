@@ -265,8 +265,9 @@ def _read_index_file(
                     elif fields[relative_at] == 0:
                         out.tail = i * size_of
                         break
-                    if max_count is not None and len(out.entries) >= max_count:
-                        out.excess = i * size_of
+                    if max_count is not None and len(out.entries) > max_count:
+                        # One past the cap: entry 0 may be a preallocated all-zero one, not an entry.
+                        out.excess = max_count * size_of
                         return out
                     out.entries.append(fields)
                 if out.tail is None:
@@ -286,6 +287,8 @@ def _read_index_file(
         if out.tail == size_of and first_zero and out.stray is None:
             # Preallocated and never written: entry 0 is tail too.
             out.entries, out.tail = [], 0
+    if max_count is not None and len(out.entries) > max_count:
+        out.excess = max_count * size_of
     return out
 
 
