@@ -222,8 +222,10 @@ def cmd_dump(args) -> int:
     readers = _entry_readers()
     reader = readers.get(path.suffix)
     if reader is not None:
-        # Their entries are relative to the base offset the name carries.
-        return _dump_entries(named_file(args.segment, [path.suffix]), reader, args.json)
+        # Index entries are relative to the base offset the name carries.
+        if path.suffix in (".index", ".timeindex"):
+            path = named_file(args.segment, [path.suffix])
+        return _dump_entries(path, reader, args.json)
     problems: list[str] = []
     out_batches = []
     # Read, not mapped: a broker truncating the log underneath (after a leader change) then gives

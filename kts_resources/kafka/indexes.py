@@ -3,12 +3,14 @@
 Formats (big-endian, KAFKA_FORMATS.md §3–4):
 
 - ``.index``: 8-byte entries, relativeOffset int32 + position int32 (byte position of a batch in
-  the ``.log``). The offset is a batch's LAST offset.
-- ``.timeindex``: 12-byte entries, timestamp int64 + relativeOffset int32; the entry says "every
-  record after this offset has a timestamp greater than this one's predecessors' maximum".
+  the ``.log``). The offset is that batch's LAST offset, or, for a multi-batch append before
+  KAFKA-806, the last offset of the append's last batch.
+- ``.timeindex``: 12-byte entries, timestamp int64 + relativeOffset int32: the largest timestamp so
+  far and an offset inside the batch that holds it (see the notes above :func:`verify_segment_indexes`
+  for which offset each Kafka version writes).
 
-Both are sparse and written by one rule (``LogSegment.append`` / ``LogSegment.recover``), which
-:class:`SegmentIndexer` implements. The active segment's files are preallocated
+Both are sparse. :class:`SegmentIndexer` implements ``LogSegment.recover``'s rule (per batch),
+which a rebuild follows; verification accepts every version's ``LogSegment.append``. The active segment's files are preallocated
 (``segment.index.bytes``) and zero-filled past the last entry; a closed segment's are trimmed.
 
 Pure: bytes in, values out. The only I/O is on the files a caller names.
