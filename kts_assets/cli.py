@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from kts_resources.kafka.errors import KafkaFormatError
+from kts_resources.kafka.errors import KafkaFormatError, shown
 
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
@@ -84,16 +84,61 @@ def report(lines: Sequence[str]) -> None:
 def existing_file(path: str) -> Path:
     p = Path(path)
     if not p.exists():
-        raise CommandError(f"{path}: no such file", EXIT_USAGE)
+        raise CommandError(f"{shown(path)}: no such file", EXIT_USAGE)
     if not p.is_file():
-        raise CommandError(f"{path}: not a file", EXIT_USAGE)
+        raise CommandError(f"{shown(path)}: {'a directory' if p.is_dir() else 'not a regular file'}, not a file", EXIT_USAGE)
     return p
 
 
 def existing_dir(path: str) -> Path:
     p = Path(path)
+    if not p.exists():
+        raise CommandError(f"{shown(path)}: no such directory", EXIT_USAGE)
     if not p.is_dir():
-        raise CommandError(f"{path}: no such directory", EXIT_USAGE)
+        raise CommandError(f"{shown(path)}: not a directory", EXIT_USAGE)
+    return p
+
+
+def directory_to_write(path: str, option: str) -> Path:
+    """A directory an option names for output: existing, or creatable (its nearest existing
+    ancestor is a directory). Checked before any work so a file there is a usage error."""
+    p = Path(path)
+    for ancestor in (p, *p.parents):
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                what = "is a file" if ancestor == p else f"is under {shown(ancestor)}, which is not a directory"
+                raise CommandError(f"{option} {shown(path)}: {what}; a directory is needed", EXIT_USAGE)
+            break
+    return p
+
+
+def bounded(kind: Callable[[str], int | float], lo: float, hi: float) -> Callable[[str], int | float]:
+    """An argparse type: ``kind``'s value, a usage error outside ``lo..hi`` (or for a number too
+    long to convert), so a count never starts unbounded work."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}{'...' if len(text) > 40 else ''}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value:g} is outside {lo:g}..{hi:g}" if isinstance(value, float)
+                                             else f"{value} is outside {lo}..{hi}")
+        return value
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
+def named_file(path: str, suffixes: Sequence[str]) -> Path:
+    """An existing ``<20-digit offset><suffix>`` file whose suffix is one of ``suffixes``."""
+    from kts_resources.kafka.logdir import parse_offset_file_name
+
+    p = existing_file(path)
+    try:
+        _, suffix = parse_offset_file_name(p.name)
+    except ValueError:
+        suffix = None
+    if suffix not in suffixes:
+        raise CommandError(f"{shown(path)}: not a {'/'.join(suffixes)} file name (expected <20-digit offset>{p.suffix or suffixes[0]})", EXIT_USAGE)
     return p
 
 
@@ -107,7 +152,7 @@ def segment_file(path: str) -> Path:
     except ValueError:
         suffix = None
     if suffix != LOG_SUFFIX:
-        raise CommandError(f"{path}: not a segment file (expected <20-digit base offset>.log)", EXIT_USAGE)
+        raise CommandError(f"{shown(path)}: not a segment file (expected <20-digit base offset>.log)", EXIT_USAGE)
     return p
 
 
@@ -115,18 +160,27 @@ def segment_file(path: str) -> Path:
 
 
 def cmd_segments(args) -> int:
+    from kts_resources.kafka.indexes import read_segment
     from kts_resources.kafka.logdir import PartitionDir
-    from kts_resources.kafka.segment import summarize_segment
+    from kts_resources.kafka.records import scan_batches
+    from kts_resources.kafka.segment import summarize_scan
 
     try:
-        partition = PartitionDir.at(existing_dir(args.partition_dir))
+        # The KRaft metadata log is inspected like any partition (DumpLogSegments does), never tiered.
+        partition = PartitionDir.at(existing_dir(args.partition_dir), metadata_log=True)
     except ValueError as e:
         raise CommandError(f"{e} (kts segments takes a partition directory, <log dir>/<topic>-<partition>)", EXIT_USAGE) from None
     scan = partition.scan()
     for skipped in scan.skipped:
-        print(f"kts: note: {partition.path / skipped.name}: skipped: {skipped.reason}", file=sys.stderr)
-    segments = scan.segments
-    summaries = [summarize_segment(s.log, s.base_offset, active=s.active) for s in segments]
+        print(f"kts: note: {shown(partition.path / skipped.name)}: skipped: {skipped.reason}", file=sys.stderr)
+    summaries = []
+    unreadable: list[str] = []
+    for s in scan.segments:
+        try:
+            data = read_segment(s.log)
+            summaries.append(summarize_scan(str(s.log), s.base_offset, s.active, len(data), scan_batches(data, verify_crc=True)))
+        except KafkaFormatError as e:  # too large, or truncated while read: that segment's line, the rest go on
+            unreadable.append(str(e))
     if args.json:
         print_json([s.to_json() for s in summaries])
     else:
@@ -147,7 +201,7 @@ def cmd_segments(args) -> int:
         ]
         print_table(rows, ["base_offset", "last_offset", "next_offset", "size_bytes", "batches", "records",
                            "max_timestamp", "epochs", "active", "health"])
-    problems = [line for s in summaries for line in s.problems()]
+    problems = unreadable + [line.replace(s.path, shown(s.path), 1) for s in summaries for line in s.problems()]
     report(problems)
     return EXIT_FINDINGS if problems else 0
 
@@ -161,39 +215,45 @@ def _entry_readers() -> dict[str, Callable]:
 
 
 def cmd_dump(args) -> int:
+    from kts_resources.kafka.indexes import read_segment
     from kts_resources.kafka.records import decode_batch, parse_control_record, scan_batches
-    from kts_resources.kafka.segment import mapped
 
     path = existing_file(args.segment)
-    reader = _entry_readers().get(path.suffix)
+    readers = _entry_readers()
+    reader = readers.get(path.suffix)
     if reader is not None:
+        # Index entries are relative to the base offset the name carries.
+        if path.suffix in (".index", ".timeindex"):
+            path = named_file(args.segment, [path.suffix])
         return _dump_entries(path, reader, args.json)
     problems: list[str] = []
     out_batches = []
-    with mapped(path) as view:
-        scan = scan_batches(view, verify_crc=True)
-        if not args.json:
-            print(f"Dumping {path}")
-        for batch in scan.batches:
-            if batch.crc_ok is False:
-                problems.append(f"{path}: byte {batch.position}: batch at offset {batch.base_offset} fails its CRC")
-            records = None
-            if args.records:
-                try:
-                    records = decode_batch(view, batch, verify_crc=False)
-                except KafkaFormatError as e:
-                    problems.append(str(e.located(path=str(path))))
-            if args.json:
-                item = batch.to_json()
-                if records is not None:
-                    item["records"] = [_record_json(batch, r, parse_control_record) for r in records]
-                out_batches.append(item)
-            else:
-                print(_batch_line(batch))
-                for r in records or ():
-                    print(_record_line(batch, r, parse_control_record))
-        if scan.invalid is not None:
-            problems.append(f"{path}: byte {scan.invalid.position}: {scan.invalid.length} invalid bytes at the end ({scan.invalid.reason})")
+    # Read, not mapped: a broker truncating the log underneath (after a leader change) then gives
+    # one line (FileChangedError), not SIGBUS.
+    view = read_segment(path)
+    scan = scan_batches(view, verify_crc=True)
+    if not args.json:
+        print(f"Dumping {shown(path)}")
+    for batch in scan.batches:
+        if batch.crc_ok is False:
+            problems.append(f"{shown(path)}: byte {batch.position}: batch at offset {batch.base_offset} fails its CRC")
+        records = None
+        if args.records:
+            try:
+                records = decode_batch(view, batch, verify_crc=False)
+            except KafkaFormatError as e:
+                problems.append(str(e.located(path=path)))
+        if args.json:
+            item = batch.to_json()
+            if records is not None:
+                item["records"] = [_record_json(batch, r, parse_control_record) for r in records]
+            out_batches.append(item)
+        else:
+            print(_batch_line(batch))
+            for r in records or ():
+                print(_record_line(batch, r, parse_control_record))
+    if scan.invalid is not None:
+        problems.append(f"{shown(path)}: byte {scan.invalid.position}: {scan.invalid.length} invalid bytes at the end ({scan.invalid.reason})")
     if args.json:
         print_json({
             "path": str(path),
@@ -275,11 +335,12 @@ def cmd_index_rebuild(args) -> int:
     from kts_resources.kafka.indexes import rebuild_segment_indexes
 
     path = segment_file(args.segment)
-    rebuilt = rebuild_segment_indexes(path, out_dir=args.out, index_interval_bytes=args.index_interval_bytes)
-    print(f"rebuilt {rebuilt.offset_index_path} and {rebuilt.time_index_path} from {len(rebuilt.scan.batches)} batches")
+    out = directory_to_write(args.out, "--out") if args.out else None
+    rebuilt = rebuild_segment_indexes(path, out_dir=out, index_interval_bytes=args.index_interval_bytes)
+    print(f"rebuilt {shown(rebuilt.offset_index_path)} and {shown(rebuilt.time_index_path)} from {len(rebuilt.scan.batches)} batches")
     if rebuilt.scan.invalid is not None:
         inv = rebuilt.scan.invalid
-        report([f"{path}: byte {inv.position}: {inv.length} invalid bytes at the end ({inv.reason}); indexed the valid prefix"])
+        report([f"{shown(path)}: byte {inv.position}: {inv.length} invalid bytes at the end ({inv.reason}); indexed the valid prefix"])
         return EXIT_FINDINGS
     return 0
 
@@ -290,7 +351,7 @@ def cmd_index_verify(args) -> int:
     path = segment_file(args.segment)
     findings = verify_segment_indexes(path)
     if not findings:
-        print(f"{path}: indexes ok")
+        print(f"{shown(path)}: indexes ok")
         return 0
     report([str(f) for f in findings])
     return EXIT_FINDINGS
@@ -308,7 +369,7 @@ def cmd_simulate(args) -> int:
         config = SimulationConfig(**options)
     except ValueError as e:
         raise CommandError(f"simulate: {e}", EXIT_USAGE) from None
-    log_dir = Path(args.log_dir) if args.log_dir else settings.log_dirs()[0]
+    log_dir = directory_to_write(args.log_dir, "--log-dir") if args.log_dir else settings.log_dirs()[0]
     log_dir.mkdir(parents=True, exist_ok=True)
     last = {"at": 0.0, "done": False}
 
@@ -517,7 +578,7 @@ def add_simulate_parser(sub) -> None:
     """One option per SimulationConfig field, so the CLI can never fall behind the simulator."""
     import dataclasses
 
-    from kts_resources.kafka.simulate import SimulationConfig
+    from kts_resources.kafka.simulate import OPTION_LIMITS, SimulationConfig
 
     p = sub.add_parser("simulate", help="write (or keep appending to) broker-like partitions in a log dir",
                        description="Writes broker-like partitions: batches of every codec, rolls, indexes, "
@@ -539,6 +600,8 @@ def add_simulate_parser(sub) -> None:
         else:
             kind, metavar = str, "A,B"
             default = ",".join(default)
+        if f.name in OPTION_LIMITS:
+            kind = bounded(kind, *OPTION_LIMITS[f.name])
         aliases = [flag, "--rate"] if f.name == "messages_per_second" else [flag]
         p.add_argument(*aliases, dest=f.name, type=kind, metavar=metavar, default=None, help=f"default {default}")
     p.set_defaults(func=cmd_simulate)
@@ -568,7 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = index_sub.add_parser("rebuild", help="rebuild .index and .timeindex by the broker's rule, replaced atomically")
     r.add_argument("segment", metavar="SEGMENT.log")
     r.add_argument("--out", metavar="DIR", help="write the rebuilt indexes here instead of beside the segment")
-    r.add_argument("--index-interval-bytes", type=parse_size, default=4096, metavar="N",
+    r.add_argument("--index-interval-bytes", type=bounded(parse_size, 0, 2**31 - 1), default=4096, metavar="N",
                    help="the topic's index.interval.bytes (default 4096)")
     r.set_defaults(func=cmd_index_rebuild)
     v = index_sub.add_parser("verify", help="check the indexes against the log; exit 1 on any finding")

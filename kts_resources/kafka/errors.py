@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import os
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {ord("\\"): "\\\\", 10: "\\n", 13: "\\r", 9: "\\t"}
+
+
+def shown(path: str | os.PathLike) -> str:
+    """A path as an error line shows it: control characters escaped (``\\n``, ``\\x1b``), so a
+    newline in a directory name cannot split the one line a user reads, nor a name paint the terminal."""
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    return text.translate(_CONTROL) if any(ord(c) < 0x20 or c in "\x7f\\" for c in text) else text
+
 
 class KafkaFormatError(Exception):
     """Bytes that do not follow Kafka's format, located by file and byte position."""
@@ -25,7 +36,7 @@ class KafkaFormatError(Exception):
     def __str__(self) -> str:
         where = []
         if self.path is not None:
-            where.append(self.path)
+            where.append(shown(self.path))
         if self.position is not None:
             where.append(f"byte {self.position}")
         return ": ".join([*where, self.message])
@@ -45,3 +56,7 @@ class IndexFormatError(KafkaFormatError):
 
 class CheckpointError(KafkaFormatError):
     """A checkpoint, partition.metadata or producer snapshot file that is malformed."""
+
+
+class FileChangedError(KafkaFormatError):
+    """A file that shrank while kts read it (a broker truncates its log after a leader change)."""

@@ -8,6 +8,12 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from .errors import FileChangedError, KafkaFormatError
+
+# segment.bytes and segment.index.bytes are Java ints: no file a broker writes is larger.
+MAX_KAFKA_FILE_BYTES = 2**31 - 1
+_READ_CHUNK = 8 * 1024 * 1024
+
 
 @contextmanager
 def mapped(path: str | os.PathLike | BinaryIO) -> Iterator[memoryview]:
@@ -23,6 +29,33 @@ def mapped(path: str | os.PathLike | BinaryIO) -> Iterator[memoryview]:
                 yield view
             finally:
                 view.release()
+
+
+def read_whole(path: str | os.PathLike, *, what: str, limit: int = MAX_KAFKA_FILE_BYTES) -> memoryview:
+    """A file's bytes, read (not mapped) in chunks, for readers a concurrent truncate may meet.
+
+    A mapped file truncated underneath raises SIGBUS on the next touch, which no Python code can
+    catch; a read just comes back short, which is reported as :class:`FileChangedError`. A file
+    larger than ``limit`` is refused before anything is allocated.
+    """
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise KafkaFormatError(
+                f"{what} is {size:,} bytes, larger than any Kafka writes ({limit:,}: segment.bytes and "
+                "segment.index.bytes are 32-bit ints); not read", path=path)
+        buf = bytearray(size)
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = f.readinto(view[got : got + _READ_CHUNK])
+            if not n:
+                now = os.fstat(f.fileno()).st_size
+                raise FileChangedError(
+                    f"{what} shrank from {size:,} to {now:,} bytes while being read (truncated underneath, "
+                    "as a broker truncates its log after a leader change); read it again", path=path, position=got)
+            got += n
+    return view
 
 
 def write_atomically(path: str | os.PathLike, data: bytes) -> None:

@@ -3,12 +3,14 @@
 Formats (big-endian, KAFKA_FORMATS.md §3–4):
 
 - ``.index``: 8-byte entries, relativeOffset int32 + position int32 (byte position of a batch in
-  the ``.log``). The offset is a batch's LAST offset.
-- ``.timeindex``: 12-byte entries, timestamp int64 + relativeOffset int32; the entry says "every
-  record after this offset has a timestamp greater than this one's predecessors' maximum".
+  the ``.log``). The offset is that batch's LAST offset, or, for a multi-batch append before
+  KAFKA-806, the last offset of the append's last batch.
+- ``.timeindex``: 12-byte entries, timestamp int64 + relativeOffset int32: the largest timestamp so
+  far and an offset inside the batch that holds it (see the notes above :func:`verify_segment_indexes`
+  for which offset each Kafka version writes).
 
-Both are sparse and written by one rule (``LogSegment.append`` / ``LogSegment.recover``), which
-:class:`SegmentIndexer` implements. The active segment's files are preallocated
+Both are sparse. :class:`SegmentIndexer` implements ``LogSegment.recover``'s rule (per batch),
+which a rebuild follows; verification accepts every version's ``LogSegment.append``. The active segment's files are preallocated
 (``segment.index.bytes``) and zero-filled past the last entry; a closed segment's are trimmed.
 
 Pure: bytes in, values out. The only I/O is on the files a caller names.
@@ -23,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .errors import CorruptRecordError, IndexFormatError
-from .files import mapped, write_atomically
+from .errors import CorruptRecordError, FileChangedError, IndexFormatError, shown
+from .files import MAX_KAFKA_FILE_BYTES, read_whole, write_atomically
 from .logdir import list_segments, parse_offset_file_name
 from .records import NO_TIMESTAMP, SegmentScan, scan_batches
 
@@ -70,7 +72,7 @@ class IndexFinding:
     message: str
 
     def __str__(self) -> str:
-        where = self.path if self.position is None else f"{self.path}: byte {self.position}"
+        where = shown(self.path) if self.position is None else f"{shown(self.path)}: byte {self.position}"
         return f"{where}: {self.message}"
 
     def to_json(self) -> dict:
@@ -215,16 +217,108 @@ def _base_offset_of(path: str | os.PathLike) -> int:
         raise ValueError(f"{os.fspath(path)}: not a segment file name ({e})") from None
 
 
+@dataclass(slots=True)
+class _IndexFile:
+    """What a bounded, streaming read of an index file found (see :func:`_read_index_file`)."""
+
+    size: int
+    entries: list[tuple[int, int]]
+    tail: int | None = None  # byte where the zero-filled (preallocated) tail starts
+    stray: int | None = None  # first non-zero byte after the tail start
+    partial: int = 0  # bytes of a last entry cut short
+    excess: int | None = None  # byte of the first entry beyond ``max_count``
+
+
+_INDEX_READ_CHUNK = 24 * 65536  # a whole number of 8- and 12-byte entries
+
+
+def _read_index_file(
+    path: str | os.PathLike, entry: struct.Struct, relative_at: int, what: str,
+    *, max_count: int | None = None, check_tail: bool = True,
+) -> _IndexFile:
+    """Entries of an index file read in chunks, never the whole file at once.
+
+    The tail starts at the first entry i > 0 whose relative offset is 0 (no real entry after the
+    first can point at the base offset); an all-zero file of several entries has no entries. A file
+    larger than Kafka ever writes raises :class:`IndexFormatError`; the walk stops after
+    ``max_count`` entries (a segment's index needs at most one per batch), so a hostile file costs
+    a bounded read. With ``check_tail`` the bytes after the tail are checked (in chunks) to be zero.
+    """
+    size_of = entry.size
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_KAFKA_FILE_BYTES:
+            raise IndexFormatError(
+                f"{what} is {size:,} bytes, larger than any index Kafka writes (segment.index.bytes is a "
+                f"32-bit int: at most {MAX_KAFKA_FILE_BYTES:,}); not read", path=path, position=MAX_KAFKA_FILE_BYTES)
+        out = _IndexFile(size, [], partial=size % size_of)
+        whole = size - out.partial
+        first_zero = False
+        pos = 0
+        while pos < whole:
+            chunk = f.read(min(_INDEX_READ_CHUNK, whole - pos))
+            if not chunk:
+                raise FileChangedError(f"{what} shrank to {pos:,} bytes while being read", path=path, position=pos)
+            if out.tail is None:
+                for k, fields in enumerate(entry.iter_unpack(chunk)):
+                    i = pos // size_of + k
+                    if i == 0:
+                        first_zero = not any(chunk[:size_of])
+                    elif fields[relative_at] == 0:
+                        out.tail = i * size_of
+                        break
+                    if max_count is not None and len(out.entries) > max_count:
+                        # One past the cap: entry 0 may be a preallocated all-zero one, not an entry.
+                        out.excess = max_count * size_of
+                        return out
+                    out.entries.append(fields)
+                if out.tail is None:
+                    pos += len(chunk)
+                    continue
+                if not check_tail:
+                    break
+                rest = chunk[out.tail - pos :]
+                start = out.tail
+            else:
+                rest, start = chunk, pos
+            nonzero = len(rest) - len(rest.lstrip(b"\0"))
+            if nonzero < len(rest):
+                out.stray = start + nonzero
+                break
+            pos += len(chunk)
+        if out.tail == size_of and first_zero and out.stray is None:
+            # Preallocated and never written: entry 0 is tail too.
+            out.entries, out.tail = [], 0
+    if max_count is not None and len(out.entries) > max_count:
+        out.excess = max_count * size_of
+    return out
+
+
+def _stop_on_partial(read: _IndexFile, path: str | os.PathLike, what: str, size_of: int) -> None:
+    if read.partial:
+        raise IndexFormatError(
+            f"{what} is {read.size} bytes, not a whole number of {size_of}-byte entries: "
+            f"the last entry has only {read.partial} bytes",
+            path=path, position=read.size - read.partial,
+        )
+
+
 def read_offset_index(path: str | os.PathLike, base_offset: int | None = None) -> list[OffsetPosition]:
-    """Read an ``.index`` file; the base offset defaults to the one its name carries."""
+    """Read an ``.index`` file (in chunks, up to its zero-filled tail); the base offset defaults to
+    the one its name carries."""
     base = _base_offset_of(path) if base_offset is None else base_offset
-    return decode_offset_index(Path(path).read_bytes(), base, path=path)
+    read = _read_index_file(path, _OFFSET_ENTRY, 0, "offset index", check_tail=False)
+    _stop_on_partial(read, path, "offset index", OFFSET_ENTRY_SIZE)
+    return [OffsetPosition(base + rel, pos) for rel, pos in read.entries]
 
 
 def read_time_index(path: str | os.PathLike, base_offset: int | None = None) -> list[TimestampOffset]:
-    """Read a ``.timeindex`` file; the base offset defaults to the one its name carries."""
+    """Read a ``.timeindex`` file (in chunks, up to its zero-filled tail); the base offset defaults
+    to the one its name carries."""
     base = _base_offset_of(path) if base_offset is None else base_offset
-    return decode_time_index(Path(path).read_bytes(), base, path=path)
+    read = _read_index_file(path, _TIME_ENTRY, 1, "time index", check_tail=False)
+    _stop_on_partial(read, path, "time index", TIME_ENTRY_SIZE)
+    return [TimestampOffset(ts, base + rel) for ts, rel in read.entries]
 
 
 # --- the broker's indexing rule -----------------------------------------------------------------
@@ -309,16 +403,17 @@ def rebuild_indexes(
     log_data: bytes | memoryview,
     base_offset: int,
     *,
-    closed: bool,
+    closed: bool = True,
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     path: str | os.PathLike | None = None,
 ) -> RebuiltIndexes:
-    """Both indexes of a segment, rebuilt from its batches as LogSegment.recover does.
+    """Both indexes of a segment, rebuilt from its batches as ``LogSegment.recover`` writes them.
 
-    For a closed segment the output is byte-identical to what a broker leaves after the roll:
-    trimmed files, the time index ending with the segment's largest timestamp. For an active
-    segment the files are trimmed and WITHOUT that final time entry, as a running broker's active
-    index holds (it adds the entry at roll or shutdown, and re-preallocates the files on load).
+    Recovery indexes batch by batch (index.interval.bytes rule, time entries at a batch's last
+    offset), then appends the closing time entry (the segment's largest timestamp) whether the
+    segment is active or not, and trims both files. So the output is byte-identical to what a
+    broker leaves after recovering the segment. ``closed`` is recorded only (a closed segment must
+    carry that last entry; an active one gets it here as recovery gives it one too).
 
     Invalid bytes at the end (a crash's partial write) end the indexing: the valid prefix is
     indexed and ``scan.invalid`` tells the caller. A batch failing its CRC raises
@@ -339,8 +434,9 @@ def rebuild_indexes(
             indexer.append_batch(batch.position, batch.size, batch.last_offset, batch.max_timestamp)
         except ValueError as e:
             raise CorruptRecordError(f"batch at offset {batch.base_offset}: {e}", path=path, position=batch.position) from None
-    if closed:
-        indexer.close()
+    # LogSegment.recover: "a normally closed segment always appends the biggest timestamp ever
+    # seen into log segment, we do this as well" (timeIndex.maybeAppend(..., skipFullCheck=true)).
+    indexer.close()
     return RebuiltIndexes(
         offset_index=indexer.offset_index_bytes(),
         time_index=indexer.time_index_bytes(),
@@ -367,6 +463,12 @@ def index_paths(log_path: str | os.PathLike, directory: str | os.PathLike | None
     return where / (stem + OFFSET_INDEX_SUFFIX), where / (stem + TIME_INDEX_SUFFIX)
 
 
+def read_segment(log_path: str | os.PathLike) -> memoryview:
+    """A segment's bytes, read rather than mapped: a broker may truncate it while kts reads
+    (:class:`FileChangedError` then, never SIGBUS), and no segment exceeds segment.bytes' int."""
+    return read_whole(log_path, what="segment")
+
+
 def rebuild_segment_indexes(
     log_path: str | os.PathLike,
     *,
@@ -376,9 +478,8 @@ def rebuild_segment_indexes(
 ) -> RebuiltIndexes:
     """Rebuild ``<base>.index`` and ``<base>.timeindex`` of a segment file (see :func:`rebuild_indexes`).
 
-    Writes beside the segment, or into ``out_dir``; each file is replaced atomically. ``closed=None``
-    decides from the directory: the segment is active iff it has the highest base offset there.
-    Nothing is written when the segment has a batch failing its CRC.
+    Writes beside the segment, or into ``out_dir``; each file is replaced atomically. Nothing is
+    written when the segment has a batch failing its CRC.
 
     Beside a live broker's active segment, prefer ``out_dir``: the broker keeps writing to the
     index it has mapped, not to the replacement.
@@ -387,8 +488,9 @@ def rebuild_segment_indexes(
     base_offset = _base_offset_of(path)
     if closed is None:
         closed = not is_active_segment(path)
-    with mapped(path) as view:
-        rebuilt = rebuild_indexes(view, base_offset, closed=closed, index_interval_bytes=index_interval_bytes, path=path)
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise NotADirectoryError(20, "not a directory", os.fspath(out_dir))
+    rebuilt = rebuild_indexes(read_segment(path), base_offset, closed=closed, index_interval_bytes=index_interval_bytes, path=path)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     offset_path, time_path = index_paths(path, out_dir)
@@ -401,50 +503,82 @@ def rebuild_segment_indexes(
 
 
 # --- verify -------------------------------------------------------------------------------------
+#
+# What a broker writes depends on its version and on the segment's history, so verification checks
+# the invariants every broker keeps, not one rebuild's bytes:
+#
+# - Offset index. Kafka before KAFKA-806 (every release up to 3.9.0 and 4.0.0; per batch since 4.1,
+#   backported to 3.9.1 / 4.0.1) adds at most one entry per LogSegment.append, and an append can
+#   hold several batches (a follower's fetch, the log cleaner's rewrite, appendChunkFromFile when a
+#   log dir moves): the entry is (the append's largest offset, the position of its FIRST batch).
+#   Since KAFKA-806, and in LogSegment.recover always, it is (a batch's last offset, its position).
+#   Both: the entry's position starts a batch, and its offset is the last offset of that batch or
+#   of a later one; offsets and positions strictly increase.
+# - Time index. The entry is (largest timestamp so far, the offset LogSegment.append was given for
+#   it). Leaders appending an uncompressed magic-2 batch with CreateTime gave the offset of the
+#   RECORD holding the largest timestamp in Kafka 0.11.0 to 3.6.x (LogValidator's
+#   assignOffsetsNonCompressed); since 3.7.0 ("MINOR: Small LogValidator clean ups", #14697, then
+#   KAFKA-16310 in 3.8.0) the batch's last offset, as followers, compressed batches, the cleaner
+#   and recovery always did. Both: the offset lies inside a batch whose largest timestamp is the
+#   entry's, and no earlier batch has a larger one. Timestamps and offsets strictly increase
+#   (TimeIndex.maybeAppend appends only a greater timestamp).
+# - The closing entry. When a segment rolls (onBecomeInactiveSegment), at a clean shutdown
+#   (LogSegment.close) and after recovery, maybeAppend(maxTimestampSoFar, ...) adds the largest
+#   timestamp if the index does not end with it yet: a closed segment's time index ends with its
+#   largest timestamp; an active segment's may end with one from each clean shutdown.
 
 
-def _read_for_verify(path: Path, entry_size: int, what: str, findings: list[IndexFinding]) -> bytes | None:
-    """The whole-entry prefix of an index file, recording a missing file or a partial last entry."""
-    if not path.exists():
-        findings.append(IndexFinding(os.fspath(path), None, f"{what} file is missing"))
+def _index_findings(read: _IndexFile, path: str, entry_size: int, what: str, closed: bool, max_count: int) -> list[IndexFinding]:
+    findings = []
+    if read.partial:
+        findings.append(IndexFinding(
+            path, read.size - read.partial,
+            f"{what} is {read.size} bytes, not a whole number of {entry_size}-byte entries "
+            f"(truncated: the last entry has {read.partial} bytes)",
+        ))
+    if read.excess is not None:
+        findings.append(IndexFinding(
+            path, read.excess,
+            f"{what} holds more entries than the segment's {max_count} batches could need (a broker indexes each batch "
+            "at most once); not read further",
+        ))
+    if read.tail is not None and closed:
+        findings.append(IndexFinding(
+            path, read.tail, f"closed segment's {what} has a zero-filled preallocated tail from here (a rolled segment's index is trimmed)"
+        ))
+    if read.stray is not None:
+        findings.append(IndexFinding(
+            path, read.tail,
+            f"entry {read.tail // entry_size} has relative offset 0, which reads as the start of the zero-filled tail, "
+            f"but a non-zero byte follows at byte {read.stray}: entries after it are invisible to readers",
+        ))
+    return findings
+
+
+def _read_for_verify(path: Path, entry: struct.Struct, relative_at: int, what: str, closed: bool, max_count: int,
+                     findings: list[IndexFinding]) -> list[tuple[int, int]] | None:
+    p = os.fspath(path)
+    try:
+        read = _read_index_file(path, entry, relative_at, what, max_count=max_count)
+    except FileNotFoundError:
+        findings.append(IndexFinding(p, None, f"{what} file is missing"))
         return None
-    data = path.read_bytes()
-    partial = len(data) % entry_size
-    if partial:
-        findings.append(IndexFinding(
-            os.fspath(path), len(data) - partial,
-            f"{what} is {len(data)} bytes, not a whole number of {entry_size}-byte entries "
-            f"(truncated: the last entry has {partial} bytes)",
-        ))
-        data = data[: len(data) - partial]
-    return data
-
-
-def _check_tail(path: str, data: bytes, tail: int | None, entry_size: int, closed: bool, what: str, findings: list[IndexFinding]) -> None:
-    if tail is None:
-        return
-    if closed:
-        findings.append(IndexFinding(
-            path, tail, f"closed segment's {what} has a zero-filled preallocated tail from here (a rolled segment's index is trimmed)"
-        ))
-    stray = len(data[tail:].rstrip(b"\0"))
-    if stray:
-        findings.append(IndexFinding(
-            path, tail,
-            f"entry {tail // entry_size} has relative offset 0, which reads as the start of the zero-filled tail, "
-            f"but non-zero bytes follow up to byte {tail + stray}: entries after it are invisible to readers",
-        ))
+    except IndexFormatError as e:
+        findings.append(IndexFinding(p, e.position, e.message))
+        return None
+    findings.extend(_index_findings(read, p, entry.size, what, closed, max_count))
+    return read.entries
 
 
 def verify_segment_indexes(log_path: str | os.PathLike, *, closed: bool | None = None) -> list[IndexFinding]:
     """Check a segment's ``.index`` and ``.timeindex`` against its batches; an empty list is healthy.
 
-    Like DumpLogSegments ``--verify-index-only`` plus the brokers' sanity checks: whole entries;
-    offsets strictly increasing and inside the segment; every offset entry at the start of a batch
-    whose last offset it names; every time entry at a batch's last offset, carrying the largest
-    timestamp up to there, timestamps strictly increasing (the broker appends only greater ones);
-    for a closed segment, trimmed files whose time index ends with the segment's largest timestamp.
-    ``closed=None`` decides from the directory as :func:`rebuild_segment_indexes` does.
+    Accepts whatever a broker of any version since magic 2 writes (see the notes above) and reports
+    what none writes: partial or excess entries, entries past the log or at no batch, offsets or
+    positions that do not increase, time entries outside a batch with their timestamp or above the
+    segment's largest, and, for a closed segment, a preallocated tail or a missing closing entry.
+    ``closed=None`` decides from the directory: the segment with the highest base offset is active.
+    Index files are read in bounded chunks; the segment is read, not mapped.
 
     Batch CRCs and invalid trailing bytes are the segment summary's business, not checked here.
     """
@@ -452,18 +586,18 @@ def verify_segment_indexes(log_path: str | os.PathLike, *, closed: bool | None =
     base_offset = _base_offset_of(path)
     if closed is None:
         closed = not is_active_segment(path)
-    with mapped(path) as view:
-        batches = scan_batches(view, verify_crc=False).batches
+    batches = scan_batches(read_segment(path), verify_crc=False).batches
     offset_path, time_path = index_paths(path)
     findings: list[IndexFinding] = []
 
-    by_position = {b.position: b for b in batches}
+    by_position = {b.position: i for i, b in enumerate(batches)}
     last_offsets = [b.last_offset for b in batches]
-    last_offset_set = set(last_offsets)
+    by_last_offset = {o: i for i, o in enumerate(last_offsets)}
     running_max: list[int] = []
     for b in batches:
         running_max.append(max(b.max_timestamp, running_max[-1] if running_max else NO_TIMESTAMP))
     segment_last = last_offsets[-1] if batches else None
+    largest = running_max[-1] if running_max else NO_TIMESTAMP
 
     def out_of_range(offset: int) -> str | None:
         if segment_last is None:
@@ -472,13 +606,13 @@ def verify_segment_indexes(log_path: str | os.PathLike, *, closed: bool | None =
             return f"offset {offset} is outside the segment's offsets [{base_offset}, {segment_last}]"
         return None
 
-    data = _read_for_verify(offset_path, OFFSET_ENTRY_SIZE, "offset index", findings)
-    if data is not None:
+    raw = _read_for_verify(offset_path, _OFFSET_ENTRY, 0, "offset index", closed, len(batches), findings)
+    if raw is not None:
         p = os.fspath(offset_path)
-        entries, tail = _decode_offsets(data, base_offset, p)
-        _check_tail(p, data, tail, OFFSET_ENTRY_SIZE, closed, "offset index", findings)
         prev: OffsetPosition | None = None
-        for i, e in enumerate(entries):
+        append_end = -1  # index of the last batch the previous entry's append covered
+        for i, (rel, position) in enumerate(raw):
+            e = OffsetPosition(base_offset + rel, position)
             at = i * OFFSET_ENTRY_SIZE
             if prev is not None and e.offset <= prev.offset:
                 findings.append(IndexFinding(p, at, f"offset {e.offset} does not increase on the previous entry's {prev.offset}"))
@@ -487,27 +621,32 @@ def verify_segment_indexes(log_path: str | os.PathLike, *, closed: bool | None =
             prev = e
             if (problem := out_of_range(e.offset)) is not None:
                 findings.append(IndexFinding(p, at, problem))
-            batch = by_position.get(e.position)
-            if batch is None:
+                continue
+            k = by_position.get(e.position)
+            if k is None:
                 findings.append(IndexFinding(p, at, f"offset {e.offset} points at byte {e.position} of the log, where no batch starts"))
-            elif batch.last_offset != e.offset:
-                message = f"offset {e.offset} points at the batch at byte {e.position}, whose last offset is {batch.last_offset}"
-                if batch.last_offset < e.offset and e.offset in last_offset_set:
-                    # Before KAFKA-806, LogSegment.append indexed a multi-batch append (a follower's
-                    # fetch) as (its largest offset, its first batch's position).
-                    message += (
-                        "; the offset ends a later batch, as a multi-batch append by a broker before KAFKA-806 "
-                        "(e.g. a follower's) indexed it: lookups stay correct, a rebuild makes it exact"
-                    )
-                findings.append(IndexFinding(p, at, message))
+                continue
+            batch = batches[k]
+            end = by_last_offset.get(e.offset)
+            if end is None or end < k:
+                findings.append(IndexFinding(
+                    p, at, f"offset {e.offset} points at the batch at byte {e.position} (offsets "
+                    f"{batch.base_offset}..{batch.last_offset}), but is not the last offset of that batch or of a later one",
+                ))
+            elif k <= append_end:
+                findings.append(IndexFinding(
+                    p, at, f"position {e.position} lies inside the batches the previous entry's append covered "
+                    f"(through byte {batches[append_end].position})",
+                ))
+            else:
+                append_end = end
 
-    data = _read_for_verify(time_path, TIME_ENTRY_SIZE, "time index", findings)
-    if data is not None:
+    raw = _read_for_verify(time_path, _TIME_ENTRY, 1, "time index", closed, len(batches), findings)
+    if raw is not None:
         p = os.fspath(time_path)
-        entries_t, tail = _decode_times(data, base_offset, p)
-        _check_tail(p, data, tail, TIME_ENTRY_SIZE, closed, "time index", findings)
         prev_t: TimestampOffset | None = None
-        for i, e in enumerate(entries_t):
+        for i, (timestamp, rel) in enumerate(raw):
+            e = TimestampOffset(timestamp, base_offset + rel)
             at = i * TIME_ENTRY_SIZE
             if prev_t is not None:
                 if e.offset <= prev_t.offset:
@@ -522,25 +661,33 @@ def verify_segment_indexes(log_path: str | os.PathLike, *, closed: bool | None =
             if (problem := out_of_range(e.offset)) is not None:
                 findings.append(IndexFinding(p, at, problem))
                 continue
+            if e.timestamp > largest:
+                findings.append(IndexFinding(p, at, f"timestamp {e.timestamp} is above the segment's largest timestamp {largest}"))
+                continue
             k = bisect.bisect_left(last_offsets, e.offset)
             batch = batches[k]
-            if batch.last_offset != e.offset or batch.base_offset > e.offset:
+            if batch.base_offset > e.offset:
                 findings.append(IndexFinding(
-                    p, at, f"offset {e.offset} is not the last offset of a batch (the batch at byte {batch.position} "
-                    f"holds offsets {batch.base_offset}..{batch.last_offset})",
+                    p, at, f"offset {e.offset} is in no batch (the next batch, at byte {batch.position}, holds offsets "
+                    f"{batch.base_offset}..{batch.last_offset})",
                 ))
-            elif running_max[k] != e.timestamp:
+            elif batch.max_timestamp != e.timestamp:
                 findings.append(IndexFinding(
-                    p, at, f"timestamp {e.timestamp} at offset {e.offset}, but the largest timestamp up to that offset is {running_max[k]}"
+                    p, at, f"timestamp {e.timestamp} at offset {e.offset}, but the batch holding that offset (at byte "
+                    f"{batch.position}, offsets {batch.base_offset}..{batch.last_offset}) has largest timestamp {batch.max_timestamp}",
                 ))
-        largest = running_max[-1] if running_max else NO_TIMESTAMP
+            elif k > 0 and running_max[k - 1] > e.timestamp:
+                findings.append(IndexFinding(
+                    p, at, f"timestamp {e.timestamp} at offset {e.offset}, but an earlier batch already has timestamp "
+                    f"{running_max[k - 1]} (time lookups would skip it)",
+                ))
         if closed and largest != NO_TIMESTAMP:
-            if not entries_t:
+            if not raw:
                 findings.append(IndexFinding(p, 0, f"closed segment's time index is empty, but the segment's largest timestamp is {largest}"))
-            elif entries_t[-1].timestamp != largest:
+            elif raw[-1][0] != largest:
                 findings.append(IndexFinding(
-                    p, (len(entries_t) - 1) * TIME_ENTRY_SIZE,
-                    f"closed segment's last time entry has timestamp {entries_t[-1].timestamp}, not the segment's largest {largest} "
+                    p, (len(raw) - 1) * TIME_ENTRY_SIZE,
+                    f"closed segment's last time entry has timestamp {raw[-1][0]}, not the segment's largest {largest} "
                     "(the roll appends it; time-based retention reads it)",
                 ))
     return findings

@@ -27,6 +27,7 @@ from .checkpoints import (
     read_offset_checkpoint,
     read_partition_metadata,
 )
+from .errors import shown
 from .partition import TopicPartition, parse_topic_partition
 
 # --- file names (LogFileUtils) ------------------------------------------------------------------
@@ -236,12 +237,22 @@ class PartitionDir:
     topic_partition: TopicPartition
 
     @classmethod
-    def at(cls, path: str | os.PathLike) -> PartitionDir:
-        """The partition directory at ``path``; ValueError if its name is not a live partition's."""
+    def at(cls, path: str | os.PathLike, *, metadata_log: bool = False) -> PartitionDir:
+        """The partition directory at ``path``; ValueError if its name is not a live partition's.
+
+        ``metadata_log=True`` also accepts the KRaft metadata log (``__cluster_metadata-0``), for
+        inspection only (as Kafka's DumpLogSegments reads it): discovery never lists it, and kts
+        never tiers it.
+        """
         path = Path(path)
+        if metadata_log and path.name.startswith(CLUSTER_METADATA_TOPIC + "-"):
+            try:
+                return cls(path, parse_topic_partition(path.name))
+            except ValueError:
+                pass
         verdict = _dir_name_verdict(path.name)
         if not isinstance(verdict, TopicPartition):
-            raise ValueError(f"{path}: {verdict}")
+            raise ValueError(f"{shown(path)}: {verdict}")
         return cls(path, verdict)
 
     @property

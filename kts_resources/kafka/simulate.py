@@ -126,6 +126,11 @@ class SimulationConfig:
         """ValueError with one readable sentence for the first bad option."""
         if not self.topics:
             raise ValueError("topics: at least one topic is needed")
+        for f in fields(self):
+            if (problem := option_limit_problem(f.name, getattr(self, f.name))) is not None:
+                raise ValueError(problem)
+        if len(self.topics) * self.partitions > MAX_TOPIC_PARTITIONS:
+            raise ValueError(f"topics × partitions must be at most {MAX_TOPIC_PARTITIONS}, not {len(self.topics) * self.partitions}")
         for topic in self.topics:
             problem = topic_name_problem(topic)
             if problem is not None:
@@ -171,6 +176,46 @@ class SimulationConfig:
 
     def topic_partitions(self) -> list[TopicPartition]:
         return sorted(TopicPartition(t, p) for t in self.topics for p in range(self.partitions))
+
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+# Upper (and lower) bounds of the numeric options, checked before any work starts: a simulation
+# is a test fixture, so each bound is far past any useful run yet keeps a typo (99999999999
+# partitions) from running until it is killed. Kafka's own int/long configs bound the rest.
+OPTION_LIMITS: dict[str, tuple[float, float]] = {
+    "seed": (-_INT64_MAX - 1, _INT64_MAX),
+    "partitions": (1, 10_000),  # per topic; a broker is advised to hold a few thousand in all
+    "total_bytes": (0, 2**40),  # 1 TiB per run
+    "messages_per_second": (1e-3, 1e9),
+    "record_size": (1, 64 * MiB),
+    "batch_size": (1, _INT32_MAX),
+    "segment_bytes": (1, _INT32_MAX),
+    "segment_ms": (1, _INT64_MAX),
+    "index_interval_bytes": (0, _INT32_MAX),
+    "segment_index_bytes": (2 * 12, _INT32_MAX),
+    "retention_ms": (-1, _INT64_MAX),
+    "retention_bytes": (-1, _INT64_MAX),
+    "idempotent_producers": (0, 10_000),
+    "transactional_producers": (0, 10_000),
+    "high_watermark_lag_batches": (0, 1_000_000),
+    "start_time_ms": (0, 2**53),  # a millisecond clock a float still holds exactly
+    "node_id": (0, _INT32_MAX),
+    "templates_per_codec": (1, 1_000),
+}
+MAX_TOPIC_PARTITIONS = 100_000  # topics × partitions in one log dir
+
+
+def option_limit_problem(name: str, value: float) -> str | None:
+    """Why ``value`` is out of bounds for option ``name`` (None when it is within them)."""
+    limits = OPTION_LIMITS.get(name)
+    if limits is None:
+        return None
+    lo, hi = limits
+    if not lo <= value <= hi:
+        return f"{name} must be {lo:g}..{hi:g}, not {value:g}" if isinstance(value, float) else f"{name} must be {lo}..{hi}, not {value}"
+    return None
 
 
 @dataclass(frozen=True)

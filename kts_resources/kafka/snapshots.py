@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterable
 
 from crc32c import crc32c
 
 from .checkpoints import write_atomically
 from .errors import CheckpointError, IndexFormatError
+from .files import read_whole
 
 # --- producer snapshots -------------------------------------------------------------------------
 
@@ -125,7 +125,7 @@ def _check_snapshot_size(data: bytes, count: int, error: Callable[[str, int], Ch
 
 
 def read_producer_snapshot(path: str | os.PathLike) -> list[ProducerSnapshotEntry]:
-    return decode_producer_snapshot(Path(path).read_bytes(), path=path)
+    return decode_producer_snapshot(read_whole(path, what="producer snapshot"), path=path)
 
 
 def write_producer_snapshot(path: str | os.PathLike, entries: Iterable[ProducerSnapshotEntry]) -> None:
@@ -191,7 +191,7 @@ def decode_aborted_txns(
 
 
 def read_txn_index(path: str | os.PathLike) -> list[AbortedTxn]:
-    return decode_aborted_txns(Path(path).read_bytes(), path=path)
+    return decode_aborted_txns(read_whole(path, what="transaction index"), path=path)
 
 
 def write_txn_index(path: str | os.PathLike, txns: Iterable[AbortedTxn]) -> None:
