@@ -677,7 +677,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report([str(e)])
         return EXIT_FINDINGS
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
-        report([f"{shown(e.filename) if e.filename is not None else ''}: {e.strerror.lower() if e.strerror else e}"])
+        where = f"{shown(e.filename)}: " if e.filename is not None else ""
+        report([f"{where}{e.strerror.lower() if e.strerror else e}"])
         return EXIT_FINDINGS
     except KeyboardInterrupt:
         return 130
