@@ -408,6 +408,35 @@ def add_config_parser(sub) -> None:
         action.set_defaults(func=cmd_config)
 
 
+def cmd_services(args) -> int:
+    from kts_resources.services import services, stop_services
+    from kts_resources.settings import kts_home
+
+    home = kts_home()
+    if args.services_command == "stop":
+        stopped = stop_services(home)
+        # Stopping what is not running is no error: the goal, nothing running, holds.
+        print(f"stopped {', '.join(stopped)} of {home}" if stopped else f"no embedded server of {home} is running")
+        return 0
+    found = services(home)
+    if args.json:
+        print_json([s.as_json() for s in found])
+    elif found:
+        print_table([{**s.as_json(), "pid": s.pid if s.pid is not None else "-", "port": s.port if s.port is not None else "-"}
+                     for s in found], ["kind", "state", "pid", "port", "data_dir"])
+    else:
+        print(f"no embedded server of {home} is running")
+    return 0
+
+
+def add_services_parser(sub) -> None:
+    p = sub.add_parser("services", help="the embedded servers (PostgreSQL) of this KTS_HOME; `stop` stops them")
+    p.add_argument("services_command", nargs="?", choices=["list", "stop"], default="list", metavar="stop",
+                   help="stop the embedded servers this KTS_HOME started (they run until then)")
+    p.add_argument("--json", action="store_true", help="print JSON (one object per server)")
+    p.set_defaults(func=cmd_services)
+
+
 def dagster_instance():
     """The instance `dagster dev` uses: DAGSTER_HOME, else the repo root holding dagster.yaml (a
     source checkout), else KTS_HOME/dagster; so every CLI run shows in the UI."""
@@ -599,6 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulate_parser(sub)
     add_config_parser(sub)
+    add_services_parser(sub)
     p = sub.add_parser("sync", help="one full pass of the pipeline through Dagster: discover, inventory (Spark), copy")
     p.set_defaults(func=cmd_sync)
     p = sub.add_parser("status", help="per partition: offsets, bytes and segments per tier, copy lag")
