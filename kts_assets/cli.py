@@ -332,9 +332,14 @@ def cmd_simulate(args) -> int:
 
 
 def _metadata_store():
+    from kts_resources.metadata.database import MetadataStoreMisconfigured
+    from kts_resources.metadata.embedded import EmbeddedPostgresError
     from kts_resources.metadata.store import RemoteLogMetadataStore
 
-    return RemoteLogMetadataStore.from_env()
+    try:
+        return RemoteLogMetadataStore.from_env()
+    except (MetadataStoreMisconfigured, EmbeddedPostgresError) as e:
+        raise CommandError(str(e)) from None
 
 
 def _known_topic(store, topic: str) -> None:
@@ -396,7 +401,8 @@ def add_config_parser(sub) -> None:
     config_sub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     g = config_sub.add_parser("get", help="print the topic's configs (all, or the keys named)")
     g.add_argument("topic", metavar="TOPIC")
-    g.add_argument("keys", nargs="*", metavar="KEY")
+    # default=[]: without it argparse lists an optional KEY among the required arguments.
+    g.add_argument("keys", nargs="*", default=[], metavar="KEY")
     s = config_sub.add_parser("set", help="set configs, e.g. local.retention.ms=3600000 remote.storage.enable=true")
     s.add_argument("topic", metavar="TOPIC")
     s.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
