@@ -504,17 +504,19 @@ def _cluster_dir(home: Path, *, create: bool = False) -> Path:
         return home
     pointer = home / CLUSTER_POINTER
     try:
-        return Path(pointer.read_text().strip())
+        cluster = Path(pointer.read_text().strip())
     except FileNotFoundError:
-        pass
+        cluster = None
     account = _server_account() if create else None
     if account is None:
-        return home
-    make_dirs(CLUSTERS_WHEN_ROOT, 0o711)  # entered by the account, listed by root only
-    cluster = CLUSTERS_WHEN_ROOT / secrets.token_hex(8)
-    cluster.mkdir(mode=0o700)
-    os.chown(cluster, account.pw_uid, account.pw_gid)
-    _write_private(pointer, f"{cluster}\n", None)
+        return cluster or home
+    if cluster is None:
+        cluster = CLUSTERS_WHEN_ROOT / secrets.token_hex(8)
+        _write_private(pointer, f"{cluster}\n", None)
+    if not cluster.is_dir():  # new, or removed from under kts (the next initdb starts afresh)
+        make_dirs(cluster.parent, 0o711)  # entered by the account, listed by root only
+        cluster.mkdir(mode=0o700)
+        os.chown(cluster, account.pw_uid, account.pw_gid)
     return cluster
 
 

@@ -73,10 +73,13 @@ def _parse_integer(key: str, raw: str, lo: int, hi: int, type_name: str) -> int:
     # Java's parseLong/parseInt: optional sign and ASCII digits only, nothing else.
     if not raw.isascii() or not _JAVA_INTEGER.fullmatch(raw):
         raise InvalidTopicConfig(key, raw, f"Not a number of type {type_name}")
-    # More digits than any long has is out of range, and int() refuses over 4,300 digits anyway.
-    if len(raw.lstrip("+-").lstrip("0")) > len(str(LONG_MAX)):
+    # More digits than any long has is out of range (and int() refuses over 4,300 digits,
+    # leading zeros included, so they go first).
+    sign, digits = ("-", raw[1:]) if raw[0] == "-" else ("", raw.lstrip("+"))
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(LONG_MAX)):
         raise InvalidTopicConfig(key, raw, f"Not a number of type {type_name}")
-    value = int(raw)
+    value = int(sign + digits)
     if not lo <= value <= hi:
         raise InvalidTopicConfig(key, raw, f"Not a number of type {type_name}")
     return value
