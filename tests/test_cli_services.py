@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 from kts_resources.metadata import embedded
 from tests.conftest import REPO_ROOT
@@ -60,9 +61,9 @@ def test_a_killed_server_is_listed_stale_and_stop_clears_it(tmp_path):
     server = embedded.ensure_running(home / "postgres")
     try:
         os.kill(server.pid, 9)
-        deadline = __import__("time").monotonic() + 10
-        while embedded.postmaster_pid(home / "postgres") is not None and __import__("time").monotonic() < deadline:
-            __import__("time").sleep(0.05)
+        deadline = time.monotonic() + 10
+        while embedded.postmaster_pid(home / "postgres") is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
         listed = json.loads(kts(home, "services", "--json").stdout)
         assert [(s["kind"], s["state"], s["pid"]) for s in listed] == [("postgres", "stale", server.pid)]
         assert kts(home, "services", "stop").returncode == 0

@@ -5,8 +5,11 @@ two processes starting together share one initdb and one server; KTS_DATABASE_UR
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -129,7 +132,7 @@ def private_kts_home(tmp_path_factory):
 
 
 def _psql(port: int, password: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PG")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     env["PGPASSFILE"] = "/dev/null"
     if password is not None:
         env["PGPASSWORD"] = password
@@ -162,8 +165,6 @@ def test_kts_home_is_created_0700_and_its_parent_keeps_its_mode(private_kts_home
 
 
 def test_the_password_never_appears_in_output_or_logs(private_kts_home):
-    import os
-
     _modes, home, server = private_kts_home
     env = {**os.environ, "KTS_HOME": str(home), "KTS_LOG_LEVEL": "DEBUG", "KTS_LOG_DIRS": str(home / "logs")}
     env.pop("KTS_DATABASE_URL", None)
@@ -190,8 +191,6 @@ def test_a_server_an_earlier_kts_left_trusting_is_locked_down_on_the_next_start(
         conn.cursor().execute("SELECT pg_reload_conf()")
         conn.close()
         (home / "password").unlink()
-        import time
-
         deadline = time.monotonic() + 10
         while _psql(server.port, None).returncode != 0 and time.monotonic() < deadline:
             time.sleep(0.05)
