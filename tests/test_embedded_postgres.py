@@ -204,3 +204,17 @@ def test_a_server_an_earlier_kts_left_trusting_is_locked_down_on_the_next_start(
         assert again.password == (home / "password").read_text().strip() != server.password
     finally:
         embedded.discard(home)
+
+
+def test_a_cluster_removed_from_under_kts_is_initialised_afresh(tmp_path):
+    home = tmp_path / "kts-home" / "postgres"
+    try:
+        first = embedded.ensure_running(home)
+        embedded.stop(home)
+        shutil.rmtree(first.data_dir)  # a cleaned /var/lib, a lost disk
+        again = embedded.ensure_running(home)
+        assert again.data_dir == first.data_dir and again.pid != first.pid
+        assert _psql(again.port, None).returncode != 0
+        assert _psql(again.port, (home / "password").read_text().strip()).returncode == 0
+    finally:
+        embedded.discard(home)
