@@ -117,4 +117,4 @@ def bench_database(tmpdir: Path) -> Iterator[tuple[str, dict]]:
             admin.dispose()
         if home is not None:
             progress("stopping the embedded PostgreSQL")
-            embedded.stop(home)
+            embedded.discard(home)  # under root its cluster is outside tmpdir

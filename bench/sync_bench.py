@@ -151,7 +151,7 @@ class Databases:
             self.admin.dispose()
             if self.home is not None:
                 progress("stopping the embedded PostgreSQL")
-                embedded.stop(self.home)
+                embedded.discard(self.home)  # under root its cluster is outside tmpdir
 
 
 # --- the log dir --------------------------------------------------------------------------------

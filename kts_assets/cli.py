@@ -393,9 +393,14 @@ def cmd_simulate(args) -> int:
 
 
 def _metadata_store():
+    from kts_resources.metadata.database import MetadataStoreMisconfigured
+    from kts_resources.metadata.embedded import EmbeddedPostgresError
     from kts_resources.metadata.store import RemoteLogMetadataStore
 
-    return RemoteLogMetadataStore.from_env()
+    try:
+        return RemoteLogMetadataStore.from_env()
+    except (MetadataStoreMisconfigured, EmbeddedPostgresError) as e:
+        raise CommandError(str(e)) from None
 
 
 def _known_topic(store, topic: str) -> None:
@@ -457,7 +462,8 @@ def add_config_parser(sub) -> None:
     config_sub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     g = config_sub.add_parser("get", help="print the topic's configs (all, or the keys named)")
     g.add_argument("topic", metavar="TOPIC")
-    g.add_argument("keys", nargs="*", metavar="KEY")
+    # default=[]: without it argparse lists an optional KEY among the required arguments.
+    g.add_argument("keys", nargs="*", default=[], metavar="KEY")
     s = config_sub.add_parser("set", help="set configs, e.g. local.retention.ms=3600000 remote.storage.enable=true")
     s.add_argument("topic", metavar="TOPIC")
     s.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
@@ -467,6 +473,35 @@ def add_config_parser(sub) -> None:
     for action in (g, s, d):
         action.add_argument("--json", action="store_true", help="print JSON")
         action.set_defaults(func=cmd_config)
+
+
+def cmd_services(args) -> int:
+    from kts_resources.services import services, stop_services
+    from kts_resources.settings import kts_home
+
+    home = kts_home()
+    if args.services_command == "stop":
+        stopped = stop_services(home)
+        # Stopping what is not running is no error: the goal, nothing running, holds.
+        print(f"stopped {', '.join(stopped)} of {home}" if stopped else f"no embedded server of {home} is running")
+        return 0
+    found = services(home)
+    if args.json:
+        print_json([s.as_json() for s in found])
+    elif found:
+        print_table([{**s.as_json(), "pid": s.pid if s.pid is not None else "-", "port": s.port if s.port is not None else "-"}
+                     for s in found], ["kind", "state", "pid", "port", "data_dir"])
+    else:
+        print(f"no embedded server of {home} is running")
+    return 0
+
+
+def add_services_parser(sub) -> None:
+    p = sub.add_parser("services", help="the embedded servers (PostgreSQL) of this KTS_HOME; `stop` stops them")
+    p.add_argument("services_command", nargs="?", choices=["list", "stop"], default="list", metavar="stop",
+                   help="stop the embedded servers this KTS_HOME started (they run until then)")
+    p.add_argument("--json", action="store_true", help="print JSON (one object per server)")
+    p.set_defaults(func=cmd_services)
 
 
 def dagster_instance():
@@ -640,6 +675,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulate_parser(sub)
     add_config_parser(sub)
+    add_services_parser(sub)
     p = sub.add_parser("sync", help="one full pass of the pipeline through Dagster: discover, inventory (Spark), copy")
     p.set_defaults(func=cmd_sync)
     p = sub.add_parser("status", help="per partition: offsets, bytes and segments per tier, copy lag")

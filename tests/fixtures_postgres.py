@@ -42,7 +42,7 @@ def embedded_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embe
     try:
         yield server
     finally:
-        embedded.stop(home)
+        embedded.discard(home)  # under root the cluster lives outside the temporary KTS_HOME
 
 
 @pytest.fixture(scope="session")

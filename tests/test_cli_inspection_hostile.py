@@ -5,7 +5,6 @@ gives one line and no signal, and every usage mistake is one line with no traceb
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import sys

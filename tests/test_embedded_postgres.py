@@ -5,8 +5,11 @@ two processes starting together share one initdb and one server; KTS_DATABASE_UR
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,14 +39,16 @@ def test_a_second_process_reuses_the_running_server(embedded_postgres):
 
 
 def test_the_server_serves_kts_database_on_loopback(embedded_postgres):
-    conn = psycopg2.connect(host="127.0.0.1", port=embedded_postgres.port, user="postgres", dbname="kts")
+    conn = psycopg2.connect(host="127.0.0.1", port=embedded_postgres.port, user="postgres", dbname="kts",
+                            password=embedded_postgres.password)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT current_database(), inet_server_addr()::text")
             assert cur.fetchone() == ("kts", "127.0.0.1/32")
     finally:
         conn.close()
-    assert embedded_postgres.url == f"postgresql+psycopg2://postgres@127.0.0.1:{embedded_postgres.port}/kts"
+    assert embedded_postgres.url == (
+        f"postgresql+psycopg2://postgres:{embedded_postgres.password}@127.0.0.1:{embedded_postgres.port}/kts")
 
 
 def test_a_stale_state_file_is_not_trusted(embedded_postgres):
@@ -87,10 +92,11 @@ def test_processes_starting_together_share_one_server_that_outlives_them(tmp_pat
         # Every starter has exited; the server is still there for the next one.
         alive = embedded.running(home)
         assert alive is not None and alive.pid == seen[0]["pid"]
-    finally:
         assert embedded.stop(home)
-    assert embedded.running(home) is None
-    assert not embedded.stop(home)
+        assert embedded.running(home) is None
+        assert not embedded.stop(home)
+    finally:
+        embedded.discard(home)
 
 
 class socket_bound_elsewhere:
@@ -105,3 +111,110 @@ class socket_bound_elsewhere:
 
     def __exit__(self, *exc: object) -> None:
         self._sock.close()
+
+
+# -- locked down (issue 14.5) ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def private_kts_home(tmp_path_factory):
+    """A KTS_HOME that kts creates inside a 0700 directory it did not create, with its own
+    embedded server (started by kts the way the CLI does)."""
+    parent = tmp_path_factory.mktemp("private")
+    parent.chmod(0o700)
+    home = parent / "kts-home"
+    modes_before = {p: p.stat().st_mode for p in (parent, *parent.parents)}
+    server = embedded.ensure_running(home / "postgres")
+    try:
+        yield modes_before, home, server
+    finally:
+        embedded.discard(home / "postgres")
+
+
+def _psql(port: int, password: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["PGPASSFILE"] = "/dev/null"
+    if password is not None:
+        env["PGPASSWORD"] = password
+    return subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", "kts", "-w",
+                           "-Atc", "SELECT 1"], env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_psql_without_the_password_is_refused(private_kts_home):
+    _modes, _home, server = private_kts_home
+    refused = _psql(server.port, None)
+    assert refused.returncode != 0 and "password" in refused.stderr
+    assert _psql(server.port, "not-the-password").returncode != 0
+
+
+def test_psql_with_the_password_files_password_works(private_kts_home):
+    _modes, home, server = private_kts_home
+    password_file = home / "postgres" / "password"
+    assert oct(password_file.stat().st_mode & 0o777) == oct(0o600)
+    result = _psql(server.port, password_file.read_text().strip())
+    assert (result.returncode, result.stdout.strip()) == (0, "1"), result.stderr
+
+
+def test_kts_home_is_created_0700_and_its_parent_keeps_its_mode(private_kts_home):
+    modes_before, home, _server = private_kts_home
+    assert oct(home.parent.stat().st_mode & 0o777) == oct(0o700)
+    # The 0700 parent and every directory above it are exactly as they were before kts ran.
+    assert {p: p.stat().st_mode for p in modes_before} == modes_before
+    assert oct(home.stat().st_mode & 0o777) == oct(0o700)
+    assert oct((home / "postgres").stat().st_mode & 0o777) == oct(0o700)
+
+
+def test_the_password_never_appears_in_output_or_logs(private_kts_home):
+    _modes, home, server = private_kts_home
+    env = {**os.environ, "KTS_HOME": str(home), "KTS_LOG_LEVEL": "DEBUG", "KTS_LOG_DIRS": str(home / "logs")}
+    env.pop("KTS_DATABASE_URL", None)
+    seen = ""
+    for args in (["services"], ["services", "--json"], ["status"], ["config", "get", "no-such-topic"]):
+        result = subprocess.run([sys.executable, "-m", "kts_assets.cli", *args], env=env, cwd=REPO_ROOT,
+                                capture_output=True, text=True, timeout=120)
+        seen += result.stdout + result.stderr
+    assert "postgres" in seen  # the commands did talk about the server
+    assert server.password not in seen
+    assert server.password not in (server.data_dir.parent / "postgres.log").read_text()
+    assert server.password not in repr(server)
+
+
+def test_a_server_an_earlier_kts_left_trusting_is_locked_down_on_the_next_start(tmp_path):
+    home = tmp_path / "kts-home" / "postgres"
+    try:
+        server = embedded.ensure_running(home)
+        # What earlier kts versions left: pg_hba.conf trusting loopback, and no password file.
+        (server.data_dir / "pg_hba.conf").write_text("host all all 127.0.0.1/32 trust\n")
+        conn = psycopg2.connect(host="127.0.0.1", port=server.port, user="postgres", dbname="postgres",
+                                password=server.password)
+        conn.autocommit = True
+        conn.cursor().execute("SELECT pg_reload_conf()")
+        conn.close()
+        (home / "password").unlink()
+        deadline = time.monotonic() + 10
+        while _psql(server.port, None).returncode != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _psql(server.port, None).returncode == 0  # trusting, as before
+
+        again = embedded.ensure_running(home)
+
+        assert again.pid == server.pid  # the same server, reloaded rather than restarted
+        assert _psql(server.port, None).returncode != 0
+        assert _psql(server.port, (home / "password").read_text().strip()).returncode == 0
+        assert again.password == (home / "password").read_text().strip() != server.password
+    finally:
+        embedded.discard(home)
+
+
+def test_a_cluster_removed_from_under_kts_is_initialised_afresh(tmp_path):
+    home = tmp_path / "kts-home" / "postgres"
+    try:
+        first = embedded.ensure_running(home)
+        embedded.stop(home)
+        shutil.rmtree(first.data_dir)  # a cleaned /var/lib, a lost disk
+        again = embedded.ensure_running(home)
+        assert again.data_dir == first.data_dir and again.pid != first.pid
+        assert _psql(again.port, None).returncode != 0
+        assert _psql(again.port, (home / "password").read_text().strip()).returncode == 0
+    finally:
+        embedded.discard(home)

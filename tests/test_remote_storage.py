@@ -670,3 +670,59 @@ def test_only_the_factory_builds_s3_clients():
     offences = [f"{p.relative_to(root)}:{n}: {line.strip()}" for p in modules if p != builder
                 for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert offences == [], "build S3 clients with remote_storage.factory.s3_client:\n" + "\n".join(offences)
+
+
+# -- the file tier's modes (issue 14.5) -----------------------------------------------------------
+
+
+def _modes_under(root: Path) -> tuple[set[int], set[int]]:
+    dirs, files = set(), set()
+    for path in root.rglob("*"):
+        (dirs if path.is_dir() else files).add(path.stat().st_mode & 0o777)
+    return dirs, files
+
+
+def test_filesystem_tier_creates_dirs_0700_and_files_0600_whatever_the_umask_and_source_mode(tmp_path):
+    seg = make_segment(tmp_path / "log")
+    for path in seg.data.log_segment, seg.data.offset_index, seg.data.time_index:
+        path.chmod(0o644)  # a broker's umask 022
+    old_umask = os.umask(0)  # the loosest umask: nothing would be masked off
+    try:
+        storage = remote_storage_from_uri((tmp_path / "remote" / "tier").as_uri())
+        storage.copy_log_segment_data(seg.metadata, seg.data)
+    finally:
+        os.umask(old_umask)
+    dirs, files = _modes_under(tmp_path / "remote")
+    assert (tmp_path / "remote").stat().st_mode & 0o777 == 0o700  # created by the tier, so its mode too
+    assert (dirs, files) == ({0o700}, {0o600})
+
+
+def test_filesystem_tier_modes_can_be_configured_in_the_uri(tmp_path):
+    seg = make_segment(tmp_path / "log")
+    old_umask = os.umask(0o077)  # the strictest: the configured modes still hold exactly
+    try:
+        storage = remote_storage_from_uri((tmp_path / "remote").as_uri() + "?dir_mode=0750&file_mode=0640")
+        storage.copy_log_segment_data(seg.metadata, seg.data)
+    finally:
+        os.umask(old_umask)
+    assert _modes_under(tmp_path / "remote") == ({0o750}, {0o640})
+
+
+def test_filesystem_tier_keeps_the_mode_of_a_root_it_did_not_create(tmp_path):
+    root = tmp_path / "shared-root"
+    root.mkdir()
+    root.chmod(0o755)
+    storage = FileSystemRemoteStorage(root, TEST_PREFIX)
+    storage.copy_log_segment_data(make_segment(tmp_path / "log").metadata, make_segment(tmp_path / "log").data)
+    assert root.stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize("query, message", [
+    ("dir_mode=0600", "owner needs rwx"),
+    ("file_mode=0400", "owner needs rw"),
+    ("file_mode=rw", "not an octal mode"),
+    ("mode=0700", "unknown parameter 'mode'"),
+])
+def test_filesystem_tier_refuses_a_bad_mode_in_the_uri(tmp_path, query, message):
+    with pytest.raises(ValueError, match=message):
+        remote_storage_from_uri((tmp_path / "remote").as_uri() + "?" + query)

@@ -84,6 +84,17 @@ def test_a_bad_value_is_one_error_naming_the_key(key, value, message):
     assert message in str(raised.value)
 
 
+@pytest.mark.parametrize("value", ["9" * 5000, "-" + "1" * 5000, "0" * 5000 + "1" * 20, "9223372036854775808"])
+def test_a_number_with_more_digits_than_a_long_is_out_of_range_in_a_short_message(value):
+    with pytest.raises(InvalidTopicConfig, match="Not a number of type LONG") as raised:
+        TopicConfig({"retention.ms": value})
+    assert len(str(raised.value)) < 200 and "\n" not in str(raised.value)
+
+
+def test_leading_zeros_do_not_make_a_long_too_long():
+    assert TopicConfig({"retention.ms": "0" * 5000 + "42"}).retention_ms == 42
+
+
 def test_an_unknown_config_name_is_refused():
     with pytest.raises(UnknownTopicConfig, match="Unknown topic config name: retention.hours"):
         TopicConfig({"retention.hours": "1"})

@@ -11,7 +11,13 @@ No Dagster here: the Dagster resource wraps this package, not the other way roun
 
 from __future__ import annotations
 
-from kts_resources.metadata.database import MetadataStoreUnavailable, create_engine, database_url, migrate
+from kts_resources.metadata.database import (
+    MetadataStoreMisconfigured,
+    MetadataStoreUnavailable,
+    create_engine,
+    database_url,
+    migrate,
+)
 from kts_resources.metadata.store import (
     DuplicateRemoteLogSegmentIdError,
     Event,
@@ -31,6 +37,7 @@ __all__ = [
     "Event",
     "EventKind",
     "InvalidTopicConfig",
+    "MetadataStoreMisconfigured",
     "MetadataStoreUnavailable",
     "PartitionLock",
     "PartitionLockLost",

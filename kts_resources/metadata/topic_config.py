@@ -48,14 +48,20 @@ class InvalidTopicConfig(ValueError):
     def __init__(self, key: str, value: object, message: str) -> None:
         self.key = key
         self.value = value
-        super().__init__(f"Invalid value {value} for configuration {key}: {message}")
+        super().__init__(f"Invalid value {_shown(value)} for configuration {key}: {message}")
+
+
+def _shown(value: object, limit: int = 64) -> str:
+    """``value`` for a one-line message: a 5,000-digit value is shown by its start and length."""
+    text = str(value).replace("\n", "\\n")
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 class UnknownTopicConfig(InvalidTopicConfig):
     def __init__(self, key: str) -> None:
         self.key = key
         self.value = None
-        ValueError.__init__(self, f"Unknown topic config name: {key}")
+        ValueError.__init__(self, f"Unknown topic config name: {_shown(key)}")
 
 
 # -- ConfigDef types ------------------------------------------------------------------------------
@@ -67,7 +73,13 @@ def _parse_integer(key: str, raw: str, lo: int, hi: int, type_name: str) -> int:
     # Java's parseLong/parseInt: optional sign and ASCII digits only, nothing else.
     if not raw.isascii() or not _JAVA_INTEGER.fullmatch(raw):
         raise InvalidTopicConfig(key, raw, f"Not a number of type {type_name}")
-    value = int(raw)
+    # More digits than any long has is out of range (and int() refuses over 4,300 digits,
+    # leading zeros included, so they go first).
+    sign, digits = ("-", raw[1:]) if raw[0] == "-" else ("", raw.lstrip("+"))
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(LONG_MAX)):
+        raise InvalidTopicConfig(key, raw, f"Not a number of type {type_name}")
+    value = int(sign + digits)
     if not lo <= value <= hi:
         raise InvalidTopicConfig(key, raw, f"Not a number of type {type_name}")
     return value

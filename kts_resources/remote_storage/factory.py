@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from kts_resources import settings
 from kts_resources.remote_storage.base import RemoteStorageManager
@@ -79,12 +79,35 @@ def remote_storage_from_uri(uri: str | None = None, *, client: Any = None) -> Re
     uri = uri or default_remote_uri()
     parts = urlsplit(uri)
     if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost") or parts.query or parts.fragment or not parts.path:
+        if parts.netloc not in ("", "localhost") or parts.fragment or not parts.path:
             raise ValueError(f"remote tier {uri!r}: expected file:///absolute/path")
-        return FileSystemRemoteStorage(Path(unquote(parts.path)))
+        try:
+            return FileSystemRemoteStorage(Path(unquote(parts.path)), **_file_modes(uri, parts.query))
+        except ValueError as e:
+            raise ValueError(f"remote tier {uri!r}: {e}") from None
     if parts.scheme == "s3":
         from kts_resources.remote_storage.s3 import S3RemoteStorage, parse_s3_uri  # boto3 only when S3 is used
 
         bucket, prefix = parse_s3_uri(uri)
         return S3RemoteStorage(client if client is not None else s3_client(settings.s3_endpoint_url()), bucket, prefix)
     raise ValueError(f"remote tier {uri!r}: expected file:///path or s3://bucket/prefix")
+
+
+FILE_URI_MODES = ("dir_mode", "file_mode")
+
+
+def _file_modes(uri: str, query: str) -> dict[str, int]:
+    """``?dir_mode=0750&file_mode=0640`` (octal) of a ``file://`` URI; nothing else is accepted."""
+    modes = {}
+    try:
+        fields = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise ValueError(f"query {query!r}: expected dir_mode=0700&file_mode=0600") from None
+    for name, value in fields:
+        if name not in FILE_URI_MODES:
+            raise ValueError(f"unknown parameter {name!r} (expected {' or '.join(FILE_URI_MODES)})")
+        try:
+            modes[name] = int(value, 8)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not an octal mode such as 0700") from None
+    return modes

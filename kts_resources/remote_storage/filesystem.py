@@ -4,6 +4,11 @@ Objects become visible atomically (temporary name, fsync, rename, fsync the dire
 leaves the old state or the new one. Every path is walked one directory at a time with O_NOFOLLOW
 from an open descriptor of the root, so no symbolic link — planted before or swapped in during an
 operation — can lead a read, write or delete out of the root.
+
+Broker data is private (a broker keeps it 0600 in 0700 dirs), so is the tier: directories are
+created 0700 and objects 0600, exactly, whatever the umask or the source file's mode, unless
+``dir_mode``/``file_mode`` say otherwise (``file:///path?dir_mode=0750&file_mode=0640``).
+Directories that already exist keep their mode.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from kts_resources.remote_storage.base import (
     StoredObject,
     UploadSource,
 )
+from kts_resources.private_dirs import make_dirs
 from kts_resources.remote_storage.keys import ObjectKeys, check_object_key
 
 # Temporary files are hidden (leading dot) and carry this suffix: never listed as objects, and
@@ -46,6 +52,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
+DEFAULT_DIR_MODE = 0o700
+DEFAULT_FILE_MODE = 0o600
+
 
 def _is_tmp(name: str) -> bool:
     return name.startswith(".") and name.endswith(TMP_SUFFIX)
@@ -54,7 +63,15 @@ def _is_tmp(name: str) -> bool:
 class FileSystemRemoteStorage(RemoteStorageManager):
     """Objects as files under ``root`` (``root/<key>``), keys laid out by ``ObjectKeys(prefix)``."""
 
-    def __init__(self, root: str | os.PathLike, prefix: str = "", *, chunk_size: int = FILE_COPY_CHUNK_SIZE):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        prefix: str = "",
+        *,
+        chunk_size: int = FILE_COPY_CHUNK_SIZE,
+        dir_mode: int = DEFAULT_DIR_MODE,
+        file_mode: int = DEFAULT_FILE_MODE,
+    ):
         # absolute() rather than resolve(): the configured root may itself be a link (a mount
         # point); what must never be followed are links found *inside* it.
         self.root = Path(root).expanduser().absolute()
@@ -62,6 +79,13 @@ class FileSystemRemoteStorage(RemoteStorageManager):
         if chunk_size < 4096:
             raise ValueError(f"copy chunk size {chunk_size} is too small")
         self.chunk_size = chunk_size
+        # kts itself must still list, write and read what it creates.
+        if not 0 <= dir_mode <= 0o777 or dir_mode & 0o700 != 0o700:
+            raise ValueError(f"dir_mode {dir_mode:#o}: expected an octal mode from 0700 to 0777 (the owner needs rwx)")
+        if not 0 <= file_mode <= 0o777 or file_mode & 0o600 != 0o600:
+            raise ValueError(f"file_mode {file_mode:#o}: expected an octal mode from 0600 to 0777 (the owner needs rw)")
+        self.dir_mode = dir_mode
+        self.file_mode = file_mode
 
     def __repr__(self) -> str:
         return f"FileSystemRemoteStorage({self.location(self.keys.root)!r})"
@@ -74,11 +98,11 @@ class FileSystemRemoteStorage(RemoteStorageManager):
     @contextmanager
     def _directory(self, parts: list[str], create: bool) -> Iterator[int]:
         if create:
-            self.root.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.root, self.dir_mode)
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             for part in parts:
-                child = _open_subdirectory(fd, part, create)
+                child = _open_subdirectory(fd, part, self.dir_mode if create else None)
                 os.close(fd)
                 fd = child
             yield fd
@@ -117,9 +141,10 @@ class FileSystemRemoteStorage(RemoteStorageManager):
         try:
             with self._directory(parts, create=True) as dfd:
                 tmp = f".{name}.{secrets.token_hex(8)}{TMP_SUFFIX}"
-                fd = os.open(tmp, _CREATE_FLAGS, 0o644, dir_fd=dfd)
+                fd = os.open(tmp, _CREATE_FLAGS, self.file_mode, dir_fd=dfd)
                 published = False
                 try:
+                    os.fchmod(fd, self.file_mode)  # open()'s mode is masked by the umask
                     crc, size = self._copy_into(fd, source)
                     source.finish(size)
                     source.check_crc32c(crc, self.location(key))
@@ -274,19 +299,22 @@ class FileSystemRemoteStorage(RemoteStorageManager):
             raise RemoteStorageError(f"{self.location()}: the remote tier is not writable: {e.strerror or e}") from e
 
 
-def _open_subdirectory(fd: int, name: str, create: bool) -> int:
+def _open_subdirectory(fd: int, name: str, create_mode: int | None) -> int:
+    """The directory ``name`` in ``fd``, opened; created with ``create_mode`` when missing and a
+    mode is given."""
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=fd)
     except FileNotFoundError:
-        if not create:
+        if create_mode is None:
             raise
     try:
-        os.mkdir(name, 0o755, dir_fd=fd)
+        os.mkdir(name, create_mode, dir_fd=fd)
     except FileExistsError:
-        pass  # a concurrent copy made it first
-    else:
-        os.fsync(fd)  # the new directory's entry survives a power loss
-    return os.open(name, _DIR_FLAGS, dir_fd=fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)  # a concurrent copy made it first
+    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+    os.fchmod(child, create_mode)  # mkdir's mode is masked by the umask
+    os.fsync(fd)  # the new directory's entry survives a power loss
+    return child
 
 
 def _pread_exactly(fd: int, offset: int, length: int) -> bytes:
