@@ -82,7 +82,9 @@ def _per_partition(kafka_log_dirs: KafkaLogDirsResource, keys: list[str],
     located, missing = locate_partitions(kafka_log_dirs, keys)
     verdicts = {key: judge(loc) for key, loc in located.items()}
     for key in missing:
-        verdicts[key] = (True, {"missing": True}, "the partition is in no log dir; nothing to check")
+        # A wrong KTS_LOG_DIRS (or a partition deleted since it was registered) is a finding, not a pass.
+        verdicts[key] = (False, {"missing": True},
+                         f"the partition is in none of the log dirs ({kafka_log_dirs.log_dirs}); is KTS_LOG_DIRS right?")
     return verdicts
 
 

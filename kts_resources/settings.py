@@ -16,3 +16,8 @@ def log_dirs() -> list[Path]:
     raw = os.environ.get("KTS_LOG_DIRS", "")
     dirs = [Path(p.strip()).expanduser() for p in raw.split(",") if p.strip()]
     return dirs or [kts_home() / "logs"]
+
+
+def s3_endpoint_url() -> str | None:
+    """``KTS_S3_ENDPOINT_URL``: an S3-compatible endpoint (MinIO, Ceph, moto); None for AWS."""
+    return os.environ.get("KTS_S3_ENDPOINT_URL", "").strip() or None

@@ -7,11 +7,13 @@ partition key's directory in the log dirs, and the offsets of a partition (Lx, L
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 
+from kts_assets.partition_outcome import fail_if_no_partition_is_found, finish_partitions
 from kts_assets.partitions import topic_partitions
 from kts_resources import settings
 from kts_resources.copier import copy_candidates
@@ -143,16 +145,19 @@ class LocalSegmentsConfig(dg.Config):
 def local_segments(
     context: dg.AssetExecutionContext, pyspark: KtsPySparkResource, kafka_log_dirs: KafkaLogDirsResource,
     config: LocalSegmentsConfig,
-) -> dg.MaterializeResult:
+) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
     from pyspark.sql import functions as F
 
     from kts_resources.spark import read_inventory, segment_inventory
 
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs, keys)
+    fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.log_dirs)
+    # A range run spans keys that asked for nothing; one deleted since is noted, and fails its checks.
+    per_partition: dict[str, dict[str, object]] = {}
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs {kafka_log_dirs.log_dirs!r}; nothing scanned")
-        context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, partition_key=key)
+        per_partition[key] = {"segments": 0, "local_bytes": 0, "missing": True}
 
     spark = pyspark.spark_session
     listed = {key: loc.partition.segments() for key, loc in located.items()}
@@ -189,7 +194,7 @@ def local_segments(
         unhealthy = [r for r in seg_rows if r.health != "ok"]
         for r in unhealthy:
             context.log.error(f"{key}: segment {r.base_offset} is {r.health} ({r.crc_failures} batches fail their CRC)")
-        context.add_asset_metadata(
+        per_partition[key] = (
             {
                 "segments": len(seg_rows),
                 "local_bytes": sum(r.size_bytes for r in seg_rows),
@@ -204,11 +209,10 @@ def local_segments(
                 "eligible_bytes": segment_bytes(eligible),
                 "owned_log_dir": loc.owned,
                 "inventory": dg.MetadataValue.path(str(inventory_path(key))),
-            },
-            partition_key=key,
+            }
         )
     shutil.rmtree(staging, ignore_errors=True)
     context.log.info(f"inventoried {len(rows)} segments of {len(located)} partitions in one Spark job: "
                      f"{len(rows) - kept} scanned, {kept} unchanged since the last inventory")
-    return dg.MaterializeResult(metadata={"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept,
-                                          "segments_unchanged": kept})
+    yield from finish_partitions(context, per_partition, {},
+                                 {"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept, "segments_unchanged": kept})
