@@ -1,0 +1,130 @@
+"""Runs that die or are stopped never block later ones, and the UI sees the CLI's world: the repo's
+dagster.yaml turns on Dagster's run monitoring (dead daemon-launched runs failed, their slots
+freed); a SIGTERMed ``kts sync`` exits within seconds and the next pass finishes its copies; a
+wrong environment fails a run instead of succeeding with nothing done; ``kts ui`` serves the
+repository's jobs on loopback and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from kts_assets.assets import local_segments, remote_segments
+from kts_assets.checks import offset_invariants
+from kts_assets.partitions import topic_partitions
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.metadata.store import RemoteLogMetadataStore
+from kts_resources.remote_log import RemoteLogSegmentState
+from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource, spark_resource
+
+from .conftest import REPO_ROOT
+from .fixtures_s3 import free_loopback_port
+from .test_sync_outcome import kts, sync_env
+from .test_webserver import REPOSITORY_QUERY, _post_graphql, _stop, _tail, _wait_until_serving
+
+
+def test_the_repo_dagster_yaml_turns_on_run_monitoring_that_frees_slots_of_dead_runs():
+    with dg.DagsterInstance.from_config(str(REPO_ROOT)) as instance:
+        assert instance.run_monitoring_enabled
+        settings = instance.run_monitoring_settings
+        assert settings["free_slots_after_run_end_seconds"] > 0
+        assert settings["start_timeout_seconds"] > 0 and settings["max_resume_run_attempts"] == 0
+        assert instance.run_retries_enabled and not instance.run_retries_retry_on_asset_or_op_failure
+
+
+def test_a_run_whose_partitions_are_in_no_log_dir_fails_and_so_does_their_check(tmp_path, pg_url):
+    keys = ["orders-0", "orders-1"]
+    resources = {
+        "kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(tmp_path / "no-such-dir")),
+        "metadata_store": MetadataStoreResource(database_url=pg_url),
+        "remote_tier": RemoteTierResource(remote_uri=(tmp_path / "remote").as_uri()),
+        "copy_quota": CopyQuotaResource(),
+        "pyspark": spark_resource("local[1]"),  # declared by local_segments; its step does not run here
+    }
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(topic_partitions.name, keys)
+        result = dg.materialize([remote_segments], resources=resources, instance=instance, raise_on_error=False,
+                                tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+        assert not result.success
+        [failure] = [e for e in result.all_events if e.is_step_failure]
+        assert "none of the run's 2 partitions is in the log dirs" in failure.step_failure_data.user_failure_data.description
+        assert instance.get_materialized_partitions(remote_segments.key) == set()
+
+        checked = dg.materialize([local_segments, remote_segments, offset_invariants], resources=resources, instance=instance,
+                                 selection=dg.AssetSelection.checks(offset_invariants), tags={"dagster/partition": "orders-0"},
+                                 raise_on_error=False)
+        [evaluation] = checked.get_asset_check_evaluations()
+        assert not evaluation.passed and "in none of the log dirs" in evaluation.description
+
+
+def test_a_sigtermed_sync_exits_within_seconds_and_the_next_pass_leaves_no_copy_started(tmp_path, pg_url):
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=5, topics=("orders",), partitions=2, segment_bytes=48 * 1024, total_bytes=300 * 1024))
+    env = sync_env(tmp_path, log_dir, pg_url)
+    out = tmp_path / "sync.log"
+    with open(out, "wb") as sink:
+        sync = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
+                                stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    # Until the run is under way (its first line), then some seconds into Spark's start.
+    deadline = time.monotonic() + 120
+    while "copy_job over" not in out.read_text() and time.monotonic() < deadline:
+        assert sync.poll() is None, _tail(out)
+        time.sleep(0.2)
+    time.sleep(3)
+    sync.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    try:
+        sync.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        _stop(sync)
+        pytest.fail(f"kts sync still running 10 s after SIGTERM\n{_tail(out)}")
+    assert time.monotonic() - stopped < 10
+    assert sync.returncode == 128 + signal.SIGTERM, _tail(out)
+    assert "kts: sync stopped by SIGTERM" in out.read_text() and "Traceback" not in out.read_text()
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        [run] = instance.get_runs()
+        assert run.status == dg.DagsterRunStatus.CANCELED
+
+    again = kts(env, "sync")
+    assert again.returncode == 0, again.stderr[-3000:]
+    store = RemoteLogMetadataStore.from_url(pg_url)
+    try:
+        with store.engine.connect() as conn:
+            states = [row[0] for row in conn.exec_driver_sql("SELECT state FROM remote_segments")]
+    finally:
+        store.close()
+    assert states and RemoteLogSegmentState.COPY_SEGMENT_STARTED.name not in states
+
+
+def test_kts_ui_serves_the_repository_on_loopback_and_stops_on_sigterm(tmp_path):
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=5, topics=("orders",), partitions=1, segment_bytes=48 * 1024, total_bytes=60 * 1024))
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
+           "KTS_REMOTE_URI": (tmp_path / "remote").as_uri()}
+    port = free_loopback_port()
+    log = tmp_path / "ui.log"
+    with open(log, "wb") as sink:
+        ui = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "ui", "--port", str(port)], env=env, cwd=tmp_path,
+                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_until_serving(url, ui, log)
+        repository = _post_graphql(url, REPOSITORY_QUERY, {"selector": {"repositoryName": "__repository__",
+                                                                        "repositoryLocationName": "kts"}})["data"]["repositoryOrError"]
+        assert "copy_job" in {job["name"] for job in repository["jobs"]}, repository
+        ui.send_signal(signal.SIGTERM)
+        assert ui.wait(timeout=30) == 0, _tail(log)
+        with pytest.raises(ProcessLookupError):
+            os.killpg(ui.pid, 0)  # nothing of the webserver, daemon or code server is left
+    finally:
+        _stop(ui)
