@@ -109,6 +109,8 @@ def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
         if not event.is_step_failure:
             continue
         data = event.step_failure_data
+        if data.error is not None and data.error.cls_name == "DagsterAssetCheckFailedError":
+            continue  # a blocking check failed: its evaluations below name the partitions and why
         metadata = data.user_failure_data.metadata if data.user_failure_data is not None else {}
         per_partition = metadata.get(FAILED_PARTITIONS)
         if per_partition is not None:

@@ -128,3 +128,38 @@ def test_kts_ui_serves_the_repository_on_loopback_and_stops_on_sigterm(tmp_path)
             os.killpg(ui.pid, 0)  # nothing of the webserver, daemon or code server is left
     finally:
         _stop(ui)
+
+
+def _spark_slot_holders(dagster_home: str) -> set[str]:
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        if "spark" not in instance.event_log_storage.get_concurrency_keys():
+            return set()
+        return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info("spark").claimed_slots}
+
+
+def test_a_sync_killed_in_its_spark_step_never_blocks_the_next(tmp_path, pg_url):
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=5, topics=("orders",), partitions=2, segment_bytes=48 * 1024, total_bytes=300 * 1024))
+    env = sync_env(tmp_path, log_dir, pg_url)
+    # The repo's pools: one `spark` slot, as a host running kts has.
+    (Path(env["DAGSTER_HOME"]) / "dagster.yaml").write_text("telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n")
+    out = tmp_path / "killed.log"
+    with open(out, "wb") as sink:
+        doomed = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
+                                  stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not _spark_slot_holders(env["DAGSTER_HOME"]):
+        assert doomed.poll() is None and time.monotonic() < deadline, _tail(out)
+        time.sleep(0.5)
+    os.killpg(doomed.pid, signal.SIGKILL)  # as an OOM kill would: the process and its Spark JVM
+    doomed.wait(timeout=30)
+    [held_by] = _spark_slot_holders(env["DAGSTER_HOME"])  # what blocked every later run before
+
+    after = kts(env, "sync")
+
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert f"run {held_by} (copy_job) died with its process" in after.stderr, after.stderr[-3000:]
+    assert not _spark_slot_holders(env["DAGSTER_HOME"])
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        assert instance.get_run_by_id(held_by).status == dg.DagsterRunStatus.FAILURE
+        assert [r.status for r in instance.get_runs()][0] == dg.DagsterRunStatus.SUCCESS

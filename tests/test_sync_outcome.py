@@ -72,8 +72,13 @@ def test_a_partition_whose_copy_fails_fails_the_pass_by_name_and_the_printed_lag
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         [run] = instance.get_runs()
         assert run.status == dg.DagsterRunStatus.FAILURE
-        materialized = instance.get_materialized_partitions(dg.AssetKey("remote_segments"))
-        assert materialized == {"page.views-0", "page.views-1"}
+        # Every partition's tier state is recorded; the failed copies fail their blocking check.
+        assert instance.get_materialized_partitions(dg.AssetKey("remote_segments")) == {"orders-0", "orders-1", "page.views-0", "page.views-1"}
+        evaluations = [record.event_log_entry.dagster_event.event_specific_data
+                       for record in instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records]
+        copy_checks = {e.partition: e for e in evaluations if e.check_name == "copy_completed" and e.partition}
+        assert {key for key, e in copy_checks.items() if not e.passed} == {"orders-0", "orders-1"}
+        assert "CRC" in copy_checks["orders-0"].description or str(flipped) in copy_checks["orders-0"].description
 
 
 def test_a_wrong_environment_is_one_line_per_problem_within_seconds_before_spark(tmp_path, pg_url):

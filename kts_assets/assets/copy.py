@@ -1,7 +1,6 @@
 """``remote_segments``: the copy procedure (Kafka's RLMCopyTask) for the run's partitions, under
 the shared write quota, with each partition's remote-tier state as metadata."""
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import dagster as dg
@@ -13,7 +12,7 @@ from kts_assets.assets.segments import (
     locate_partitions,
     segment_bytes,
 )
-from kts_assets.partition_outcome import fail_if_no_partition_is_found, finish_partitions
+from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
 from kts_resources.copier import PARALLEL_PARTITIONS, PartitionCopyResult, copy_partition
 from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -96,13 +95,12 @@ def remote_segments(
     remote_tier: RemoteTierResource,
     copy_quota: CopyQuotaResource,
     config: RemoteSegmentsConfig,
-) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
+) -> dg.MaterializeResult:
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs, keys)
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.log_dirs)
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs; nothing copied")
-    failed: dict[str, str] = {}
     store = metadata_store.store()
     storage = remote_tier.storage()
     quota = copy_quota.manager(store.engine)  # one rate for the whole run, shared with other runs
@@ -110,11 +108,10 @@ def remote_segments(
     def copy_one(loc: LocatedPartition) -> PartitionCopyResult:
         return copy_partition(loc.partition, loc.log_dir, store, storage, quota=quota)
 
-    errors: list[str] = []
-    per_partition: dict[str, dict[str, object]] = {}
+    failed: list[str] = []
     copied_total = 0
-    # Partitions copy side by side (each under its own partition lock); metadata is collected here,
-    # in the step's own thread, as results come in.
+    # Partitions copy side by side (each under its own partition lock); metadata is added here, in
+    # the step's own thread, as results come in.
     with ThreadPoolExecutor(max_workers=max(1, config.parallel_partitions), thread_name_prefix="kts-copy") as pool:
         futures = {pool.submit(copy_one, loc): (key, loc) for key, loc in located.items()}
         for future in as_completed(futures):
@@ -123,13 +120,14 @@ def remote_segments(
             try:
                 result = future.result()
             except Exception as e:  # noqa: BLE001
-                errors.append(key)
-                failed[key] = f"copy pass failed: {type(e).__name__}: {e}"
+                failed.append(key)
+                context.log.error(f"{key}: copy pass failed: {type(e).__name__}: {e}")
+                context.add_asset_metadata({"copy_failed": 1, "copy_error": str(e)}, partition_key=key)
                 continue
             if result.skipped:
                 context.log.info(f"{key}: skipped: {result.skipped}")
             if result.stopped:
-                failed[key] = f"copy stopped: {result.stopped}"
+                context.log.error(f"{key}: copy stopped: {result.stopped}")
             copied_total += len(result.copied)
             metadata: dict[str, object] = {
                 "copied_segments": len(result.copied),
@@ -143,11 +141,9 @@ def remote_segments(
                 metadata["copy_error"] = result.stopped
             if result.skipped:
                 metadata["skipped"] = result.skipped
-            per_partition[key] = metadata
+            context.add_asset_metadata(metadata, partition_key=key)
+    if located and len(failed) == len(located):
+        # Nothing worked (the store or the bucket is down): fail, so the RetryPolicy tries again.
+        raise dg.Failure(f"the copy pass failed for every partition of the run: {', '.join(failed[:20])}")
     context.log.info(f"copied {copied_total} segments over {len(located)} partitions ({len(failed)} failed)")
-    # Nothing worked (the store or the bucket is down): the RetryPolicy may try again; a corrupt
-    # segment or a missing partition will not heal by retrying.
-    everything_errored = bool(located) and len(errors) == len(located)
-    yield from finish_partitions(context, per_partition, failed,
-                                 {"partitions_in_run": len(keys), "partitions_failed": len(failed)},
-                                 retryable=everything_errored)
+    return dg.MaterializeResult(metadata={"partitions_in_run": len(keys), "partitions_failed": len(failed)})

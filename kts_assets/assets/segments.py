@@ -7,13 +7,12 @@ partition key's directory in the log dirs, and the offsets of a partition (Lx, L
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 
-from kts_assets.partition_outcome import fail_if_no_partition_is_found, finish_partitions
+from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
 from kts_resources import settings
 from kts_resources.copier import copy_candidates
@@ -145,7 +144,7 @@ class LocalSegmentsConfig(dg.Config):
 def local_segments(
     context: dg.AssetExecutionContext, pyspark: KtsPySparkResource, kafka_log_dirs: KafkaLogDirsResource,
     config: LocalSegmentsConfig,
-) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization]:
+) -> dg.MaterializeResult:
     from pyspark.sql import functions as F
 
     from kts_resources.spark import read_inventory, segment_inventory
@@ -153,11 +152,9 @@ def local_segments(
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs, keys)
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.log_dirs)
-    # A range run spans keys that asked for nothing; one deleted since is noted, and fails its checks.
-    per_partition: dict[str, dict[str, object]] = {}
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs {kafka_log_dirs.log_dirs!r}; nothing scanned")
-        per_partition[key] = {"segments": 0, "local_bytes": 0, "missing": True}
+        context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, partition_key=key)
 
     spark = pyspark.spark_session
     listed = {key: loc.partition.segments() for key, loc in located.items()}
@@ -194,7 +191,7 @@ def local_segments(
         unhealthy = [r for r in seg_rows if r.health != "ok"]
         for r in unhealthy:
             context.log.error(f"{key}: segment {r.base_offset} is {r.health} ({r.crc_failures} batches fail their CRC)")
-        per_partition[key] = (
+        context.add_asset_metadata(
             {
                 "segments": len(seg_rows),
                 "local_bytes": sum(r.size_bytes for r in seg_rows),
@@ -209,10 +206,11 @@ def local_segments(
                 "eligible_bytes": segment_bytes(eligible),
                 "owned_log_dir": loc.owned,
                 "inventory": dg.MetadataValue.path(str(inventory_path(key))),
-            }
+            },
+            partition_key=key,
         )
     shutil.rmtree(staging, ignore_errors=True)
     context.log.info(f"inventoried {len(rows)} segments of {len(located)} partitions in one Spark job: "
                      f"{len(rows) - kept} scanned, {kept} unchanged since the last inventory")
-    yield from finish_partitions(context, per_partition, {},
-                                 {"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept, "segments_unchanged": kept})
+    return dg.MaterializeResult(metadata={"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept,
+                                          "segments_unchanged": kept})
