@@ -6,6 +6,7 @@ repository's jobs on loopback and stops on SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -163,3 +164,52 @@ def test_a_sync_killed_in_its_spark_step_never_blocks_the_next(tmp_path, pg_url)
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         assert instance.get_run_by_id(held_by).status == dg.DagsterRunStatus.FAILURE
         assert [r.status for r in instance.get_runs()][0] == dg.DagsterRunStatus.SUCCESS
+
+
+@contextlib.contextmanager
+def _pool_instance(limit: int = 1):
+    """An instance whose `spark` pool has ``limit`` slots, initialised as a step's first claim does."""
+    with dg.instance_for_test(overrides={"concurrency": {"pools": {"default_limit": limit}}}) as instance:
+        instance.event_log_storage.initialize_concurrency_limit_to_default("spark")
+        yield instance
+
+
+def _started_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> dg.DagsterRun:
+    run = instance.create_run_for_job(dg.GraphDefinition(name="g", node_defs=[]).to_job(name="copy_job"), tags=tags)
+    instance.handle_run_event(run.run_id, dg.DagsterEvent(
+        event_type_value=dg.DagsterEventType.RUN_START.value, job_name=run.job_name, message="started"))
+    return instance.get_run_by_id(run.run_id)
+
+
+def test_release_marks_failed_a_run_whose_process_is_gone_and_frees_its_slot():
+    from kts_assets.run_hygiene import launch_tags, release_dead_runs
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    with _pool_instance(limit=2) as instance:
+        gone = _started_run(instance, {**launch_tags(), "kts/pid": dead})
+        alive = _started_run(instance, launch_tags())  # this very process: still running
+        for run in (gone, alive):
+            instance.event_log_storage.claim_concurrency_slot("spark", run.run_id, "local_segments")
+
+        lines = release_dead_runs(instance)
+
+        assert lines == [f"run {gone.run_id} (copy_job) died with its process (pid {dead}): marked failed and its pool slots freed"]
+        assert instance.get_run_by_id(gone.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(alive.run_id).status == dg.DagsterRunStatus.STARTED
+        holders = {s.run_id for s in instance.event_log_storage.get_concurrency_info("spark").claimed_slots}
+        assert holders == {alive.run_id}
+
+
+def test_a_run_waiting_on_a_pool_slot_is_told_which_run_holds_it():
+    from kts_assets.run_hygiene import SlotWaitReporter
+
+    with _pool_instance() as instance:
+        instance.event_log_storage.claim_concurrency_slot("spark", "holder-run", "local_segments")
+        blocked = instance.event_log_storage.claim_concurrency_slot("spark", "waiting-run", "local_segments")
+        assert not blocked.is_claimed
+        said: list[str] = []
+        with SlotWaitReporter(instance, "waiting-run", said.append, interval_s=0.5):
+            deadline = time.monotonic() + 10
+            while not said and time.monotonic() < deadline:
+                time.sleep(0.2)
+        assert said and said[0] == "waiting for a free `spark` slot held by run holder-run"
