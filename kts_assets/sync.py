@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -134,8 +134,8 @@ def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
 
 
 def summary_lines(outcome: PassOutcome) -> list[str]:
-    lines = [f"{key}: {'; '.join(causes)}" for key, causes in sorted(outcome.failed.items())]
-    return lines
+    """One line per failed partition: its key and its causes."""
+    return [f"{key}: {'; '.join(causes)}" for key, causes in sorted(outcome.failed.items())]
 
 
 def exit_now(status: int) -> None:
@@ -153,7 +153,3 @@ def _first_line(text: str) -> str:
 
 def say_to_stderr(line: str) -> None:
     print(f"sync: {line}", file=sys.stderr, flush=True)
-
-
-__all__: Sequence[str] = ["PassOutcome", "SyncInterrupted", "exit_now", "install_stop_handlers", "run_batch", "say_to_stderr",
-                          "summary_lines"]
