@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 # Budget per network probe: a closed port or a dead endpoint answers (or not) well inside it.
 PROBE_TIMEOUT_S = 2.0
-PROBE_PREFIX = ".kts-preflight/"
+PROBE_PREFIX = ".kts-preflight-"  # at the top of the tier: no directory left behind
 
 
 def check_log_dirs(log_dirs: Sequence[Path]) -> list[str]:
