@@ -538,16 +538,16 @@ def cmd_ui(args) -> int:
 
     from kts_resources import settings
 
-    env = {**os.environ, "DAGSTER_HOME": str(dagster_home()), "KTS_HOME": str(settings.kts_home()),
-           "KTS_LOG_DIRS": ",".join(str(p) for p in settings.log_dirs())}
+    env = {**settings.resolved_environment(), "DAGSTER_HOME": str(dagster_home())}
     workspace = REPO_ROOT / "workspace.yaml"
     if not workspace.is_file():  # an installed kts: the same one code location, written beside the instance
         workspace = Path(env["DAGSTER_HOME"]) / "workspace.yaml"
         workspace.write_text("load_from:\n  - python_module:\n      module_name: kts_assets.definitions\n      location_name: kts\n")
     dagster = Path(sys.executable).with_name("dagster")
     command = [str(dagster), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)]
-    print(f"kts ui: http://127.0.0.1:{args.port} (DAGSTER_HOME={env['DAGSTER_HOME']}, KTS_HOME={env['KTS_HOME']}, "
-          f"KTS_LOG_DIRS={env['KTS_LOG_DIRS']}); Ctrl-C stops it", file=sys.stderr, flush=True)
+    print(f"kts ui: http://127.0.0.1:{args.port} (DAGSTER_HOME={env['DAGSTER_HOME']}, "
+          f"{settings.HOME}={env[settings.HOME]}, {settings.LOG_DIRS}={env[settings.LOG_DIRS]}); Ctrl-C stops it",
+          file=sys.stderr, flush=True)
     server = subprocess.Popen(command, env=env, cwd=REPO_ROOT if REPO_ROOT.is_dir() else None, start_new_session=True)
     stopping = {"signal": None}
 
@@ -622,6 +622,7 @@ def _sync(args) -> int:
     from kts_assets import sync
     from kts_assets.batching import batch_key_ranges
     from kts_assets.definitions import defs
+    from kts_assets.jobs import COPY_JOB_NAME
     from kts_assets.partitions import topic_partitions
     from kts_assets.run_hygiene import release_dead_runs
 
@@ -633,7 +634,7 @@ def _sync(args) -> int:
     if new:
         instance.add_dynamic_partitions(topic_partitions.name, new)
     ordered = instance.get_dynamic_partitions(topic_partitions.name)
-    job = defs.resolve_job_def("copy_job")
+    job = defs.resolve_job_def(COPY_JOB_NAME)
     # The run's full event log is in the Dagster UI; the terminal gets warnings and errors.
     run_config = {"loggers": {"console": {"config": {"log_level": settings.log_level("WARNING")}}}}
     outcome = sync.PassOutcome()
