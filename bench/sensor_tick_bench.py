@@ -6,14 +6,17 @@ For each size it writes a synthetic log dir under a temporary directory: topics 
 each partition ``--segments`` empty segments of a partition-specific size (.log, .index, .timeindex), a producer snapshot, a
 leader-epoch-checkpoint, plus the log dir's replication-offset and recovery-point checkpoints — all
 the sensor reads, since it never opens a segment. A test Dagster instance (SQLite, temporary)
-holds every partition as a dynamic partition. Then, best of N with the page cache warm:
+holds every partition as a dynamic partition; the metadata store is an empty database of the
+bench's own (``benchlib.bench_database``), so every closed segment counts as copy lag: the tick
+stats every one of them. Then, best of N with the page cache warm:
 
 - baseline "scandir": ``os.scandir`` over every partition dir, names only (the floor: listing);
 - "survey": the sensor's pass over the log dir (checkpoints + listings + eligibility), no Dagster;
 - "first tick": ``evaluate_tick`` with no cursor, every partition has work → ranged runs + cursor
-  (at most MAX_RUNS_PER_TICK runs; the rest wait for later ticks);
-- "idle tick": ``evaluate_tick`` with the cursor of every partition requested, nothing new (the
-  steady state).
+  (at most MAX_RUNS_PER_TICK runs; the rest wait for later ticks) + copy-lag observations (at most
+  MAX_LAG_OBSERVATIONS_PER_TICK), one store query;
+- "idle tick": ``evaluate_tick`` with the cursor of every partition requested and its lag
+  reported, nothing new (the steady state).
 
 Each is reported in seconds, as a share of the 60 s budget, and as a ratio to the scandir baseline
 measured in the same run. Prints a table; writes JSON (default bench/results/sensor_tick.json).
@@ -31,16 +34,16 @@ import time
 from pathlib import Path
 
 import dagster as dg
-from benchlib import add_json_argument, write_json
+from benchlib import add_json_argument, bench_database, write_json
 
 from kts_assets.partitions import topic_partitions
 from kts_assets.sensors import segment_roll_sensor
 from kts_assets.sensors.cursor import encode_cursor
-from kts_assets.sensors.roll import survey_log_dirs
+from kts_assets.sensors.roll import LAG_BYTES, LAG_SEGMENTS, MAX_LAG_OBSERVATIONS_PER_TICK, copy_lags, survey_log_dirs
 from kts_resources.kafka.checkpoints import write_offset_checkpoint
 from kts_resources.kafka.logdir import offset_file_name
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.resources import KafkaLogDirsResource
+from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 
 TICK_BUDGET_S = 60.0  # Dagster's default sensor evaluation timeout
 PARTITIONS_PER_TOPIC = 100
@@ -88,22 +91,28 @@ def best_of(repeats: int, fn) -> tuple[float, object]:
 
 
 def measure(partitions: int, segments: int, repeats: int) -> dict:
-    with tempfile.TemporaryDirectory(prefix="kts-sensor-bench-") as tmp, dg.instance_for_test() as instance:
+    with (tempfile.TemporaryDirectory(prefix="kts-sensor-bench-") as tmp, dg.instance_for_test() as instance,
+          bench_database(Path(tmp)) as (database_url, _)):
         root = Path(tmp) / "logs"
         root.mkdir()
         t0 = time.perf_counter()
         keys = write_log_dir(root, partitions, segments)
         instance.add_dynamic_partitions(topic_partitions.name, keys)
         setup_s = time.perf_counter() - t0
-        resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(root))}
+        # The store is empty: nothing copied, so every closed segment is copy lag (the most stats).
+        resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(root)),
+                     "metadata_store": MetadataStoreResource(database_url=database_url)}
 
         def tick(cursor=None):
             context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
             return segment_roll_sensor.evaluate_tick(context)
 
         scandir_all(root, keys)  # warm the page cache and the dentry cache
-        # The steady state: every partition's eligible segment already requested.
-        steady = encode_cursor(survey_log_dirs([root], keys).eligible)
+        # The steady state: every partition's eligible segment already requested, its lag reported.
+        survey = survey_log_dirs([root], keys)
+        lags = copy_lags(survey, {key: -1 for key in survey.directories})
+        steady = encode_cursor(survey.eligible, {LAG_SEGMENTS: {k: n for k, (n, _) in lags.items()},
+                                                 LAG_BYTES: {k: b for k, (_, b) in lags.items()}})
         # Interleaved rounds, so that a busy neighbour slows every measurement alike.
         timings: dict[str, float] = {"scandir": float("inf"), "survey": float("inf"),
                                      "first_tick": float("inf"), "idle_tick": float("inf")}
@@ -120,7 +129,8 @@ def measure(partitions: int, segments: int, repeats: int) -> dict:
             timings["idle_tick"] = min(timings["idle_tick"], elapsed)
         assert first is not None and idle is not None
         assert sum(int(r.tags["kts/partitions_requested"]) for r in first.run_requests) <= partitions
-        assert idle.run_requests == []
+        assert idle.run_requests == [] and not idle.asset_events
+        assert len(first.asset_events) == min(partitions, MAX_LAG_OBSERVATIONS_PER_TICK)
         return {
             "partitions": partitions,
             "segments_per_partition": segments,

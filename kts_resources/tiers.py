@@ -150,6 +150,14 @@ def newest_eligible_base_offset(base_offsets: Sequence[int], high_watermark: int
     return base_offsets[n - 1] if n else None
 
 
+def copy_lag_base_offsets(base_offsets: Sequence[int], highest_copied_offset: int) -> list[int]:
+    """Base offsets of the segments that make up the copy lag (``base_offsets`` ascending, the last
+    one active): the closed segments not yet in the remote tier — base offset ≥ the highest copied
+    offset, as UnifiedLog's onlyLocalLogSegmentsSize counts them — eligible or not. File names
+    alone decide it: the roll sensor's survey and :func:`partition_tiers` both ask this function."""
+    return [base for base in base_offsets[:-1] if base >= highest_copied_offset]
+
+
 def copy_candidates(
     segments: Sequence[SegmentFiles],
     *,
@@ -254,7 +262,8 @@ def partition_tiers(
     state = store.partition_state(tip) if tip is not None else None
     highest_copied = state.highest_copied_offset if state is not None else -1
     remote_start = min((md.start_offset for md in finished), default=-1)
-    lag = [s for s in segments if not s.active and s.base_offset >= highest_copied]
+    lagging = set(copy_lag_base_offsets([s.base_offset for s in segments], highest_copied))
+    lag = [s for s in segments if s.base_offset in lagging]
     return PartitionTiers(
         log_start_offset=log_start_offset(
             checkpointed=log_dir.log_start_offset(tp), local_log_start_offset=local_start,

@@ -6,25 +6,31 @@ since, and the status fields (ARCHITECTURE.md) agree with the log and the remote
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 
 import dagster as dg
+from dagster._core.scheduler.instigation import TickStatus
+from dagster._daemon.sensor import execute_sensor_iteration
 
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 
 from kts_assets.cli import STATUS_FIELDS
+from kts_assets.sensors.cursor import decode_cursor
+from kts_assets.sensors.roll import survey_log_dirs
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.segment import summarize_segment
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .test_copier import _assert_remote_tier_mirrors_eligible_segments, _eligible
+from .test_roll_sensor import kts_code_location, remote_roll_sensor, stored_roll_cursor
 
 CONFIG = dict(seed=5, topics=("orders", "page.views"), partitions=2, segment_bytes=48 * 1024)
 
 
-def test_sync_copies_every_eligible_segment_and_records_runs_in_the_instance(tmp_path, pg_url, metadata_store):
+def test_sync_copies_every_eligible_segment_and_records_runs_in_the_instance(tmp_path, pg_url, metadata_store, monkeypatch):
     log_dir, dagster_home, remote = tmp_path / "logs", tmp_path / "dagster", tmp_path / "remote"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -70,6 +76,22 @@ def test_sync_copies_every_eligible_segment_and_records_runs_in_the_instance(tmp
         assert sorted(instance.get_dynamic_partitions("topic_partitions")) == ["orders-0", "orders-1", "page.views-0", "page.views-1"]
         materialized = instance.get_materialized_partitions(dg.AssetKey("remote_segments"))
         assert materialized == {"orders-0", "orders-1", "page.views-0", "page.views-1"}
+
+        # The sensor daemon's first tick after the syncs requests nothing: `kts sync` moved the roll
+        # sensor's cursor. It records the copy lag it sees (none: everything eligible was copied).
+        for name in ("KTS_DATABASE_URL", "KTS_LOG_DIRS", "KTS_HOME", "KTS_REMOTE_URI"):
+            monkeypatch.setenv(name, env[name])
+        with kts_code_location(instance) as workspace:
+            assert decode_cursor(stored_roll_cursor(workspace)) == survey_log_dirs([log_dir], materialized).eligible
+            list(execute_sensor_iteration(workspace, logging.getLogger("sensor daemon"), None, None))
+            sensor = remote_roll_sensor(workspace)
+            (tick,) = instance.get_ticks(sensor.get_remote_origin_id(), sensor.selector_id)
+        assert len(instance.get_runs()) == 2
+        assert tick.status == TickStatus.SKIPPED and not tick.run_ids, tick.error
+        observed = {record.partition_key: record.asset_observation.metadata for record in instance.fetch_observations(
+            dg.AssetKey("remote_segments"), limit=10).records}
+        assert set(observed) == materialized
+        assert {(m["copy_lag_segments"].value, m["copy_lag_bytes"].value) for m in observed.values()} == {(0, 0)}
 
 
 def test_sync_with_no_partitions_is_one_line(tmp_path):

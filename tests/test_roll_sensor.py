@@ -9,6 +9,7 @@ reads — it never opens a segment file. Ticks go through ``build_sensor_context
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import random
 from pathlib import Path
@@ -19,13 +20,13 @@ import pytest
 from kts_assets import batching
 from kts_assets.partitions import topic_partitions
 from kts_assets.sensors import roll as sensors_roll
-from kts_assets.sensors.cursor import CURSOR_COMPRESS_ABOVE, decode_cursor, encode_cursor
-from kts_assets.sensors.roll import segment_base_offsets, segment_roll_sensor, survey_log_dirs
+from kts_assets.sensors.cursor import CURSOR_COMPRESS_ABOVE, decode_cursor, decode_cursor_maps, encode_cursor
+from kts_assets.sensors.roll import LAG_BYTES, LAG_SEGMENTS, segment_base_offsets, segment_roll_sensor, survey_log_dirs
 from kts_resources.kafka.checkpoints import write_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir, offset_file_name
 from kts_resources.kafka.partition import parse_topic_partition
 from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.resources import KafkaLogDirsResource
+from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 
 from .test_copier import _eligible
 
@@ -61,11 +62,16 @@ def synthetic_log_dir(root: Path, partitions: dict[str, tuple[list[int], int]]) 
     return root
 
 
+# The metadata store the ticks read the highest copied offsets from (a fresh database per test).
+_store: list[MetadataStoreResource] = []
+
+
 def tick(instance: dg.DagsterInstance, *log_dirs: Path, cursor: str | None = None):
     context = dg.build_sensor_context(
         instance=instance,
         cursor=cursor,
-        resources={"kafka_log_dirs": KafkaLogDirsResource(log_dirs=",".join(str(d) for d in log_dirs))},
+        resources={"kafka_log_dirs": KafkaLogDirsResource(log_dirs=",".join(str(d) for d in log_dirs)),
+                   "metadata_store": _store[-1]},
     )
     return segment_roll_sensor.evaluate_tick(context)
 
@@ -86,9 +92,11 @@ def asked_for(result) -> int:
 
 
 @pytest.fixture
-def instance():
+def instance(pg_url):
+    _store.append(MetadataStoreResource(database_url=pg_url))
     with dg.instance_for_test() as instance:
         yield instance
+    _store.pop()
 
 
 def add_partitions(instance: dg.DagsterInstance, keys) -> None:
@@ -366,17 +374,154 @@ def test_a_simulated_broker_that_keeps_appending_gets_runs_for_exactly_the_parti
     assert decode_cursor(second.cursor) == after
 
 
+# --- copy lag as it happens ----------------------------------------------------------------------------
+
+
+def lag_events(result) -> dict[str, tuple[int, int]]:
+    """partition key → (copy_lag_segments, copy_lag_bytes) of the tick's observations."""
+    out = {}
+    for event in result.asset_events:
+        assert isinstance(event, dg.AssetObservation) and event.asset_key == dg.AssetKey("remote_segments")
+        out[event.partition] = (event.metadata["copy_lag_segments"].value, event.metadata["copy_lag_bytes"].value)
+    return out
+
+
+def test_copy_lag_is_observed_before_any_copy_and_agrees_with_the_tiers(tmp_path, instance):
+    from kts_resources.tiers import log_dir_partitions, partition_tiers
+
+    simulate(tmp_path, SimulationConfig(seed=9, topics=("orders",), partitions=2, total_bytes=48 * KiB, segment_bytes=8 * KiB))
+    keys = [p.topic_partition.dir_name for p in LogDir(tmp_path).partitions()]
+    add_partitions(instance, keys)
+    first = tick(instance, tmp_path)
+    tiers = {loc.partition.topic_partition.dir_name: partition_tiers(loc, _store[-1].store())
+             for loc in log_dir_partitions([tmp_path])}
+    assert lag_events(first) == {k: (tiers[k].copy_lag_segments, tiers[k].copy_lag_bytes) for k in keys}
+    assert all(segments > 0 and size > 0 for segments, size in lag_events(first).values())
+    text = next(iter(first.asset_events)).metadata["copy_lag"].value
+    assert "segments" in text and "KiB" in text  # a human-readable entry beside the bytes
+
+
+def test_an_unchanged_copy_lag_is_not_observed_again(tmp_path, instance):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    first = tick(instance, log_dir)
+    assert set(lag_events(first)) == {"orders-0", "orders-1", "orders-2"}
+    assert tick(instance, log_dir, cursor=first.cursor).asset_events == []
+
+
+def test_a_copy_lowers_the_lag_and_only_that_partition_is_observed_again(tmp_path, instance):
+    from kts_resources.copier import copy_partition
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=9, topics=("orders",), partitions=2, total_bytes=48 * KiB, segment_bytes=8 * KiB))
+    partitions = {p.topic_partition.dir_name: p for p in LogDir(log_dir).partitions()}
+    add_partitions(instance, partitions)
+    first = tick(instance, log_dir)
+    store = _store[-1].store()
+    result = copy_partition(partitions["orders-0"], LogDir(log_dir), store, remote_storage_from_uri((tmp_path / "remote").as_uri()))
+    assert result.copied
+    second = tick(instance, log_dir, cursor=first.cursor)
+    assert set(lag_events(second)) == {"orders-0"}
+    segments, size = lag_events(second)["orders-0"]
+    assert segments == lag_events(first)["orders-0"][0] - len(result.copied)
+    assert size == lag_events(first)["orders-0"][1] - result.copied_bytes
+
+
+def test_lag_changed_for_many_partitions_is_reported_a_capped_number_per_tick(tmp_path, instance, monkeypatch):
+    monkeypatch.setattr(sensors_roll, "MAX_LAG_OBSERVATIONS_PER_TICK", 2)
+    keys = [f"t-{p}" for p in range(5)]
+    synthetic_log_dir(tmp_path, {k: ([0, 10], 5) for k in keys})  # one closed segment each, none eligible
+    add_partitions(instance, keys)
+    seen: list[str] = []
+    cursor = None
+    for _ in range(3):
+        result = tick(instance, tmp_path, cursor=cursor)
+        assert len(result.asset_events) <= 2
+        seen += list(lag_events(result))
+        cursor = result.cursor
+    assert sorted(seen) == keys  # each once, none lost to the cap
+    assert tick(instance, tmp_path, cursor=cursor).asset_events == []
+
+
+def test_an_unreachable_store_skips_the_lag_but_still_requests_copies(tmp_path, instance):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    _store.append(MetadataStoreResource(database_url="postgresql://kts@127.0.0.1:1/nowhere?connect_timeout=1"))
+    try:
+        result = tick(instance, log_dir)
+    finally:
+        _store.pop()
+    assert requested_keys(instance, result) == ["orders-0"] and result.asset_events == []
+    later = tick(instance, log_dir, cursor=result.cursor)  # the store is back: the lag is reported then
+    assert set(lag_events(later)) == {"orders-0", "orders-1", "orders-2"}
+
+
+def test_a_cursor_of_the_first_version_is_still_read():
+    assert decode_cursor('{"v":1,"requested":{"t-0":5}}') == {"t-0": 5}
+
+
+# --- `kts sync` moves the stored cursor -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def kts_code_location(instance: dg.DagsterInstance):
+    """kts's Definitions loaded in this process as the code location ``kts`` (workspace.yaml's
+    name), as the sensor daemon sees them: yields the workspace process context."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+
+    origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="kts_assets.definitions"),
+                                         location_name=sensors_roll.CODE_LOCATION_NAME)
+    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as context:
+        yield context
+
+
+def remote_roll_sensor(workspace):
+    """The roll sensor as the daemon sees it in that workspace (a ``RemoteSensor``)."""
+    return (workspace.create_request_context().get_code_location(sensors_roll.CODE_LOCATION_NAME)
+            .get_repository("__repository__").get_sensor(segment_roll_sensor.name))
+
+
+def stored_roll_cursor(workspace) -> str | None:
+    """The roll sensor's cursor as the daemon reads it for the sensor of that workspace."""
+    sensor = remote_roll_sensor(workspace)
+    state = workspace.instance.get_instigator_state(sensor.get_remote_origin_id(), sensor.selector_id)
+    return None if state is None else state.instigator_data.cursor
+
+
+def test_advancing_the_cursor_creates_the_state_the_daemon_reads_then_merges_into_it(instance):
+    with kts_code_location(instance) as workspace:
+        assert stored_roll_cursor(workspace) is None
+        sensors_roll.advance_roll_cursor(instance, {"orders-0": 100, "orders-1": 0})
+        assert decode_cursor(stored_roll_cursor(workspace)) == {"orders-0": 100, "orders-1": 0}
+        lag = {LAG_SEGMENTS: {"orders-0": 1}, LAG_BYTES: {"orders-0": 10}}
+        sensors_roll.advance_roll_cursor(instance, {})  # nothing copied: nothing written
+        state = [s for s in instance.all_instigator_state() if s.instigator_name == segment_roll_sensor.name]
+        assert len(state) == 1
+        instance.update_instigator_state(state[0].with_data(state[0].instigator_data._replace(
+            cursor=encode_cursor({"orders-0": 100, "orders-2": 7}, lag))))
+        sensors_roll.advance_roll_cursor(instance, {"orders-0": 300})
+        maps = decode_cursor_maps(stored_roll_cursor(workspace))
+        assert maps == {"requested": {"orders-0": 300, "orders-2": 7}, **lag}  # the lag left for the next tick
+        assert len([s for s in instance.all_instigator_state() if s.instigator_name == segment_roll_sensor.name]) == 1
+
+
 # --- the benchmark ---------------------------------------------------------------------------------------
 
 
-def test_the_sensor_tick_bench_quick_runs_and_writes_json(tmp_path):
+def test_the_sensor_tick_bench_quick_runs_and_writes_json(tmp_path, pg_admin_url):
+    import os
     import subprocess
     import sys
 
     out = tmp_path / "sensor_tick.json"
     script = Path(__file__).resolve().parent.parent / "bench" / "sensor_tick_bench.py"
     done = subprocess.run([sys.executable, str(script), "--quick", "--json", str(out)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KTS_DATABASE_URL": pg_admin_url})  # its database on the tests' server
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     assert [r["partitions"] for r in data["results"]] == [200, 1000]

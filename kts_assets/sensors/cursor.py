@@ -1,6 +1,7 @@
 """A sensor's cursor: ``{partition key: offset}`` as versioned JSON, packed and zlib-compressed
-once it grows large. The roll sensor keeps the newest base offset it requested per partition;
-sensors that follow other offsets per partition (retention, index rebuild) keep theirs the same way.
+once it grows large. The roll sensor keeps the newest base offset it requested per partition
+and the copy lag it last reported; sensors that follow other offsets per partition (retention,
+index rebuild) keep theirs the same way.
 
 No Dagster here: the codec is plain data, tested and benchmarked on its own.
 """
@@ -15,25 +16,39 @@ from typing import Mapping
 # Above this many bytes of JSON the cursor is stored zlib-compressed: a cursor is written with
 # every tick, and 10,000 partitions' offsets are ~250 KB of plain JSON.
 CURSOR_COMPRESS_ABOVE = 4096
-CURSOR_VERSION = 1
+# 2: named maps side by side (the roll sensor's requested offsets and the copy lag it last
+# reported); 1, the requested map alone, is still read.
+CURSOR_VERSION = 2
+REQUESTED = "requested"
 
 
-def encode_cursor(offsets: Mapping[str, int]) -> str:
-    """``{key: offset}`` as compact JSON; packed and zlib-compressed once it grows large.
+def encode_cursor(offsets: Mapping[str, int], more: Mapping[str, Mapping[str, int]] | None = None) -> str:
+    """``{key: offset}`` (and any further named ``{key: int}`` maps) as compact JSON; packed and
+    zlib-compressed once it grows large.
 
-    Packed, each topic is named once and followed by its ``partition, offset`` pairs: 10,000
-    partitions with random 9-digit offsets take ~84 KB, about a third of the plain map.
+    Packed, each topic is named once per map and followed by its ``partition, value`` pairs:
+    10,000 partitions with random 9-digit offsets take ~84 KB, about a third of the plain map.
     """
-    plain = json.dumps({"v": CURSOR_VERSION, "requested": dict(sorted(offsets.items()))}, separators=(",", ":"))
+    maps = {REQUESTED: offsets, **(more or {})}
+    plain = json.dumps({"v": CURSOR_VERSION, **{name: dict(sorted(m.items())) for name, m in maps.items()}},
+                       separators=(",", ":"))
     if len(plain) <= CURSOR_COMPRESS_ABOVE:
         return plain
-    by_topic: dict[str, list[int]] = {}
-    for key, offset in sorted(offsets.items(), key=lambda kv: _split_key(kv[0])):
-        topic, partition = _split_key(key)
-        by_topic.setdefault(topic, []).extend((partition, offset))
-    packed = json.dumps(by_topic, separators=(",", ":")).encode()
+    packed = json.dumps({name: _by_topic(m) for name, m in maps.items()}, separators=(",", ":")).encode()
     return json.dumps({"v": CURSOR_VERSION, "zlib": base64.b64encode(zlib.compress(packed, 9)).decode("ascii")},
                       separators=(",", ":"))
+
+
+def _by_topic(values: Mapping[str, int]) -> dict[str, list[int]]:
+    by_topic: dict[str, list[int]] = {}
+    for key, value in sorted(values.items(), key=lambda kv: _split_key(kv[0])):
+        topic, partition = _split_key(key)
+        by_topic.setdefault(topic, []).extend((partition, value))
+    return by_topic
+
+
+def _from_topics(by_topic: Mapping[str, list[int]]) -> dict[str, int]:
+    return {f"{topic}-{pairs[i]}": int(pairs[i + 1]) for topic, pairs in by_topic.items() for i in range(0, len(pairs), 2)}
 
 
 def _split_key(key: str) -> tuple[str, int]:
@@ -42,16 +57,27 @@ def _split_key(key: str) -> tuple[str, int]:
 
 
 def decode_cursor(cursor: str | None) -> dict[str, int]:
-    """The map :func:`encode_cursor` wrote; empty for no cursor. ValueError for anything else."""
+    """The ``{key: offset}`` map :func:`encode_cursor` wrote; empty for no cursor. ValueError for anything else."""
+    return decode_cursor_maps(cursor).get(REQUESTED, {})
+
+
+def decode_cursor_maps(cursor: str | None) -> dict[str, dict[str, int]]:
+    """Every named map :func:`encode_cursor` wrote (``"requested"`` for the offsets); empty for no
+    cursor. ValueError for anything else."""
     if not cursor:
         return {}
     try:
         data = json.loads(cursor)
-        if data.get("v") != CURSOR_VERSION:
-            raise ValueError(f"cursor version {data.get('v')!r}, expected {CURSOR_VERSION}")
+        version = data.get("v")
+        if version not in (1, CURSOR_VERSION):
+            raise ValueError(f"cursor version {version!r}, expected {CURSOR_VERSION}")
         if "zlib" not in data:
-            return {str(k): int(v) for k, v in data["requested"].items()}
-        by_topic = json.loads(zlib.decompress(base64.b64decode(data["zlib"])))
-        return {f"{topic}-{pairs[i]}": int(pairs[i + 1]) for topic, pairs in by_topic.items() for i in range(0, len(pairs), 2)}
+            if REQUESTED not in data:
+                raise KeyError(REQUESTED)
+            return {name: {str(k): int(v) for k, v in m.items()} for name, m in data.items() if name != "v"}
+        packed = json.loads(zlib.decompress(base64.b64decode(data["zlib"])))
+        if version == 1:  # one map, unnamed
+            return {REQUESTED: _from_topics(packed)}
+        return {name: _from_topics(by_topic) for name, by_topic in packed.items()}
     except (ValueError, KeyError, TypeError, AttributeError, IndexError, zlib.error) as e:
         raise ValueError(f"not a kts sensor cursor: {e}") from e

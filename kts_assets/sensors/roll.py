@@ -10,6 +10,11 @@ that changed are batched into a few ranged runs of ``copy_job`` (see ``kts_asset
 
 The cursor records what was requested, not what was copied: a run that fails is not retried by
 the sensor; the reconcile schedule (``kts_assets.schedules``) sweeps every partition periodically.
+``kts sync`` moves it for what it copied (:func:`advance_roll_cursor`).
+
+Copy lag is observed here too, before any copy: from the same file-name survey and every
+partition's highest copied offset (one query of the metadata store per tick), each partition whose
+lag changed since the last tick gets an ``AssetObservation`` of ``remote_segments``.
 """
 
 from __future__ import annotations
@@ -17,22 +22,34 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import dagster as dg
 
+from kts_assets.assets import remote_segments
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, KeyRangeBatch, batch_key_ranges, range_run_request
 from kts_assets.jobs import COPY_JOB_NAME
 from kts_assets.partitions import topic_partitions
-from kts_assets.sensors.cursor import decode_cursor, encode_cursor
-from kts_resources.kafka.checkpoints import CheckpointError
-from kts_resources.kafka.logdir import LOG_SUFFIX, LogDir, parse_offset_file_name
-from kts_resources.resources import KafkaLogDirsResource
-from kts_resources.tiers import newest_eligible_base_offset
+from kts_assets.sensors.cursor import REQUESTED, decode_cursor_maps, encode_cursor
+from kts_assets.sizes import human_bytes
+from kts_resources.kafka.checkpoints import CheckpointError, read_partition_metadata
+from kts_resources.kafka.logdir import LOG_SUFFIX, LogDir, offset_file_name, parse_offset_file_name
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
+from kts_resources.tiers import copy_lag_base_offsets, newest_eligible_base_offset
+
+if TYPE_CHECKING:
+    from kts_resources.metadata.store import PartitionState
+    from kts_resources.remote_log import TopicIdPartition
 
 # Runs started per tick, at most; the rest wait for the next tick (their cursor entries are not
 # advanced), so a burst of rolls never launches more than this many Spark applications at once.
 MAX_RUNS_PER_TICK = 10
+# Copy-lag observations per tick, at most (each is an event the daemon writes); the rest are
+# reported on later ticks, their cursor entries left as they were.
+MAX_LAG_OBSERVATIONS_PER_TICK = 1000
+# The cursor's maps of the copy lag last reported per partition.
+LAG_SEGMENTS, LAG_BYTES = "copy_lag_segments", "copy_lag_bytes"
 
 
 # --- the newest eligible segment from file names and checkpoints (no Dagster) ---------------------
@@ -64,6 +81,8 @@ class RollSurvey:
     """What one pass over the log dirs found for the known partitions."""
 
     eligible: dict[str, int] = field(default_factory=dict)  # key → newest eligible base offset
+    base_offsets: dict[str, list[int]] = field(default_factory=dict)  # key → its segments' base offsets
+    directories: dict[str, str] = field(default_factory=dict)  # key → its partition directory
     checked: int = 0  # known partitions whose directory was listed
     not_found: list[str] = field(default_factory=list)  # known, but in no log dir
     without_checkpoints: int = 0  # listed, but missing from the HW or recovery-point checkpoint
@@ -98,11 +117,13 @@ def survey_log_dirs(log_dirs: Iterable[Path], known_keys: Iterable[str]) -> Roll
             continue
         for key in here:
             pending.discard(key)
+            directory = os.path.join(path, key)
             try:
-                bases = segment_base_offsets(os.path.join(path, key))
+                bases = segment_base_offsets(directory)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # removed since the log dir was listed
             survey.checked += 1
+            survey.base_offsets[key], survey.directories[key] = bases, directory
             hw, rp = high_watermarks.get(key), recovery_points.get(key)
             if hw is None or rp is None:
                 survey.without_checkpoints += 1
@@ -112,6 +133,57 @@ def survey_log_dirs(log_dirs: Iterable[Path], known_keys: Iterable[str]) -> Roll
                 survey.eligible[key] = base
     survey.not_found = sorted(pending)
     return survey
+
+
+# --- copy lag from the survey (no Dagster) ---------------------------------------------------------
+
+
+def highest_copied_offsets(survey: RollSurvey, states: Mapping["TopicIdPartition", "PartitionState"]) -> dict[str, int]:
+    """Each surveyed partition's highest copied offset (−1: nothing copied) from the store's
+    partition states. A name the store knows under several topic ids (a topic deleted and
+    re-created) is resolved by the partition's own ``partition.metadata``; unreadable, left out."""
+    by_name: dict[TopicPartition, list[tuple[object, int]]] = {}
+    for tip, state in states.items():
+        by_name.setdefault(tip.topic_partition, []).append((tip.topic_id, state.highest_copied_offset))
+    offsets: dict[str, int] = {}
+    for key, directory in survey.directories.items():
+        candidates = by_name.get(_topic_partition(key), [])
+        if len(candidates) <= 1:
+            offsets[key] = candidates[0][1] if candidates else -1
+            continue
+        try:
+            topic_id = read_partition_metadata(os.path.join(directory, "partition.metadata")).topic_id
+        except (OSError, ValueError):
+            continue
+        offsets[key] = next((offset for tid, offset in candidates if tid == topic_id), -1)
+    return offsets
+
+
+def _topic_partition(key: str) -> TopicPartition:
+    topic, _, partition = key.rpartition("-")
+    return TopicPartition(topic, int(partition))
+
+
+def copy_lags(survey: RollSurvey, highest_copied: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """``key → (copy lag segments, copy lag bytes)``: the closed segments not yet copied
+    (``tiers.copy_lag_base_offsets``), their sizes from one ``stat`` each."""
+    lags = {}
+    for key, copied in highest_copied.items():
+        directory = survey.directories[key]
+        lagging = copy_lag_base_offsets(survey.base_offsets[key], copied)
+        size = 0
+        for base in lagging:
+            try:
+                size += os.stat(os.path.join(directory, offset_file_name(base, LOG_SUFFIX))).st_size
+            except FileNotFoundError:
+                pass  # deleted by the broker's retention since the listing
+        lags[key] = (len(lagging), size)
+    return lags
+
+
+def lag_observation(key: str, segments: int, size: int) -> dg.AssetObservation:
+    return dg.AssetObservation(asset_key=remote_segments.key, partition=key, metadata={
+        LAG_SEGMENTS: segments, LAG_BYTES: size, "copy_lag": f"{segments} segments, {human_bytes(size)}"})
 
 
 # --- the sensor -----------------------------------------------------------------------------------
@@ -155,16 +227,21 @@ def plan_roll_runs(
     job_name=COPY_JOB_NAME,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Requests copy runs, a few partition ranges at a time, for partitions that rolled eligible segments.",
+    description=(
+        "Requests copy runs, a few partition ranges at a time, for partitions that rolled eligible "
+        "segments, and records each partition's copy lag (as observations of remote_segments) whenever it changes."
+    ),
 )
-def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaLogDirsResource) -> dg.SensorResult:
+def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaLogDirsResource,
+                        metadata_store: MetadataStoreResource) -> dg.SensorResult:
     """Copy runs for the known partitions whose newest eligible segment is not yet requested."""
     known = list(context.instance.get_dynamic_partitions(topic_partitions.name))
     try:
-        previous, cursor_readable = decode_cursor(context.cursor), True
+        maps, cursor_readable = decode_cursor_maps(context.cursor), True
     except ValueError as e:
         context.log.warning(f"{e}; starting from an empty cursor (every partition with eligible segments is requested)")
-        previous, cursor_readable = {}, False
+        maps, cursor_readable = {}, False
+    previous = maps.get(REQUESTED, {})
     survey = survey_log_dirs(kafka_log_dirs.paths(), known)
     for problem in survey.unreadable_log_dirs:
         context.log.error(f"skipped a log dir this tick, checkpoint unreadable: {problem}")
@@ -173,12 +250,17 @@ def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Kaf
 
     plan = plan_roll_runs(known, survey.eligible, previous,
                           max_partitions_per_run=MAX_PARTITIONS_PER_RUN, max_runs=MAX_RUNS_PER_TICK)
+    observations, lag_maps = _observe_copy_lag(context, metadata_store, survey, known, maps)
     checked = (f"checked {survey.checked} of {len(known)} known partitions"
                f" ({len(survey.eligible)} with eligible segments, {survey.without_checkpoints} not yet checkpointed)")
+    unchanged = cursor_readable and plan.cursor == previous and all(lag_maps[name] == maps.get(name, {}) for name in lag_maps)
     # Unchanged, the cursor is handed back as it came: compressing 10,000 entries costs ~0.1 s.
-    cursor = context.cursor if cursor_readable and plan.cursor == previous else encode_cursor(plan.cursor)
+    cursor = context.cursor if unchanged else encode_cursor(plan.cursor, lag_maps)
+    if observations:
+        context.log.info(f"copy lag changed for {len(observations)} partitions")
     if not plan.batches:
-        return dg.SensorResult(skip_reason=f"no new eligible segments; {checked}", cursor=cursor)
+        return dg.SensorResult(skip_reason=None if observations else f"no new eligible segments; {checked}",
+                               cursor=cursor, asset_events=observations)
 
     requested = sum(len(b.keys) for b in plan.batches)
     context.log.info(f"{checked}; {plan.changed} gained eligible segments → {len(plan.batches)} runs"
@@ -186,4 +268,109 @@ def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Kaf
     return dg.SensorResult(
         run_requests=[range_run_request(b, tags={"kts/trigger": "segment_roll"}) for b in plan.batches],
         cursor=cursor,
+        asset_events=observations,
     )
+
+
+def _observe_copy_lag(context: dg.SensorEvaluationContext, metadata_store: MetadataStoreResource, survey: RollSurvey,
+                      known: Sequence[str], maps: Mapping[str, Mapping[str, int]]
+                      ) -> tuple[list[dg.AssetObservation], dict[str, dict[str, int]]]:
+    """Observations for the partitions whose copy lag differs from the cursor's, and the cursor's
+    lag maps after them. With the store unreachable the lag is not observed this tick (a warning),
+    and copy runs are still requested."""
+    known_set = set(known)
+    segments_seen = {k: v for k, v in maps.get(LAG_SEGMENTS, {}).items() if k in known_set}
+    bytes_seen = {k: v for k, v in maps.get(LAG_BYTES, {}).items() if k in known_set}
+    if not survey.directories:
+        return [], {LAG_SEGMENTS: segments_seen, LAG_BYTES: bytes_seen}
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from kts_resources.metadata.database import MetadataStoreMisconfigured, MetadataStoreUnavailable
+    from kts_resources.metadata.embedded import EmbeddedPostgresError
+
+    try:
+        states = metadata_store.store().partition_states()
+    except (MetadataStoreUnavailable, MetadataStoreMisconfigured, EmbeddedPostgresError, SQLAlchemyError) as e:
+        context.log.warning(f"copy lag not observed this tick: the metadata store is unavailable: {type(e).__name__}: {e}")
+        return [], {LAG_SEGMENTS: segments_seen, LAG_BYTES: bytes_seen}
+    observations = []
+    for key, (segments, size) in sorted(copy_lags(survey, highest_copied_offsets(survey, states)).items()):
+        if (segments_seen.get(key), bytes_seen.get(key)) == (segments, size):
+            continue
+        if len(observations) == MAX_LAG_OBSERVATIONS_PER_TICK:
+            break
+        observations.append(lag_observation(key, segments, size))
+        segments_seen[key], bytes_seen[key] = segments, size
+    return observations, {LAG_SEGMENTS: segments_seen, LAG_BYTES: bytes_seen}
+
+
+# --- `kts sync` moves the cursor for what it copied -------------------------------------------------
+
+# The code location's name, as workspace.yaml and `kts ui` name it: a sensor's stored state is
+# found by (location, repository, sensor name).
+CODE_LOCATION_NAME = "kts"
+
+
+def advance_roll_cursor(instance: dg.DagsterInstance, copied: Mapping[str, int]) -> None:
+    """Record ``copied`` (partition key → newest eligible base offset a pass copied through) in the
+    roll sensor's stored cursor, so that its next tick does not request those partitions again.
+
+    The stored state is the one the daemon keeps (``InstigatorState``, found by the sensor's
+    selector); with none yet (the daemon never ran on this instance), one is added as the daemon
+    itself would add it for a sensor running by default, cursor included. The copy lag the sensor
+    last reported is left as it was: the next tick reports what the pass changed."""
+    from dagster._core.definitions.selector import InstigatorSelector
+    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+    from dagster._core.scheduler.instigation import (
+        InstigatorState,
+        InstigatorStatus,
+        InstigatorType,
+        SensorInstigatorData,
+    )
+
+    if not copied:
+        return
+    name = segment_roll_sensor.name
+    selector_id = InstigatorSelector(location_name=CODE_LOCATION_NAME, repository_name=SINGLETON_REPOSITORY_NAME,
+                                     name=name).get_id()
+    states = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.selector_id == selector_id]
+    if not states:
+        state = InstigatorState(_roll_sensor_origin(), InstigatorType.SENSOR, InstigatorStatus.DECLARED_IN_CODE,
+                                SensorInstigatorData(min_interval=segment_roll_sensor.minimum_interval_seconds,
+                                                     cursor=_advanced(None, copied), sensor_type=segment_roll_sensor.sensor_type))
+        instance.add_instigator_state(state)
+        return
+    for state in states:
+        data = state.instigator_data
+        if not isinstance(data, SensorInstigatorData):
+            continue
+        instance.update_instigator_state(state.with_data(data._replace(cursor=_advanced(data.cursor, copied))))
+
+
+def _advanced(cursor: str | None, copied: Mapping[str, int]) -> str:
+    try:
+        maps = decode_cursor_maps(cursor)
+    except ValueError:
+        maps = {}  # unreadable: the sensor would start over anyway
+    requested = {**maps.pop(REQUESTED, {}), **copied}
+    return encode_cursor(requested, maps)
+
+
+def _roll_sensor_origin():
+    """The origin `dagster dev` gives the sensor when it loads workspace.yaml (a managed gRPC
+    server on this interpreter running ``kts_assets.definitions``); the daemon finds the state by
+    its selector (location, repository and sensor name), which this origin carries."""
+    import sys
+
+    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+    from dagster._core.remote_origin import (
+        ManagedGrpcPythonEnvCodeLocationOrigin,
+        RemoteInstigatorOrigin,
+        RemoteRepositoryOrigin,
+    )
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(
+        LoadableTargetOrigin(executable_path=sys.executable, module_name="kts_assets.definitions"),
+        location_name=CODE_LOCATION_NAME)
+    return RemoteInstigatorOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), segment_roll_sensor.name)
