@@ -13,6 +13,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
     AssetCheckEvaluationTargetMaterializationData,
 )
 
+import kts_assets.dagster_warnings  # noqa: F401 - before the definitions below use those APIs
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import one_line

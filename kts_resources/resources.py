@@ -31,13 +31,15 @@ def _split_paths(raw: str) -> list[Path]:
 
 # Every resource's fields are overrides (tests, a deployment's own Definitions); an empty field
 # means settings.py's value, read when the resource is used: the CLI and `dagster dev` agree.
+# A resource class's docstring is its description in the Dagster UI, rendered as markdown: single
+# backticks there, and no <angle brackets>.
 
 
 class KafkaLogDirsResource(dg.ConfigurableResource):
-    """The broker log dirs kts reads (``KTS_LOG_DIRS``), and which of them kts owns
-    (``KTS_OWNED_LOG_DIRS``); empty fields take ``settings.log_dirs()`` / ``settings.owned_log_dirs()``.
+    """The broker log dirs kts reads (`KTS_LOG_DIRS`), and which of them kts owns
+    (`KTS_OWNED_LOG_DIRS`); empty fields take `settings.log_dirs()` / `settings.owned_log_dirs()`.
 
-    kts never edits files in a dir a live broker owns; ``owned_log_dirs`` names the dirs it may
+    kts never edits files in a dir a live broker owns; `owned_log_dirs` names the dirs it may
     apply local retention to (a stopped broker, a mirror, a staging area).
     """
 
@@ -68,12 +70,12 @@ _stores_lock = threading.Lock()
 
 
 class MetadataStoreResource(dg.ConfigurableResource):
-    """The remote log metadata store; an empty ``database_url`` takes ``KTS_DATABASE_URL`` (through
-    ``settings``), else the embedded PostgreSQL. Left empty in the Definitions, a URL's password never
+    """The remote log metadata store; an empty `database_url` takes `KTS_DATABASE_URL` (through
+    `settings`), else the embedded PostgreSQL. Left empty in the Definitions, a URL's password never
     shows in the run config.
 
     One store (one connection pool, migrated once) per process and URL: every step and check of a
-    run, and every run of an in-process ``kts sync``, shares it.
+    run, and every run of an in-process `kts sync`, shares it.
     """
 
     database_url: str = ""
@@ -134,9 +136,9 @@ def __getattr__(name: str) -> Any:
 
 
 class RemoteTierResource(dg.ConfigurableResource):
-    """The remote tier (``KTS_REMOTE_URI``: ``file:///path``, default ``KTS_HOME/remote``, or
-    ``s3://bucket/prefix``; ``KTS_S3_ENDPOINT_URL`` for S3-compatible stores); empty fields take
-    ``settings.remote_uri()`` / ``settings.s3_endpoint_url()``."""
+    """The remote tier (`KTS_REMOTE_URI`: `file:///path`, default `KTS_HOME/remote`, or
+    `s3://bucket/prefix`; `KTS_S3_ENDPOINT_URL` for S3-compatible stores); empty fields take
+    `settings.remote_uri()` / `settings.s3_endpoint_url()`."""
 
     remote_uri: str = ""
     s3_endpoint_url: str = ""
@@ -161,7 +163,7 @@ class RemoteTierResource(dg.ConfigurableResource):
 
 
 class CopyQuotaResource(dg.ConfigurableResource):
-    """KIP-956's copy quota (``remote.log.manager.copy.*``); -1 is unbounded, as Kafka's default.
+    """KIP-956's copy quota (`remote.log.manager.copy.*`); -1 is unbounded, as Kafka's default.
 
     Samples live in the metadata store's database, so every run copying at once shares one rate.
     """
@@ -193,9 +195,9 @@ class CopyQuotaResource(dg.ConfigurableResource):
 
 
 class KtsPySparkResource(PySparkResource):
-    """dagster-pyspark's session with kts's settings (``KTS_SPARK_MASTER``, no UI, quiet logs).
+    """dagster-pyspark's session with kts's settings (`KTS_SPARK_MASTER`, no UI, quiet logs).
 
-    ``getOrCreate`` keeps one JVM per process: every Spark step of a run shares it.
+    `getOrCreate` keeps one JVM per process: every Spark step of a run shares it.
     """
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:

@@ -112,26 +112,31 @@ def test_local_segments_stores_the_inventory_and_reports_the_partitions_offsets(
     assert parquet.is_dir() and parquet.is_relative_to(kts_home) and any(parquet.glob("*.parquet"))
     from pyspark.sql import SparkSession
 
-    rows = SparkSession.builder.getOrCreate().read.parquet(str(parquet)).collect()  # the run's own session
+    stored = SparkSession.builder.getOrCreate().read.parquet(str(parquet))  # the run's own session
+    rows = stored.collect()
     assert sorted(r.base_offset for r in rows) == [s.base_offset for s in segments]
+    # The UI's table view: the Parquet files' own columns and the partition's row count.
+    assert [c.name for c in md["dagster/column_schema"].columns] == stored.columns
+    assert md["dagster/row_count"] == len(rows)
+    assert "KiB local" in md["size"]
 
 
 def test_a_second_inventory_scans_only_what_is_new_or_active_unless_asked_to_rescan(log_dir, pg_url, tmp_path, kts_home, instance):
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
 
-    def inventory(**config):
+    def inventory(**config) -> tuple[int, int]:
+        """(segments scanned, segments unchanged): run totals, so on the run (its tags), not on the partition."""
         run_config = {"ops": {"local_segments": {"config": config}}} if config else None
         result = dg.materialize([local_segments], partition_key="orders-0", instance=instance, resources=resources, run_config=run_config)
         assert result.success
-        return result.asset_materializations_for_node("local_segments")[-1].metadata
+        assert "segments_scanned" not in result.asset_materializations_for_node("local_segments")[-1].metadata
+        tags = instance.get_run_by_id(result.run_id).tags
+        return int(tags["kts/segments_scanned"]), int(tags["kts/segments_unchanged"])
 
     segments = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0").segments()
-    first = inventory()
-    assert (first["segments_scanned"].value, first["segments_unchanged"].value) == (len(segments), 0)
-    second = inventory()
-    assert (second["segments_scanned"].value, second["segments_unchanged"].value) == (1, len(segments) - 1)  # the active one
-    scrub = inventory(rescan_unchanged=True)
-    assert (scrub["segments_scanned"].value, scrub["segments_unchanged"].value) == (len(segments), 0)
+    assert inventory() == (len(segments), 0)
+    assert inventory() == (1, len(segments) - 1)  # the active one
+    assert inventory(rescan_unchanged=True) == (len(segments), 0)
 
 
 def test_remote_segments_copies_exactly_the_eligible_segments_and_reports_both_tiers(log_dir, pg_url, tmp_path, kts_home, instance):
@@ -199,6 +204,10 @@ def test_one_run_scans_and_copies_many_partitions_in_one_spark_step(log_dir, pg_
     local = partition_metadata(result, "local_segments")
     remote = partition_metadata(result, "remote_segments")
     assert set(local) == set(remote) == set(KEYS)
+    # Run totals are the run's (its tags), never repeated on each partition.
+    assert not any("partitions_in_run" in md for md in [*local.values(), *remote.values()])
+    tags = instance.get_run_by_id(result.run_id).tags
+    assert tags["kts/partitions_in_run"] == str(len(KEYS)) and tags["kts/partitions_failed"] == "0"
     for key in KEYS:
         wanted = eligible(log_dir, key)
         assert remote[key]["remote_bytes"] == remote[key]["copied_bytes"] == sum(s.log.stat().st_size for s in wanted)

@@ -374,6 +374,61 @@ def test_the_repository_has_the_copy_job_both_sensors_and_the_reconcile_schedule
                         "cronSchedule": "15 * * * *", "defaultStatus": "RUNNING"}
 
 
+DESCRIPTIONS = """
+query Descriptions($selector: RepositorySelector!) {
+  repositoryOrError(repositorySelector: $selector) {
+    __typename
+    ... on Repository {
+      jobs { name description }
+      sensors { name description }
+      schedules { name description }
+      allTopLevelResourceDetails { name description }
+    }
+  }
+  assetNodes {
+    assetKey { path }
+    description
+    opVersion
+    kinds
+    owners { __typename ... on TeamAssetOwner { team } ... on UserAssetOwner { email } }
+  }
+}
+"""
+
+
+def _markdown_safe(text: str) -> bool:
+    """No RST double backticks and no <word> that markdown would swallow as an HTML tag."""
+    import re
+
+    return "``" not in text and not re.search(r"<[A-Za-z][^>]*>", text)
+
+
+def test_every_job_sensor_schedule_resource_and_asset_has_a_markdown_safe_description(webserver):
+    data = webserver.graphql(DESCRIPTIONS, {"selector": {"repositoryName": REPOSITORY, "repositoryLocationName": LOCATION}})
+    repository = data["repositoryOrError"]
+    assert repository["__typename"] == "Repository", repository
+    described = {f"{kind} {item['name']}": item["description"]
+                 for kind in ("jobs", "sensors", "schedules", "allTopLevelResourceDetails")
+                 for item in repository[kind] if not item["name"].startswith("__")}
+    described.update({f"asset {'/'.join(n['assetKey']['path'])}": n["description"] for n in data["assetNodes"]})
+    assert {"sensors partition_discovery_sensor", "sensors segment_roll_sensor", "jobs copy_job",
+            "schedules reconcile_schedule", "allTopLevelResourceDetails pyspark",
+            "allTopLevelResourceDetails metadata_store"} <= set(described)
+    for name, description in described.items():
+        assert description and description.strip(), f"{name} has no description"
+        assert _markdown_safe(description), f"{name}: {description!r}"
+    assert "{topic}-{partition}" in described["sensors partition_discovery_sensor"]
+
+
+def test_the_assets_carry_owners_kinds_and_code_versions(webserver):
+    nodes = _by_key(webserver.graphql(DESCRIPTIONS, {"selector": {"repositoryName": REPOSITORY,
+                                                                 "repositoryLocationName": LOCATION}})["assetNodes"])
+    for name, node in nodes.items():
+        assert node["owners"] == [{"__typename": "TeamAssetOwner", "team": "kts"}], name
+        assert node["opVersion"], name
+    assert "postgres" in nodes["remote_segments"]["kinds"]  # its metadata goes to the store's PostgreSQL
+
+
 def test_one_sync_shows_every_partition_of_both_assets_materialized(webserver):
     nodes = _by_key(webserver.graphql(MATERIALIZATIONS)["assetNodes"])
     assert sorted(nodes) == ["local_segments", "remote_segments"]

@@ -6,9 +6,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import dagster as dg
 
+import kts_assets.dagster_warnings  # noqa: F401 - before the definitions below use those APIs
+from kts_assets.assets.reporting import OWNERS, record_run_totals
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
+from kts_assets.sizes import human_bytes
 from kts_resources.copier import PARALLEL_PARTITIONS, PartitionCopyResult, copy_partition
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import (
@@ -18,6 +21,10 @@ from kts_resources.tiers import (
     partition_tiers,
     topic_id_disagreements,
 )
+
+
+# Bumped when what a copy writes (objects, metadata) changes meaning.
+COPY_CODE_VERSION = "1"
 
 
 class RemoteSegmentsConfig(dg.Config):
@@ -38,8 +45,10 @@ TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark",
     backfill_policy=dg.BackfillPolicy.single_run(),
     deps=[local_segments],
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
-    kinds={"kafka", "s3"},
+    kinds={"kafka", "s3", "postgres"},  # segments to the tier, their metadata to the store's PostgreSQL
     group_name="tiering",
+    owners=OWNERS,
+    code_version=COPY_CODE_VERSION,
     description=(
         "Eligible segments (closed, wholly below min(high watermark, recovery point)) copied to the "
         "remote tier with their indexes, snapshot and epoch lineage, COPY_SEGMENT_FINISHED in the "
@@ -106,6 +115,8 @@ def remote_segments(
                 **{name: value for name, value in dataclasses.asdict(partition_tiers(loc, store)).items()
                    if name in TIER_METADATA},
             }
+            metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes']))} remote, {human_bytes(result.copied_bytes)} "
+                                f"copied by this run, {human_bytes(int(metadata['copy_lag_bytes']))} lagging")
             if result.stopped:
                 metadata["copy_error"] = result.stopped
             if result.skipped:
@@ -115,4 +126,6 @@ def remote_segments(
         # Nothing worked (the store or the bucket is down): fail, so the RetryPolicy tries again.
         raise dg.Failure(f"the copy pass failed for every partition of the run: {', '.join(failed[:20])}")
     context.log.info(f"copied {copied_total} segments over {len(located)} partitions ({len(failed)} failed)")
-    return dg.MaterializeResult(metadata={"partitions_in_run": len(keys), "partitions_failed": len(failed)})
+    # Run totals go on the run, not on every partition the run materialises.
+    record_run_totals(context, {"partitions_in_run": len(keys), "partitions_failed": len(failed)})
+    return dg.MaterializeResult()

@@ -8,11 +8,24 @@ import shutil
 
 import dagster as dg
 
+import kts_assets.dagster_warnings  # noqa: F401 - before the definitions below use those APIs
+from kts_assets.assets.reporting import OWNERS, record_run_totals
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
+from kts_assets.sizes import human_bytes
 from kts_resources.inventory import inventory_path, inventory_root, publish
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
 from kts_resources.tiers import eligible_segments, locate_partitions, partition_tiers, segment_bytes
+
+
+# Bumped when the inventory's columns or meaning change (Dagster shows materialisations made by
+# other code versions as out of date).
+INVENTORY_CODE_VERSION = "1"
+
+
+def table_schema(schema) -> dg.TableSchema:
+    """A Spark ``StructType`` as the ``dagster/column_schema`` the UI shows for a table."""
+    return dg.TableSchema(columns=[dg.TableColumn(field.name, field.dataType.simpleString()) for field in schema.fields])
 
 
 class LocalSegmentsConfig(dg.Config):
@@ -29,9 +42,11 @@ class LocalSegmentsConfig(dg.Config):
     pool="spark",
     kinds={"spark", "kafka", "parquet"},
     group_name="tiering",
+    owners=OWNERS,
+    code_version=INVENTORY_CODE_VERSION,
     description=(
         "Inventory of each partition's local segments (offsets, sizes, epochs, CRC status), scanned by "
-        "Spark and stored as Parquet under KTS_HOME/inventory/local_segments/<partition>.parquet. "
+        "Spark and stored as Parquet under `KTS_HOME/inventory/local_segments/{partition}.parquet`. "
         "Offsets follow KIP-405: Lx = local_log_start_offset, Ly = high_watermark, Lz = log_end_offset."
     ),
 )
@@ -61,6 +76,8 @@ def local_segments(
     inventory = inventory.withColumn("partition_key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string")))
     inventory = inventory.cache()
     rows = inventory.drop("leader_epochs", "path").collect()
+    # The columns of each partition's Parquet files: partition_key names their directory instead.
+    columns = table_schema(inventory.drop("partition_key").schema)
 
     # One Spark write for the whole run, split into one Parquet directory per partition key.
     root = inventory_root()
@@ -85,10 +102,15 @@ def local_segments(
         unhealthy = [r for r in seg_rows if r.health != "ok"]
         for r in unhealthy:
             context.log.error(f"{key}: segment {r.base_offset} is {r.health} ({r.crc_failures} batches fail their CRC)")
+        local_bytes = sum(r.size_bytes for r in seg_rows)
+        eligible_bytes = segment_bytes(eligible)
         context.add_asset_metadata(
             {
                 "segments": len(seg_rows),
-                "local_bytes": sum(r.size_bytes for r in seg_rows),
+                "dagster/row_count": len(seg_rows),
+                "dagster/column_schema": columns,
+                "local_bytes": local_bytes,
+                "size": f"{human_bytes(local_bytes)} local, {human_bytes(eligible_bytes)} eligible for the remote tier",
                 "records": sum(r.record_count for r in seg_rows),
                 "crc_failures": crc_failures,
                 "unhealthy_segments": len(unhealthy),
@@ -97,7 +119,7 @@ def local_segments(
                 "high_watermark": offsets.high_watermark,
                 "log_end_offset": offsets.log_end_offset,
                 "eligible_segments": len(eligible),
-                "eligible_bytes": segment_bytes(eligible),
+                "eligible_bytes": eligible_bytes,
                 "owned_log_dir": loc.owned,
                 "inventory": dg.MetadataValue.path(str(inventory_path(key))),
             },
@@ -106,5 +128,7 @@ def local_segments(
     shutil.rmtree(staging, ignore_errors=True)
     context.log.info(f"inventoried {len(rows)} segments of {len(located)} partitions in one Spark job: "
                      f"{len(rows) - kept} scanned, {kept} unchanged since the last inventory")
-    return dg.MaterializeResult(metadata={"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept,
-                                          "segments_unchanged": kept})
+    # Run totals go on the run, not on every partition the run materialises.
+    record_run_totals(context, {"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept,
+                                "segments_unchanged": kept})
+    return dg.MaterializeResult()

@@ -8,7 +8,15 @@ from kts_assets.partitions import topic_partitions
 from kts_resources.resources import KafkaLogDirsResource
 
 
-@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    # Given, not the docstring: the UI renders descriptions as markdown.
+    description=(
+        "Adds a partition of topic_partitions for every partition directory (`{topic}-{partition}`) in the "
+        "broker log dirs, and warns about partitions no longer in any log dir (their history is kept)."
+    ),
+)
 def partition_discovery_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaLogDirsResource) -> dg.SensorResult:
     """Adds a partition for every ``<topic>-<partition>`` dir in the log dirs; reports vanished ones.
 

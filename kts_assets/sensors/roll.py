@@ -32,9 +32,9 @@ from kts_assets.jobs import COPY_JOB_NAME
 from kts_assets.partitions import topic_partitions
 from kts_assets.sensors.cursor import REQUESTED, decode_cursor_maps, encode_cursor
 from kts_assets.sizes import human_bytes
-from kts_resources.kafka.checkpoints import CheckpointError, read_partition_metadata
+from kts_resources.kafka.checkpoints import PARTITION_METADATA, CheckpointError, read_partition_metadata
 from kts_resources.kafka.logdir import LOG_SUFFIX, LogDir, offset_file_name, parse_offset_file_name
-from kts_resources.kafka.partition import TopicPartition
+from kts_resources.kafka.partition import TopicPartition, parse_topic_partition
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 from kts_resources.tiers import copy_lag_base_offsets, newest_eligible_base_offset
 
@@ -147,21 +147,16 @@ def highest_copied_offsets(survey: RollSurvey, states: Mapping["TopicIdPartition
         by_name.setdefault(tip.topic_partition, []).append((tip.topic_id, state.highest_copied_offset))
     offsets: dict[str, int] = {}
     for key, directory in survey.directories.items():
-        candidates = by_name.get(_topic_partition(key), [])
+        candidates = by_name.get(parse_topic_partition(key), [])
         if len(candidates) <= 1:
             offsets[key] = candidates[0][1] if candidates else -1
             continue
         try:
-            topic_id = read_partition_metadata(os.path.join(directory, "partition.metadata")).topic_id
+            topic_id = read_partition_metadata(os.path.join(directory, PARTITION_METADATA)).topic_id
         except (OSError, ValueError):
             continue
         offsets[key] = next((offset for tid, offset in candidates if tid == topic_id), -1)
     return offsets
-
-
-def _topic_partition(key: str) -> TopicPartition:
-    topic, _, partition = key.rpartition("-")
-    return TopicPartition(topic, int(partition))
 
 
 def copy_lags(survey: RollSurvey, highest_copied: Mapping[str, int]) -> dict[str, tuple[int, int]]:
@@ -256,15 +251,15 @@ def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Kaf
     unchanged = cursor_readable and plan.cursor == previous and all(lag_maps[name] == maps.get(name, {}) for name in lag_maps)
     # Unchanged, the cursor is handed back as it came: compressing 10,000 entries costs ~0.1 s.
     cursor = context.cursor if unchanged else encode_cursor(plan.cursor, lag_maps)
-    if observations:
-        context.log.info(f"copy lag changed for {len(observations)} partitions")
+    observed = f"; copy lag changed for {len(observations)} partitions" if observations else ""
     if not plan.batches:
-        return dg.SensorResult(skip_reason=None if observations else f"no new eligible segments; {checked}",
+        return dg.SensorResult(skip_reason=f"no new eligible segments; {checked}{observed}",
                                cursor=cursor, asset_events=observations)
 
     requested = sum(len(b.keys) for b in plan.batches)
     context.log.info(f"{checked}; {plan.changed} gained eligible segments → {len(plan.batches)} runs"
-                     f" over {requested} partitions" + (f", {plan.deferred} deferred to the next tick" if plan.deferred else ""))
+                     f" over {requested} partitions" + (f", {plan.deferred} deferred to the next tick" if plan.deferred else "")
+                     + observed)
     return dg.SensorResult(
         run_requests=[range_run_request(b, tags={"kts/trigger": "segment_roll"}) for b in plan.batches],
         cursor=cursor,
