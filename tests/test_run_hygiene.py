@@ -256,3 +256,12 @@ def test_a_run_worker_killed_in_its_spark_step_is_failed_by_the_dead_run_sensor_
 
     after = kts(env, "sync")
     assert after.returncode == 0, after.stderr[-3000:]
+
+
+def test_copy_job_runs_its_steps_in_one_process_so_a_run_starts_one_spark_session():
+    """A daemon-launched copy run pays one JVM, as `kts sync` does: the inventory step and the CRC
+    check share the run's process, and so its Spark session."""
+    from kts_assets.definitions import defs
+    from kts_assets.jobs import COPY_JOB_NAME
+
+    assert defs.resolve_job_def(COPY_JOB_NAME).executor_def is dg.in_process_executor
