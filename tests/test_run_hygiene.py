@@ -265,3 +265,13 @@ def test_copy_job_runs_its_steps_in_one_process_so_a_run_starts_one_spark_sessio
     from kts_assets.jobs import COPY_JOB_NAME
 
     assert defs.resolve_job_def(COPY_JOB_NAME).executor_def is dg.in_process_executor
+
+
+def test_loading_the_definitions_prints_no_dagster_beta_or_preview_warning():
+    """`dagster dev` loads the code location over and over: kts's deliberate use of beta/preview
+    APIs must not fill its log (other warnings still show)."""
+    probe = ("import warnings; warnings.simplefilter('always'); "
+             "import kts_assets.definitions")
+    done = subprocess.run([sys.executable, "-W", "always", "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "BetaWarning" not in done.stderr and "PreviewWarning" not in done.stderr, done.stderr[-2000:]

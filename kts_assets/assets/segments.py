@@ -32,7 +32,7 @@ class LocalSegmentsConfig(dg.Config):
     group_name="tiering",
     description=(
         "Inventory of each partition's local segments (offsets, sizes, epochs, CRC status), scanned by "
-        "Spark and stored as Parquet under KTS_HOME/inventory/local_segments/<partition>.parquet. "
+        "Spark and stored as Parquet under `KTS_HOME/inventory/local_segments/TOPIC-PARTITION.parquet`. "
         "Offsets follow KIP-405: Lx = local_log_start_offset, Ly = high_watermark, Lz = log_end_offset."
     ),
 )
