@@ -10,6 +10,7 @@ import dagster as dg
 
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
+from kts_resources.kafka.errors import shown
 from kts_assets.run_hygiene import record_run_worker
 from kts_resources.inventory import inventory_path, inventory_root, key_digest, publish
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
@@ -53,7 +54,17 @@ def local_segments(
         context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, partition_key=key)
 
     spark = pyspark.spark_session
-    listed = {key: loc.partition.segments() for key, loc in located.items()}
+    listed = {}
+    for key, loc in list(located.items()):
+        # One partition dir that cannot be listed (permissions, a file in its place) fails alone:
+        # its copy fails and names it; every other partition of the run is scanned.
+        try:
+            listed[key] = loc.partition.segments()
+        except OSError as e:
+            del located[key]
+            problem = f"{shown(loc.partition.path)}: cannot be listed: {e.strerror or e}"
+            context.log.error(f"{key}: {problem}")
+            context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, partition_key=key)
     earlier = [path for path in map(inventory_path, located) if path.is_dir()]
     previous = {}
     if earlier and not config.rescan_unchanged:
