@@ -58,15 +58,19 @@ def build_spark_session(app_name: str = "kts", master: str | None = None, extra:
     if mode == CLASSIC:
         return _classic_session(app_name, master or settings.spark_classic_master(), extra)
     if mode == REMOTE:
-        return connect_session(remote or settings.spark_remote(), ship_code=True)
+        return connect_session(remote or settings.spark_remote(), embedded=False)
     from kts_resources import spark_connect
 
-    return connect_session(spark_connect.ensure_running().url, ship_code=False)
+    return connect_session(spark_connect.ensure_running().url, embedded=True)
 
 
 def _classic_session(app_name: str, master: str | None, extra: dict[str, str] | None) -> "SparkSession":
     from pyspark.sql import SparkSession
 
+    if not _connect_sessions:
+        # Inherited from a parent that used Spark Connect: PySpark would take this process for a
+        # Connect client too (it allows one kind of session per process).
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     conf = spark_conf(master, extra)
     if conf["spark.master"].startswith("local"):
         # Local workers must run this interpreter (kts's virtualenv), not whatever python3 is on
@@ -86,10 +90,14 @@ _connect_sessions: dict[str, "SparkSession"] = {}
 _connect_lock = threading.Lock()
 
 
-def connect_session(url: str, *, ship_code: bool) -> "SparkSession":
-    """A Spark Connect session on ``url``, made once per process and endpoint. ``ship_code`` adds
-    kts_resources as a Python artifact, so a cluster's executors import kts's per-segment code (the
-    embedded server's workers run kts's own virtualenv and need nothing shipped)."""
+def connect_session(url: str, *, embedded: bool) -> "SparkSession":
+    """A Spark Connect session on ``url``, made once per process and endpoint.
+
+    A cluster's session (``embedded`` false) gets kts_resources as a Python artifact, so its
+    executors import kts's per-segment code; the embedded server's workers run kts's own
+    virtualenv and need nothing shipped. The embedded server is on loopback: when it stops
+    answering it is gone (killed, stopped), so a call fails in seconds, not after the client's
+    default ten minutes of retries, and the next run starts a fresh server."""
     from pyspark.sql import SparkSession
 
     with _connect_lock:
@@ -97,7 +105,11 @@ def connect_session(url: str, *, ship_code: bool) -> "SparkSession":
         if session is None or session.is_stopped:
             # create(), not getOrCreate(): the latter hands back any default session, whatever its endpoint.
             session = SparkSession.builder.remote(url).create()
-            if ship_code:
+            if embedded:
+                from pyspark.sql.connect.client.retries import DefaultPolicy
+
+                session.client.set_retry_policies([DefaultPolicy(max_retries=3, max_backoff=1000)])
+            else:
                 artifact = _code_artifact()
                 try:
                     session.addArtifacts(str(artifact), pyfile=True)
@@ -108,12 +120,13 @@ def connect_session(url: str, *, ship_code: bool) -> "SparkSession":
 
 
 def forget_connect_sessions() -> None:
-    """Drop (and close) this process's Connect sessions, e.g. after the embedded server was replaced."""
+    """Drop this process's Connect sessions and close their channels (no call to the server: one
+    may be gone, and the client would retry it for minutes; the server expires idle sessions)."""
     with _connect_lock:
         for session in _connect_sessions.values():
             try:
-                session.stop()
-            except Exception:  # a session on a dead server has nothing left to close
+                session.client.close()
+            except Exception:  # a channel already closed has nothing left to close
                 pass
         _connect_sessions.clear()
 

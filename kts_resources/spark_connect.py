@@ -103,6 +103,9 @@ def stop(home: Path | None = None, *, timeout_s: float = 30.0) -> bool:
         while _alive(server.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         _signal_group(server.pid, signal.SIGKILL)  # the workers too, whatever the JVM left behind
+        deadline = time.monotonic() + 10
+        while _group_alive(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         stopped = True
     (home / STATE_FILE).unlink(missing_ok=True)
     return stopped
@@ -186,3 +189,15 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` still runs (zombies waiting to be reaped do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

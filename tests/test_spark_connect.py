@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import time
 import pytest
 
 from kts_resources import spark_connect
-from kts_resources.spark import EMBEDDED, connect_session, spark_mode
+from kts_resources.spark import EMBEDDED, build_spark_session, forget_connect_sessions, spark_mode
 from tests.conftest import REPO_ROOT
 
 # Each test here starts servers of its own (a KTS_HOME each), not the session's.
@@ -47,14 +46,6 @@ def accepts_connections(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_neither_remote_nor_master_means_the_embedded_server(monkeypatch):
     monkeypatch.delenv("KTS_SPARK_REMOTE", raising=False)
     monkeypatch.delenv("KTS_SPARK_MASTER", raising=False)
@@ -79,34 +70,48 @@ def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop
         # Nothing listens beyond loopback: every port the server holds is bound to 127.0.0.1.
         listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
         ours = [line for line in listening if f"pid={server.pid}," in line]
-        assert ours and all("127.0.0.1:" in line.split()[3] for line in ours), ours
+        assert ours and all(line.split()[3].rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]") for line in ours), ours
 
         stopped = kts(home, "services", "stop")
         assert stopped.returncode == 0 and "spark-connect" in stopped.stdout, stopped.stderr
         assert not accepts_connections(server.port)
-        assert not process_group_alive(server.pid)  # the JVM and the Python workers it forked
+        assert not spark_connect._group_alive(server.pid)  # the JVM and the Python workers it forked
         assert spark_connect.recorded(home / "spark-connect") is None
     finally:
         spark_connect.stop(home / "spark-connect")
 
 
-def test_a_killed_server_is_listed_stale_and_the_next_use_starts_a_fresh_one(tmp_path, monkeypatch):
+def test_a_server_killed_mid_job_fails_the_job_in_seconds_and_the_next_use_starts_a_fresh_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("KTS_HOME", str(tmp_path / "kts-home"))
+    monkeypatch.delenv("KTS_SPARK_REMOTE", raising=False)
+    monkeypatch.delenv("KTS_SPARK_MASTER", raising=False)
     home = tmp_path / "kts-home" / "spark-connect"
+
+    def kill_own_server(batches):  # defined here: pickled by value, the worker cannot import tests/
+        import os
+        import signal
+
+        os.killpg(os.getpgid(0), signal.SIGKILL)  # the worker is in the server's process group
+        yield from batches
+
     try:
-        first = spark_connect.ensure_running(home, master="local[1]")
-        assert connect_session(first.url, ship_code=False).range(3).count() == 3
-        os.killpg(first.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while spark_connect.running(home) is not None and time.monotonic() < deadline:
-            time.sleep(0.2)
+        spark = build_spark_session()
+        first = spark_connect.running(home)
+        assert first is not None and spark.range(3).count() == 3
+        started = time.monotonic()
+        with pytest.raises(Exception):
+            spark.range(0, 2, 1, numPartitions=1).mapInArrow(kill_own_server, "id long").collect()
+        assert time.monotonic() - started < 90  # not the client's default ten minutes of retries
         assert spark_connect.running(home) is None
         listed = json.loads(kts(home.parent, "services", "--json").stdout)
         assert [(s["kind"], s["state"], s["pid"]) for s in listed] == [("spark-connect", "stale", first.pid)]
 
-        second = spark_connect.ensure_running(home, master="local[1]")
-        assert second.pid != first.pid
-        assert connect_session(second.url, ship_code=False).range(5).count() == 5
+        again = build_spark_session()
+        second = spark_connect.running(home)
+        assert second is not None and second.pid != first.pid
+        assert again.range(5).count() == 5
     finally:
+        forget_connect_sessions()
         spark_connect.stop(home)
 
 
