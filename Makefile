@@ -7,7 +7,7 @@ DEMO_DIR ?= $(CURDIR)/.kts/demo-logs
 export KTS_HOME ?= $(CURDIR)/.kts
 export KTS_LOG_DIRS ?= $(DEMO_DIR)
 
-.PHONY: setup demo test bench
+.PHONY: setup demo ui test bench
 
 setup: $(VENV)/.installed
 
@@ -23,6 +23,10 @@ demo: setup
 	$(KTS) segments $(DEMO_DIR)/orders-0
 	$(KTS) index verify $(DEMO_DIR)/orders-0/00000000000000000000.log
 	$(KTS) dump $(DEMO_DIR)/orders-0/00000000000000000000.log --records | head -n 20
+
+# The Dagster UI (webserver + daemon) on the demo's instance and environment: http://127.0.0.1:3000
+ui: setup
+	$(KTS) ui --port $(or $(PORT),3000)
 
 test: setup
 	$(VENV)/bin/python -m pytest

@@ -15,6 +15,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
 
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.segments import local_segments
+from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
 from kts_resources.inventory import inventory_path
 from kts_resources.remote_storage.base import RemoteStorageError, stored_objects
@@ -42,7 +43,7 @@ def _partition_keys(context: dg.AssetCheckExecutionContext) -> list[str]:
 
 
 def _report(context: dg.AssetCheckExecutionContext, asset_key: dg.AssetKey, check_name: str,
-            verdicts: dict[str, Verdict]) -> Iterator[dg.AssetCheckEvaluation | dg.AssetCheckResult]:
+            verdicts: dict[str, Verdict], blocking: bool = False) -> Iterator[dg.AssetCheckEvaluation | dg.AssetCheckResult]:
     failing = sorted(k for k, (passed, _, _) in verdicts.items() if not passed)
     for key in failing:
         context.log.error(f"{check_name} failed for {key}: {verdicts[key][2]}")
@@ -54,7 +55,7 @@ def _report(context: dg.AssetCheckExecutionContext, asset_key: dg.AssetKey, chec
     for key, (passed, metadata, description) in verdicts.items():
         yield dg.AssetCheckEvaluation(asset_key=asset_key, check_name=check_name, passed=passed,
                                       partition=key, metadata=metadata, description=description,
-                                      target_materialization_data=targets.get(key))
+                                      target_materialization_data=targets.get(key), blocking=blocking)
     yield dg.AssetCheckResult(
         passed=not failing,
         metadata={"partitions_checked": len(verdicts), "partitions_failing": len(failing),
@@ -68,6 +69,13 @@ def _latest_materializations(instance: dg.DagsterInstance, asset_key: dg.AssetKe
     """Each partition's latest materialisation, which its evaluation is about: without it the UI
     counts the evaluation as stale and shows no status for the partition. Dagster looks these up
     itself only for a single-partition run; over a range it takes a few pages of one query."""
+    return {key: AssetCheckEvaluationTargetMaterializationData(storage_id=record.storage_id, run_id=record.run_id,
+                                                               timestamp=record.timestamp)
+            for key, record in _latest_records(instance, asset_key, keys).items()}
+
+
+def _latest_records(instance: dg.DagsterInstance, asset_key: dg.AssetKey, keys: list[str]) -> dict[str, dg.EventLogRecord]:
+    """Each partition's latest materialisation record (partitions never materialised are absent)."""
     wanted, found = set(keys), {}
     cursor = None
     while wanted - found.keys():
@@ -77,8 +85,7 @@ def _latest_materializations(instance: dg.DagsterInstance, asset_key: dg.AssetKe
         for record in page.records:
             partition = record.partition_key
             if partition in wanted and partition not in found:
-                found[partition] = AssetCheckEvaluationTargetMaterializationData(
-                    storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+                found[partition] = record
         if not page.has_more:
             break
         cursor = page.cursor
@@ -90,7 +97,9 @@ def _per_partition(kafka_log_dirs: KafkaLogDirsResource, keys: list[str],
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     verdicts = {key: judge(loc) for key, loc in located.items()}
     for key in missing:
-        verdicts[key] = (True, {"missing": True}, "the partition is in no log dir; nothing to check")
+        # A wrong KTS_LOG_DIRS (or a partition deleted since it was registered) is a finding, not a pass.
+        verdicts[key] = (False, {"missing": True},
+                         f"the partition is in none of the log dirs ({', '.join(map(str, kafka_log_dirs.paths()))}); is KTS_LOG_DIRS right?")
     return verdicts
 
 
@@ -215,4 +224,27 @@ def no_uncopied_segment_lost(context: dg.AssetCheckExecutionContext, kafka_log_d
                        _per_partition(kafka_log_dirs, _partition_keys(context), judge))
 
 
-asset_checks = [offset_invariants, local_segments_crc_clean, remote_segments_in_bucket, no_uncopied_segment_lost]
+@dg.asset_check(asset=remote_segments, partitions_def=topic_partitions, blocking=True,
+                description="The partition's latest copy pass completed: no segment failed its verification or upload and the "
+                            "metadata store and the remote tier answered. Otherwise it fails with the copy's error, and fails its run.")
+def copy_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource) -> Iterator:
+    keys = _partition_keys(context)
+    records = _latest_records(context.instance, remote_segments.key, keys)
+
+    def judge(loc: LocatedPartition) -> Verdict:
+        record = records.get(loc.key)
+        if record is None or record.asset_materialization is None:
+            return True, {"copy_failed": 0}, "no copy pass recorded yet"
+        metadata = record.asset_materialization.metadata
+        failed = metadata.get("copy_failed")
+        if failed is None or not failed.value:
+            return True, {"copy_failed": 0, "run_id": record.run_id}, "the copy pass completed"
+        error = metadata.get("copy_error")
+        return False, {"copy_failed": 1, "run_id": record.run_id}, one_line(error.value if error is not None else "the copy pass failed")
+
+    # Blocking: a failed copy fails the check's step, so the run in which it failed is not a success.
+    yield from _report(context, remote_segments.key, "copy_completed",
+                       _per_partition(kafka_log_dirs, keys, judge), blocking=True)
+
+
+asset_checks = [offset_invariants, local_segments_crc_clean, remote_segments_in_bucket, no_uncopied_segment_lost, copy_completed]

@@ -504,21 +504,67 @@ def add_services_parser(sub) -> None:
     p.set_defaults(func=cmd_services)
 
 
-def dagster_instance():
-    """The instance `dagster dev` uses: DAGSTER_HOME, else the repo root holding dagster.yaml (a
-    source checkout), else KTS_HOME/dagster; so every CLI run shows in the UI."""
-    import dagster as dg
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
+
+def dagster_home() -> Path:
+    """The instance's home `kts sync` and `kts ui` share: DAGSTER_HOME, else the repo root holding
+    dagster.yaml (a source checkout), else KTS_HOME/dagster (set into DAGSTER_HOME for Dagster)."""
     from kts_resources import settings
 
     if not os.environ.get("DAGSTER_HOME"):
-        repo_root = Path(__file__).resolve().parent.parent
-        home = repo_root if (repo_root / "dagster.yaml").is_file() else settings.kts_home() / "dagster"
+        home = REPO_ROOT if (REPO_ROOT / "dagster.yaml").is_file() else settings.kts_home() / "dagster"
         home.mkdir(parents=True, exist_ok=True)
         if not (home / "dagster.yaml").exists():
             (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         os.environ["DAGSTER_HOME"] = str(home)
+    return Path(os.environ["DAGSTER_HOME"])
+
+
+def dagster_instance():
+    """The instance `kts ui` shows: every CLI run shows in the UI."""
+    import dagster as dg
+
+    dagster_home()
     return dg.DagsterInstance.get()
+
+
+def cmd_ui(args) -> int:
+    """`dagster dev` (webserver + daemon) on loopback, on the instance and the environment the CLI
+    uses: the same DAGSTER_HOME, and KTS_HOME / KTS_LOG_DIRS resolved as the CLI resolves them, so
+    the code location never falls back to other defaults. Stops on SIGINT/SIGTERM."""
+    import signal
+    import subprocess
+
+    from kts_resources import settings
+
+    env = {**settings.resolved_environment(), "DAGSTER_HOME": str(dagster_home())}
+    workspace = REPO_ROOT / "workspace.yaml"
+    if not workspace.is_file():  # an installed kts: the same one code location, written beside the instance
+        workspace = Path(env["DAGSTER_HOME"]) / "workspace.yaml"
+        workspace.write_text("load_from:\n  - python_module:\n      module_name: kts_assets.definitions\n      location_name: kts\n")
+    dagster = Path(sys.executable).with_name("dagster")
+    command = [str(dagster), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)]
+    print(f"kts ui: http://127.0.0.1:{args.port} (DAGSTER_HOME={env['DAGSTER_HOME']}, "
+          f"{settings.HOME}={env[settings.HOME]}, {settings.LOG_DIRS}={env[settings.LOG_DIRS]}); Ctrl-C stops it",
+          file=sys.stderr, flush=True)
+    server = subprocess.Popen(command, env=env, cwd=REPO_ROOT if REPO_ROOT.is_dir() else None, start_new_session=True)
+    stopping = {"signal": None}
+
+    def forward(signum, _frame) -> None:
+        stopping["signal"] = signum
+        server.send_signal(signal.SIGTERM)  # dagster dev stops its webserver, daemon and code servers
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
+    status = server.wait()
+    if stopping["signal"] is not None:
+        try:
+            os.killpg(server.pid, signal.SIGKILL)  # anything of its group that outlived it
+        except ProcessLookupError:
+            pass
+        return 0
+    return status
 
 
 def _quiet_dagster_warnings() -> None:
@@ -529,13 +575,37 @@ def _quiet_dagster_warnings() -> None:
     warnings.filterwarnings("ignore", message=r".*(beta|preview).*")
 
 
+def _preflight() -> list[str]:
+    """The environment, checked before Dagster or Spark start: one line per problem. With no log
+    dir to work on, the database is not checked (that would start an embedded server for nothing)."""
+    from kts_resources import preflight, settings
+    from kts_resources.metadata.database import database_url
+    from kts_resources.remote_storage.factory import default_remote_uri
+
+    log_dir_problems = preflight.check_log_dirs(settings.log_dirs())
+    problems = log_dir_problems + preflight.check_remote_tier(default_remote_uri())
+    if not log_dir_problems:
+        problems += preflight.check_metadata_store(database_url)
+    return problems
+
+
 def cmd_sync(args) -> int:
-    """One full pass through Dagster, in-process: discover partitions, then run copy_job (inventory
-    with Spark, copy under the quota) over every partition in as few runs as batching allows."""
-    _quiet_dagster_warnings()
-    from kts_assets.batching import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG, batch_key_ranges
-    from kts_assets.definitions import defs
-    from kts_assets.partitions import topic_partitions
+    """One full pass through Dagster, in-process: check the environment, release runs that died,
+    discover partitions, then run copy_job (inventory with Spark, copy under the quota) over every
+    partition in as few runs as batching allows. Exit 1 when any partition failed, naming each."""
+    from kts_assets import sync
+
+    sync.install_stop_handlers()
+    try:
+        return _sync(args)
+    except sync.SyncInterrupted as stop:
+        report([f"sync stopped by {stop}: the run was canceled and its partition locks released; "
+                "the next kts sync finishes or cleans up the copies it left"])
+        sync.exit_now(stop.status)
+        return stop.status
+
+
+def _sync(args) -> int:
     from kts_resources import settings
     from kts_resources.kafka.logdir import LogDir
 
@@ -543,38 +613,44 @@ def cmd_sync(args) -> int:
     for path in settings.log_dirs():
         if path.is_dir():
             keys += [p.topic_partition.dir_name for p in LogDir(path).partitions()]
-    if not keys:
-        raise CommandError(f"no partitions in the log dirs ({', '.join(map(str, settings.log_dirs()))}); set KTS_LOG_DIRS")
+    problems = _preflight()
+    if problems:
+        report(problems)
+        return EXIT_FINDINGS
+
+    _quiet_dagster_warnings()
+    from kts_assets import sync
+    from kts_assets.batching import batch_key_ranges
+    from kts_assets.definitions import defs
+    from kts_assets.jobs import COPY_JOB_NAME
+    from kts_assets.partitions import topic_partitions
+    from kts_assets.run_hygiene import release_dead_runs
+
     instance = dagster_instance()
+    for line in release_dead_runs(instance):
+        sync.say_to_stderr(line)
     known = instance.get_dynamic_partitions(topic_partitions.name)
     new = sorted(set(keys) - set(known))
     if new:
         instance.add_dynamic_partitions(topic_partitions.name, new)
     ordered = instance.get_dynamic_partitions(topic_partitions.name)
-    job = defs.resolve_job_def("copy_job")
-    totals = {"copied_segments": 0, "copied_bytes": 0, "remote_segments": 0, "remote_bytes": 0, "copy_lag_segments": 0}
-    failed = []
+    job = defs.resolve_job_def(COPY_JOB_NAME)
+    # The run's full event log is in the Dagster UI; the terminal gets warnings and errors.
+    run_config = {"loggers": {"console": {"config": {"log_level": settings.log_level("WARNING")}}}}
+    outcome = sync.PassOutcome()
     for batch in batch_key_ranges(ordered, keys):
-        print(f"sync: copy_job over {batch.start} .. {batch.end} ({batch.span} partitions)", file=sys.stderr)
-        result = job.execute_in_process(
-            instance=instance,
-            tags={PARTITION_RANGE_START_TAG: batch.start, PARTITION_RANGE_END_TAG: batch.end, "kts/trigger": "kts sync"},
-            raise_on_error=False,
-            # The run's full event log is in the Dagster UI; the terminal gets warnings and errors.
-            run_config={"loggers": {"console": {"config": {"log_level": settings.log_level("WARNING")}}}},
-        )
-        if not result.success:
-            failed.append(f"{batch.start} .. {batch.end} (run {result.run_id})")
-        for event in result.asset_materializations_for_node("remote_segments"):
-            for name in totals:
-                value = event.metadata.get(name)
-                if value is not None and event.partition in batch.keys:
-                    totals[name] += int(value.value)
-    print(f"synced {len(keys)} partitions ({len(new)} new): copied {totals['copied_segments']} segments "
-          f"({totals['copied_bytes']:,} bytes); remote tier now {totals['remote_segments']} segments "
-          f"({totals['remote_bytes']:,} bytes); copy lag {totals['copy_lag_segments']} segments")
-    if failed:
-        report([f"copy_job failed for {f}; see the run in the Dagster UI" for f in failed])
+        sync.say_to_stderr(f"copy_job over {batch.start} .. {batch.end} ({batch.span} partitions)")
+        sync.run_batch(job, instance, batch, run_config, outcome, sync.say_to_stderr)
+    # The totals are what `kts status` reports now, computed by the same function.
+    rows = status_rows()
+    print(f"synced {len(keys)} partitions ({len(new)} new): copied {outcome.copied_segments} segments "
+          f"({outcome.copied_bytes:,} bytes); remote tier now {sum(r['remote_segments'] for r in rows)} segments "
+          f"({sum(r['remote_bytes'] for r in rows):,} bytes); copy lag {sum(r['copy_lag_segments'] for r in rows)} segments "
+          f"({sum(r['copy_lag_bytes'] for r in rows):,} bytes)")
+    if outcome.failed:
+        report(sync.summary_lines(outcome))
+        report([f"sync failed for {len(outcome.failed)} of {len(keys)} partitions; "
+                f"run{'s' if len(outcome.failed_runs) > 1 else ''} {', '.join(outcome.failed_runs) or '-'} in the Dagster UI say more"])
         return EXIT_FINDINGS
     return 0
 
@@ -590,6 +666,17 @@ def cmd_status(args) -> int:
     """Per partition: both tiers' offsets (Lx ≤ Ly ≤ Lz locally, Rx ≤ Ry remotely), bytes, segments
     and copy lag, from the log dirs and the metadata store (ARCHITECTURE.md's status fields).
     Neither Dagster nor PySpark is imported: ``kts_resources.tiers`` has all it needs."""
+    rows = status_rows()
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(rows, STATUS_FIELDS)
+    return 0
+
+
+def status_rows() -> list[dict]:
+    """One row of STATUS_FIELDS per partition in the log dirs: what `kts status` prints and what
+    `kts sync` totals."""
     import dataclasses
 
     from kts_resources import settings
@@ -601,12 +688,9 @@ def cmd_status(args) -> int:
         partition = located.partition
         segments = partition.segments()
         tiers = partition_tiers(located, store, segments=segments, log_end_offset=active_log_end_offset(segments))
-        rows.append({"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers)})
-    if args.json:
-        print_json([{name: row[name] for name in STATUS_FIELDS} for row in rows])
-    else:
-        print_table(rows, STATUS_FIELDS)
-    return 0
+        row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers)}
+        rows.append({name: row[name] for name in STATUS_FIELDS})
+    return rows
 
 
 def add_simulate_parser(sub) -> None:
@@ -678,6 +762,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_services_parser(sub)
     p = sub.add_parser("sync", help="one full pass of the pipeline through Dagster: discover, inventory (Spark), copy")
     p.set_defaults(func=cmd_sync)
+    p = sub.add_parser("ui", help="the Dagster UI (webserver + daemon) on the instance and environment the CLI uses, loopback only")
+    p.add_argument("--port", type=int, default=3000, metavar="P", help="the port on 127.0.0.1 (default 3000)")
+    p.set_defaults(func=cmd_ui)
     p = sub.add_parser("status", help="per partition: offsets, bytes and segments per tier, copy lag")
     p.add_argument("--json", action="store_true", help="print JSON (one object per partition)")
     p.set_defaults(func=cmd_status)
@@ -718,6 +805,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FINDINGS
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        if isinstance(e, _expected_errors()):
+            report([(str(e).strip() or type(e).__name__).splitlines()[0]])
+            return EXIT_FINDINGS
+        raise
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """Errors a user meets through no bug of kts (a store down, a lock held, a bad setting): one line."""
+    from kts_resources.metadata.store import PartitionLockTimeout
+    from kts_resources.remote_storage.base import RemoteStorageError
+
+    return (RemoteStorageError, PartitionLockTimeout, TimeoutError)
 
 
 def entry_point(argv: Sequence[str] | None = None) -> None:

@@ -49,9 +49,6 @@ class KafkaLogDirsResource(dg.ConfigurableResource):
         owned = _split_paths(self.owned_log_dirs) if self.owned_log_dirs.strip() else settings.owned_log_dirs()
         return {p.resolve() for p in owned}
 
-    def is_owned(self, log_dir: Path) -> bool:
-        return log_dir.resolve() in self.owned_paths()
-
     def discover(self) -> list[tuple[LogDir, Discovery]]:
         """Every existing log dir with the partitions found in it (missing dirs are skipped)."""
         found = []

@@ -88,3 +88,10 @@ def log_level(default: str) -> str:
     """``KTS_LOG_LEVEL`` (a ``logging`` level name, any case), else ``default``; upper-cased.
     The CLI's default is ERROR for library logging and WARNING for a Dagster run's console."""
     return (_get(LOG_LEVEL) or default).upper()
+
+
+def resolved_environment() -> dict[str, str]:
+    """This process's environment with ``KTS_HOME`` and ``KTS_LOG_DIRS`` as kts resolves them
+    (absolute, defaults filled in): for a child process (``kts ui``'s ``dagster dev``) that must see
+    exactly the world this CLI sees, whatever its working directory."""
+    return {**os.environ, HOME: str(kts_home().absolute()), LOG_DIRS: ",".join(str(p.absolute()) for p in log_dirs())}

@@ -345,7 +345,7 @@ def test_both_assets_are_partitioned_by_topic_partitions_holding_exactly_the_log
 def test_each_asset_lists_its_asset_checks_partitioned_like_it(webserver):
     expected = {
         "local_segments": {"local_segments_crc_clean"},
-        "remote_segments": {"offset_invariants", "remote_segments_in_bucket", "no_uncopied_segment_lost"},
+        "remote_segments": {"offset_invariants", "remote_segments_in_bucket", "no_uncopied_segment_lost", "copy_completed"},
     }
     nodes = _by_key(webserver.graphql(CHECKS)["assetNodes"])
     assert sorted(nodes) == sorted(expected)
@@ -391,14 +391,14 @@ def test_one_sync_shows_every_partition_of_both_assets_materialized(webserver):
 def test_every_check_passed_in_the_sync_run(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
     checks = [c for node in nodes.values() for c in node["assetChecksOrError"]["checks"]]
-    assert len(checks) == 4
+    assert len(checks) == 5
     assert all(c["executionForLatestMaterialization"] == {"status": "SUCCEEDED"} for c in checks), checks
 
 
 def test_every_check_shows_passed_for_every_partition_after_one_sync(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
     checks = [c for node in nodes.values() for c in node["assetChecksOrError"]["checks"]]
-    assert len(checks) == 4
+    assert len(checks) == 5
     for check in checks:
         statuses = check["partitionStatuses"]
         assert statuses["__typename"] == "AssetCheckDefaultPartitionStatuses", check

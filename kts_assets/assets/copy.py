@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import dagster as dg
 
 from kts_assets.assets.segments import local_segments
+from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
 from kts_resources.copier import PARALLEL_PARTITIONS, PartitionCopyResult, copy_partition
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
@@ -55,6 +56,7 @@ def remote_segments(
 ) -> dg.MaterializeResult:
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
+    fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs; nothing copied")
     # A dir left from an earlier incarnation of its topic is not copied under either id.

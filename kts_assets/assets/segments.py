@@ -8,6 +8,7 @@ import shutil
 
 import dagster as dg
 
+from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
 from kts_resources.inventory import inventory_path, inventory_root, publish
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
@@ -44,6 +45,7 @@ def local_segments(
 
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
+    fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs ({', '.join(map(str, kafka_log_dirs.paths()))}); nothing scanned")
         context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, partition_key=key)

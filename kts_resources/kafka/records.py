@@ -72,7 +72,7 @@ class BatchHeader:
     """One batch (magic 2) or one top-level message/wrapper (magic 0/1) as it sits in a segment.
 
     Not frozen on purpose: a frozen dataclass's __init__ costs ~9x more, and the header scan makes
-    one of these per batch (bench/scan.py). Treat it as read-only.
+    one of these per batch (bench/scan_bench.py). Treat it as read-only.
     """
 
     position: int
@@ -348,7 +348,7 @@ _V2_VERIFY_HEADER = struct.Struct(">qiibIhiqq")
 def verify_segment(data: bytes | memoryview) -> SegmentVerification:
     """Check every batch's CRC and collect the few facts a copy records, in one pass.
 
-    The copy's hot loop (bench/copy.py): unlike :func:`scan_batches` it keeps no per-batch
+    The copy's hot loop (bench/copy_bench.py): unlike :func:`scan_batches` it keeps no per-batch
     objects, and it also takes the whole file's CRC-32C while the bytes are in cache. It stops at
     the first problem; anything but a whole, CRC-clean magic-2 batch goes through
     :func:`scan_batches` from that position, so framing and legacy formats are judged (and worded)
@@ -449,7 +449,7 @@ def decode_batch(data: bytes | memoryview, header: BatchHeader, *, verify_crc: b
 
 
 def _decode_v2_records(body: bytes, header: BatchHeader) -> list[Record]:
-    # The hot loop of every full read (bench/scan.py): varints are inlined with a one-byte fast
+    # The hot loop of every full read (bench/scan_bench.py): varints are inlined with a one-byte fast
     # path (most lengths, deltas and counts fit one byte) and the buffer is bytes, which indexes
     # faster than a memoryview. Running off the end surfaces as IndexError, turned into corruption.
     records: list[Record] = []

@@ -1,0 +1,131 @@
+"""In-process runs (``kts sync``) that die must not block the runs after them.
+
+A run launched by ``kts sync`` carries the launching process's host, pid and start time as tags.
+A later ``kts sync`` finds runs of this host whose process is gone (SIGKILL, OOM, reboot), marks
+them failed and frees the pool slots they held — Dagster's run monitoring does the same for runs
+the daemon launched, but it never sees an in-process run's worker. While a step waits on a pool
+slot, ``SlotWaitReporter`` says which run holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import dagster as dg
+
+HOST_TAG = "kts/host"
+PID_TAG = "kts/pid"
+PROCESS_START_TAG = "kts/process_start"  # tells a live pid from a recycled one
+TRIGGER_TAG = "kts/trigger"
+
+_UNFINISHED = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+               dg.DagsterRunStatus.CANCELING]
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or ""."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    # The command name (field 2) may hold spaces and parentheses; fields after its last ")" are plain.
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def launch_tags(trigger: str = "kts sync") -> dict[str, str]:
+    """Tags that let a later process tell whether this one is still alive."""
+    pid = os.getpid()
+    return {TRIGGER_TAG: trigger, HOST_TAG: socket.gethostname(), PID_TAG: str(pid), PROCESS_START_TAG: _process_start(pid)}
+
+
+def _process_gone(tags: dict[str, str]) -> bool:
+    try:
+        pid = int(tags[PID_TAG])
+    except (KeyError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, under another account
+    recorded = tags.get(PROCESS_START_TAG, "")
+    return bool(recorded) and _process_start(pid) not in ("", recorded)
+
+
+def release_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark failed every unfinished in-process run of this host whose process is gone, and free
+    the pool slots of every finished run that still holds one. Returns one line per run released."""
+    lines = []
+    host = socket.gethostname()
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=_UNFINISHED, tags={HOST_TAG: host})):
+        if not _process_gone(run.tags):
+            continue
+        message = f"the kts process (pid {run.tags.get(PID_TAG)} on {host}) that ran it is gone"
+        instance.report_run_failed(run, message=f"run {run.run_id}: {message}; marked failed by a later kts sync")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        lines.append(f"run {run.run_id} ({run.job_name}) died with its process (pid {run.tags.get(PID_TAG)}): "
+                     f"marked failed and its pool slots freed")
+    for run_id in instance.event_log_storage.get_concurrency_run_ids():
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+            lines.append(f"run {run_id} ended but still held pool slots: freed")
+    return lines
+
+
+def stop_run(instance: dg.DagsterInstance, run_id: str, why: str) -> None:
+    """Mark our own run canceled and free its slots: the process is about to exit under a signal."""
+    run = instance.get_run_by_id(run_id)
+    if run is not None and not run.is_finished:
+        instance.report_run_canceled(run, message=why)
+    instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+
+
+def slot_waits(instance: dg.DagsterInstance, run_id: str) -> Iterator[tuple[str, list[str]]]:
+    """(pool, runs holding its slots) for each pool ``run_id`` has a step waiting on."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return
+    for pool in storage.get_concurrency_keys():
+        info = storage.get_concurrency_info(pool)
+        if any(step.run_id == run_id and step.assigned_timestamp is None for step in info.pending_steps):
+            yield pool, sorted({slot.run_id for slot in info.claimed_slots if slot.run_id != run_id})
+
+
+class SlotWaitReporter:
+    """While a run waits on a pool slot, ``say`` a line every ``interval_s`` naming who holds it."""
+
+    def __init__(self, instance: dg.DagsterInstance, run_id: str, say: Callable[[str], None], interval_s: float = 10.0):
+        self._instance, self._run_id, self._say, self._interval = instance, run_id, say, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="kts-slot-wait", daemon=True)
+
+    def __enter__(self) -> "SlotWaitReporter":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        last_said = 0.0
+        while not self._stop.wait(1.0):
+            if time.monotonic() - last_said < self._interval:
+                continue
+            try:
+                waits = list(slot_waits(self._instance, self._run_id))
+            except Exception:  # noqa: BLE001 - a report, never a reason to fail the pass
+                continue
+            for pool, holders in waits:
+                held = f"held by run {', '.join(holders)}" if holders else "(no run holds it yet)"
+                self._say(f"waiting for a free `{pool}` slot {held}")
+                last_said = time.monotonic()

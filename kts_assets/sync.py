@@ -1,0 +1,155 @@
+"""One ``kts sync`` pass: ``copy_job`` in-process over every partition, and what it ended as.
+
+Each run executes in a worker thread, so that the main thread keeps the signal handlers (Dagster
+replaces SIGINT/SIGTERM handlers only on the main thread, and there it defers them to step
+boundaries, which a Spark step or a wait on a pool slot never reaches). On SIGINT/SIGTERM the run
+is marked canceled and its pool slots freed, and the process exits at once: partition locks go
+with its database sessions, and unfinished copies stay COPY_SEGMENT_STARTED for the next pass's
+repair, exactly as after a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Dagster is imported by the pass, not by the signal handling set up before it
+    import dagster as dg
+
+    from kts_assets.batching import KeyRangeBatch
+
+
+class SyncInterrupted(BaseException):
+    """SIGINT or SIGTERM arrived; the exit status is 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def status(self) -> int:
+        return 128 + self.signum
+
+
+def _raise_interrupted(signum, _frame) -> None:
+    raise SyncInterrupted(signum)
+
+
+def install_stop_handlers() -> None:
+    """SIGINT and SIGTERM raise SyncInterrupted in the main thread."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_interrupted)
+
+
+@dataclass
+class PassOutcome:
+    """What the runs of a pass did: copies per partition and each failed partition's causes."""
+
+    copied_segments: int = 0
+    copied_bytes: int = 0
+    failed: dict[str, list[str]] = field(default_factory=dict)  # partition key → one-line causes
+    failed_runs: list[str] = field(default_factory=list)
+
+    def fail(self, key: str, cause: str) -> None:
+        causes = self.failed.setdefault(key, [])
+        if cause not in causes:
+            causes.append(cause)
+
+
+def run_batch(job: dg.JobDefinition, instance: dg.DagsterInstance, batch: KeyRangeBatch, run_config: Mapping,
+              outcome: PassOutcome, say: Callable[[str], None]) -> None:
+    """One run over ``batch``'s key range, in a worker thread; its failures into ``outcome``."""
+    from kts_assets.batching import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
+    from kts_assets.run_hygiene import SlotWaitReporter, launch_tags, stop_run
+    run_id = str(uuid.uuid4())  # known before the run starts: to cancel it, to watch its slot waits
+    box: dict[str, object] = {}
+
+    def execute() -> None:
+        try:
+            box["result"] = job.execute_in_process(
+                instance=instance,
+                run_id=run_id,
+                tags={PARTITION_RANGE_START_TAG: batch.start, PARTITION_RANGE_END_TAG: batch.end, **launch_tags()},
+                raise_on_error=False,
+                run_config=dict(run_config),
+            )
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            box["error"] = e
+
+    worker = threading.Thread(target=execute, name="kts-sync-run")
+    try:
+        with SlotWaitReporter(instance, run_id, say):
+            worker.start()
+            while worker.is_alive():
+                worker.join(timeout=0.2)  # short waits: signals are handled between them
+    except SyncInterrupted as stop:
+        stop_run(instance, run_id, f"kts sync stopped by {stop}")
+        raise
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    _collect(box["result"], batch, outcome)
+
+
+def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
+    from kts_assets.partition_outcome import FAILED_PARTITIONS
+
+    for event in result.asset_materializations_for_node("remote_segments"):
+        if event.partition in batch.keys:
+            for name in ("copied_segments", "copied_bytes"):
+                value = event.metadata.get(name)
+                if value is not None:
+                    setattr(outcome, name, getattr(outcome, name) + int(value.value))
+    for event in result.all_events:
+        if not event.is_step_failure:
+            continue
+        data = event.step_failure_data
+        if data.error is not None and data.error.cls_name == "DagsterAssetCheckFailedError":
+            continue  # a blocking check failed: its evaluations below name the partitions and why
+        metadata = data.user_failure_data.metadata if data.user_failure_data is not None else {}
+        per_partition = metadata.get(FAILED_PARTITIONS)
+        if per_partition is not None:
+            for key, cause in per_partition.value.items():
+                if key in batch.keys:
+                    outcome.fail(key, f"{event.step_key}: {cause}")
+            continue
+        # A step that failed as a whole fails every partition it covered.
+        cause = _first_line(data.user_failure_data.description if data.user_failure_data and data.user_failure_data.description
+                            else (data.error.message if data.error else "failed"))
+        for key in batch.keys:
+            outcome.fail(key, f"{event.step_key}: {cause}")
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed and evaluation.partition in batch.keys:
+            outcome.fail(evaluation.partition, f"check {evaluation.check_name} failed: {_first_line(evaluation.description or '')}")
+    if not result.success:
+        outcome.failed_runs.append(result.run_id)
+        if not any(key in outcome.failed for key in batch.keys):
+            for key in batch.keys:
+                outcome.fail(key, f"run {result.run_id} failed")
+
+
+def summary_lines(outcome: PassOutcome) -> list[str]:
+    """One line per failed partition: its key and its causes."""
+    return [f"{key}: {'; '.join(causes)}" for key, causes in sorted(outcome.failed.items())]
+
+
+def exit_now(status: int) -> None:
+    """Leave without waiting for the run's thread or the Spark JVM: as after a crash, which the
+    next pass repairs; stdout/stderr are flushed first so the last line is seen."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else "failed"
+
+
+def say_to_stderr(line: str) -> None:
+    print(f"sync: {line}", file=sys.stderr, flush=True)
