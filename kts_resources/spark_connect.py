@@ -5,8 +5,8 @@ Like the embedded PostgreSQL (``metadata/embedded.py``): loopback only, state un
 ``KTS_HOME/spark-connect`` (``server.json`` with pid and port, ``server.log``), an fcntl lock so
 concurrent first starts end up sharing one server, and stopping by the recorded pid only. The
 server is PySpark's own ``SparkConnectServer`` (the jar ships in the pip package), launched by
-``bin/spark-submit`` in a session of its own, so stopping its process group also ends the Python
-workers it forked. Its workers run this interpreter (kts's virtualenv), so kts's code imports
+``bin/spark-submit`` in a session of its own (it outlives the process that started it); its Python
+workers (PySpark's daemon, in a group of its own) end when the JVM's pipe to them closes. Its workers run this interpreter (kts's virtualenv), so kts's code imports
 on the executors.
 """
 
@@ -102,7 +102,7 @@ def stop(home: Path | None = None, *, timeout_s: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout_s
         while _alive(server.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        _signal_group(server.pid, signal.SIGKILL)  # the workers too, whatever the JVM left behind
+        _signal_group(server.pid, signal.SIGKILL)  # whatever of the group the SIGTERM left behind
         deadline = time.monotonic() + 10
         while _group_alive(server.pid) and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,27 @@ def accepts_connections(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def python_workers_of(pid: int) -> list[int]:
+    """PySpark's worker daemons the JVM ``pid`` started (its children running pyspark.daemon)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == pid and b"pyspark.daemon" in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def test_neither_remote_nor_master_means_the_embedded_server(monkeypatch):
     monkeypatch.delenv("KTS_SPARK_REMOTE", raising=False)
     monkeypatch.delenv("KTS_SPARK_MASTER", raising=False)
@@ -72,11 +94,18 @@ def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop
         ours = [line for line in listening if f"pid={server.pid}," in line]
         assert ours and all(line.split()[3].rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]") for line in ours), ours
 
+        workers = python_workers_of(server.pid)
+        assert workers  # the jobs above ran Python on the server's own workers
+
         stopped = kts(home, "services", "stop")
         assert stopped.returncode == 0 and "spark-connect" in stopped.stdout, stopped.stderr
         assert not accepts_connections(server.port)
-        assert not spark_connect._group_alive(server.pid)  # the JVM and the Python workers it forked
+        assert not spark_connect._group_alive(server.pid)  # the JVM and whatever it started in its group
         assert spark_connect.recorded(home / "spark-connect") is None
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in workers if alive(pid)]  # the workers end with their JVM: nothing left behind
     finally:
         spark_connect.stop(home / "spark-connect")
 
@@ -87,17 +116,19 @@ def test_a_server_killed_mid_job_fails_the_job_in_seconds_and_the_next_use_start
     monkeypatch.delenv("KTS_SPARK_MASTER", raising=False)
     home = tmp_path / "kts-home" / "spark-connect"
 
-    def kill_own_server(batches):  # defined here: pickled by value, the worker cannot import tests/
-        import os
-        import signal
-
-        os.killpg(os.getpgid(0), signal.SIGKILL)  # the worker is in the server's process group
-        yield from batches
-
     try:
         spark = build_spark_session()
         first = spark_connect.running(home)
         assert first is not None and spark.range(3).count() == 3
+        server_pid = first.pid
+
+        def kill_own_server(batches):  # defined here: pickled by value, the worker cannot import tests/
+            import os
+            import signal
+
+            os.killpg(server_pid, signal.SIGKILL)  # the JVM running this very task, and its group
+            yield from batches
+
         started = time.monotonic()
         with pytest.raises(Exception):
             spark.range(0, 2, 1, numPartitions=1).mapInArrow(kill_own_server, "id long").collect()
