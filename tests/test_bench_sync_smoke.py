@@ -13,10 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
-
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "sync_bench.py"
 
 
