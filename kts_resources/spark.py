@@ -1,4 +1,9 @@
-"""Spark for the per-segment work: a local-or-cluster session and the segment inventory scan.
+"""Spark for the per-segment work: the session and the segment inventory scan.
+
+Three kinds of session (``spark_mode``): by default a Spark Connect session on the embedded server
+of ``KTS_HOME`` (``spark_connect.py``); ``KTS_SPARK_REMOTE`` attaches to a cluster's Spark Connect
+endpoint; ``KTS_SPARK_MASTER`` builds a classic in-process session. Jobs use DataFrame APIs only,
+so they run unchanged on all three.
 
 The scan runs kts's header-only reader inside Spark tasks, one task per segment file, so a
 partition's (or a whole log dir's) segments are read in parallel on every core or executor.

@@ -116,18 +116,15 @@ def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
 
     spark_home = Path(pyspark.__file__).resolve().parent
     port = _free_port()
-    conf = {
-        "spark.master": master,
+    from kts_resources.spark import spark_conf
+
+    # kts's local session settings (loopback driver, no UI), plus where Connect listens: loopback only.
+    conf = spark_conf(master, {
         "spark.connect.grpc.binding.address": LOOPBACK,
         "spark.connect.grpc.binding.port": str(port),
-        "spark.driver.bindAddress": LOOPBACK,
-        "spark.driver.host": LOOPBACK,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "8",
         "spark.log.level": "WARN",
         "spark.local.dir": str(home / "tmp"),
-    }
+    })
     make_dirs(home / "tmp", 0o700)
     argv = [str(spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", "kts Spark Connect server"]
     for key, value in conf.items():
