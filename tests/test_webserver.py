@@ -367,7 +367,7 @@ def test_the_repository_has_the_copy_job_both_sensors_and_the_reconcile_schedule
     assert repository["__typename"] == "Repository", repository
     assert "copy_job" in {job["name"] for job in repository["jobs"]}
     sensors = {s["name"]: s for s in repository["sensors"]}
-    assert sorted(sensors) == ["partition_discovery_sensor", "segment_roll_sensor"]
+    assert sorted(sensors) == ["dead_run_sensor", "partition_discovery_sensor", "segment_roll_sensor"]
     assert all(s["defaultStatus"] == "RUNNING" for s in sensors.values())
     assert sensors["partition_discovery_sensor"]["minIntervalSeconds"] == 30
     assert sensors["segment_roll_sensor"]["targets"] == [{"pipelineName": "copy_job"}]

@@ -10,6 +10,7 @@ import dagster as dg
 
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
+from kts_assets.run_hygiene import record_run_worker
 from kts_resources.inventory import inventory_path, inventory_root, publish
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
 from kts_resources.tiers import eligible_segments, locate_partitions, partition_tiers, segment_bytes
@@ -31,7 +32,7 @@ class LocalSegmentsConfig(dg.Config):
     group_name="tiering",
     description=(
         "Inventory of each partition's local segments (offsets, sizes, epochs, CRC status), scanned by "
-        "Spark and stored as Parquet under KTS_HOME/inventory/local_segments/<partition>.parquet. "
+        "Spark and stored as Parquet under `KTS_HOME/inventory/local_segments/TOPIC-PARTITION.parquet`. "
         "Offsets follow KIP-405: Lx = local_log_start_offset, Ly = high_watermark, Lz = log_end_offset."
     ),
 )
@@ -43,6 +44,7 @@ def local_segments(
 
     from kts_resources.spark import read_inventory, segment_inventory
 
+    record_run_worker(context)  # so a dead worker's run is failed and its slots freed
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
