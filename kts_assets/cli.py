@@ -497,7 +497,7 @@ def cmd_services(args) -> int:
 
 
 def add_services_parser(sub) -> None:
-    p = sub.add_parser("services", help="the embedded servers (PostgreSQL) of this KTS_HOME; `stop` stops them")
+    p = sub.add_parser("services", help="the embedded servers (PostgreSQL, Spark Connect) of this KTS_HOME; `stop` stops them")
     p.add_argument("services_command", nargs="?", choices=["list", "stop"], default="list", metavar="stop",
                    help="stop the embedded servers this KTS_HOME started (they run until then)")
     p.add_argument("--json", action="store_true", help="print JSON (one object per server)")

@@ -31,6 +31,8 @@ from .conftest import REPO_ROOT
 from .fixtures_postgres import _fresh_database
 from .fixtures_s3 import free_loopback_port
 
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+
 TOPICS = ("orders", "page.views")
 PARTITIONS = 2
 SIMULATION = SimulationConfig(total_bytes=200 * 1024, seed=5, topics=TOPICS, partitions=PARTITIONS, segment_bytes=48 * 1024)
