@@ -191,12 +191,25 @@ def read_inventory(spark: "SparkSession", paths: Iterable[os.PathLike | str]) ->
     return spark.read.schema(inventory_schema()).parquet(*map(str, paths))
 
 
+def unreadable_row(topic: str, partition: int, path: str, base_offset: int, active: bool, mtime_ns: int | None,
+                   problem: str) -> tuple:
+    """The inventory row of a segment that could not be read: its health names why (one line), so
+    that segment's partition is reported and fails alone while the job goes on with the rest."""
+    return (topic, partition, base_offset, None, base_offset, 0, 0, 0, -1, [], active, f"unreadable: {problem}", 0,
+            None, path, mtime_ns)
+
+
 def _summarize(scan: tuple) -> tuple:
     """One inventory row from a scan task (topic, partition, path, base offset, active, mtime_ns)."""
+    from kts_resources.kafka.errors import KafkaFormatError
     from kts_resources.kafka.segment import summarize_segment
 
     topic, partition, path, base_offset, active, mtime_ns = scan
-    s = summarize_segment(path, base_offset, active=active)
+    try:
+        s = summarize_segment(path, base_offset, active=active)
+    except (OSError, KafkaFormatError) as e:
+        problem = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        return unreadable_row(topic, partition, path, base_offset, active, mtime_ns, " ".join(problem.split()))
     return (
         topic, partition, s.base_offset, s.last_offset, s.next_offset, s.size_bytes, s.batch_count, s.record_count,
         s.max_timestamp, list(s.leader_epochs), s.active, s.health, len(s.crc_failures),
@@ -237,9 +250,15 @@ def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
     previous = previous or {}
     scans: list[tuple] = []
     kept_rows: list[tuple] = []
+    unreadable: list[tuple] = []  # rows made on the driver for segments it could not even stat
     for p in partitions:
         for s in p.segments():
-            st = os.stat(s.log)
+            try:
+                st = os.stat(s.log)
+            except OSError as e:  # gone since listed, a dangling link: that segment's row says so
+                unreadable.append(unreadable_row(p.topic, p.partition, str(s.log), s.base_offset, s.active, None,
+                                                 e.strerror or str(e)))
+                continue
             row = previous.get(str(s.log))
             if (row is not None and not s.active and not row.active
                     and (row.size_bytes, row.mtime_ns) == (st.st_size, st.st_mtime_ns)):
@@ -247,9 +266,9 @@ def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
             else:
                 scans.append((p.topic, p.partition, str(s.log), s.base_offset, s.active, st.st_mtime_ns))
     schema = inventory_schema()
-    kept = spark.createDataFrame(kept_rows, schema)
+    kept = spark.createDataFrame(kept_rows + unreadable, schema)
     if not scans:
         return kept, len(kept_rows)
     # One segment per task: range's partitions are the tasks, each index naming its scan.
     scanned = spark.range(0, len(scans), 1, numPartitions=len(scans)).mapInArrow(_scanner(scans), schema)
-    return (scanned.unionByName(kept) if kept_rows else scanned), len(kept_rows)
+    return (scanned.unionByName(kept) if kept_rows or unreadable else scanned), len(kept_rows)

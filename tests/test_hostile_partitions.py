@@ -39,3 +39,4 @@ def test_inventory_paths_stay_within_a_file_name_and_apart():
     assert inventory_path("orders-0").name == "orders-0.parquet"  # short keys keep their plain name
     assert len(inventory_path(long_a).name.encode()) <= MAX_KEY_BYTES_IN_A_NAME + len(".parquet")
     assert key_digest(long_a) in inventory_path(long_a).name
+

@@ -114,3 +114,26 @@ def test_the_inventory_agrees_on_a_classic_session_too(tmp_path):
                           __file__], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=500)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "5 passed, 1 skipped" in run.stdout
+
+
+class _ListedEarlier:
+    """A partition as it was listed a moment ago (the broker may delete a segment since)."""
+
+    def __init__(self, partition):
+        self.topic, self.partition, self._segments = partition.topic, partition.partition, partition.segments()
+
+    def segments(self):
+        return self._segments
+
+
+def test_a_segment_gone_since_it_was_listed_gets_an_unreadable_row_and_the_rest_are_scanned(spark, log_dir):
+    """Broker retention deletes segments while kts scans: that one segment's row says it could not
+    be read; the job, and every other segment and partition, goes on."""
+    partitions = [_ListedEarlier(p) for p in discover_partitions(log_dir)]
+    gone = partitions[0].segments()[0]
+    gone.log.unlink()
+    rows = segment_inventory(spark, partitions)[0].collect()
+    assert len(rows) == sum(len(p.segments()) for p in partitions)
+    [bad] = [r for r in rows if r.health != "ok"]
+    assert (bad.topic, bad.partition, bad.base_offset) == (partitions[0].topic, partitions[0].partition, gone.base_offset)
+    assert bad.health.startswith("unreadable: ") and "\n" not in bad.health and bad.size_bytes == 0
