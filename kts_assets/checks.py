@@ -13,7 +13,6 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-import kts_assets.dagster_warnings  # noqa: F401 - before the definitions below use those APIs
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import one_line
@@ -152,7 +151,8 @@ def local_segments_crc_clean(context: dg.AssetCheckExecutionContext, pyspark: Kt
         for key in present:
             bad = sorted(unhealthy.get(key, []), key=lambda r: r.base_offset)
             total = totals.get(key, 0)
-            description = "; ".join(f"{r.path}: {r.health}, {r.crc_failures} batches fail their CRC" for r in bad[:10])
+            description = "; ".join(f"{r.path}: {r.health}" + (f", {r.crc_failures} batches fail their CRC" if r.crc_failures else "")
+                                    for r in bad[:10])
             verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
                                        "first_unhealthy_base_offset": bad[0].base_offset if bad else -1},
                              description or f"{total} segments CRC-clean")

@@ -497,7 +497,7 @@ def cmd_services(args) -> int:
 
 
 def add_services_parser(sub) -> None:
-    p = sub.add_parser("services", help="the embedded servers (PostgreSQL) of this KTS_HOME; `stop` stops them")
+    p = sub.add_parser("services", help="the embedded servers (PostgreSQL, Spark Connect) of this KTS_HOME; `stop` stops them")
     p.add_argument("services_command", nargs="?", choices=["list", "stop"], default="list", metavar="stop",
                    help="stop the embedded servers this KTS_HOME started (they run until then)")
     p.add_argument("--json", action="store_true", help="print JSON (one object per server)")
@@ -639,13 +639,14 @@ def _sync(args) -> int:
     # The run's full event log is in the Dagster UI; the terminal gets warnings and errors.
     run_config = {"loggers": {"console": {"config": {"log_level": settings.log_level("WARNING")}}}}
     outcome = sync.PassOutcome()
-    # What is eligible as the pass starts is what it copies (unless a partition fails).
+    # What the roll sensor would ask for now; taken before the runs, so a roll during them is still
+    # requested by the sensor later.
     eligible = survey_log_dirs(settings.log_dirs(), keys).eligible
     for batch in batch_key_ranges(ordered, keys):
         sync.say_to_stderr(f"copy_job over {batch.start} .. {batch.end} ({batch.span} partitions)")
         sync.run_batch(job, instance, batch, run_config, outcome, sync.say_to_stderr)
-    # The roll sensor's next tick (`dagster dev`, `kts ui`) need not request these again.
-    advance_roll_cursor(instance, {key: base for key, base in eligible.items() if key not in outcome.failed})
+    # The roll sensor need not ask again for what this pass copied (failed partitions it still will).
+    advance_roll_cursor(instance, {key: offset for key, offset in eligible.items() if key not in outcome.failed})
     # The totals are what `kts status` reports now, computed by the same function.
     rows = status_rows()
     print(f"synced {len(keys)} partitions ({len(new)} new): copied {outcome.copied_segments} segments "

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import dagster as dg
+import pytest
 from dagster._core.scheduler.instigation import TickStatus
 from dagster._daemon.sensor import execute_sensor_iteration
 
@@ -26,6 +27,8 @@ from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .test_copier import _assert_remote_tier_mirrors_eligible_segments, _eligible
 from .test_roll_sensor import kts_code_location, remote_roll_sensor, stored_roll_cursor
+
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 
 CONFIG = dict(seed=5, topics=("orders", "page.views"), partitions=2, segment_bytes=48 * 1024)
 

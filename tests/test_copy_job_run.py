@@ -11,7 +11,9 @@ from kts_assets.partitions import topic_partitions
 from kts_resources import resources as kts_resources_module
 from kts_resources import settings
 
-from .test_assets import KEYS, RANGE_END, RANGE_START, SPARK, simulate_log_dir
+from .test_assets import KEYS, RANGE_END, RANGE_START, simulate_log_dir
+
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 
 
 def kts_copy_job() -> dg.JobDefinition:
@@ -45,7 +47,6 @@ def test_a_copy_job_run_executes_every_step_in_one_process_with_one_spark_sessio
     monkeypatch.setenv(settings.LOG_DIRS, str(log_dir))
     monkeypatch.setenv(settings.DATABASE_URL, pg_url)
     monkeypatch.setenv(settings.REMOTE_URI, (tmp_path / "remote").as_uri())
-    monkeypatch.setenv(settings.SPARK_MASTER, SPARK.spark_config["spark.master"])
     job = kts_copy_job()
     assert job.executor_def is dg.in_process_executor
 

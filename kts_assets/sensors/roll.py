@@ -306,9 +306,11 @@ def _observe_copy_lag(context: dg.SensorEvaluationContext, metadata_store: Metad
 CODE_LOCATION_NAME = "kts"
 
 
-def advance_roll_cursor(instance: dg.DagsterInstance, copied: Mapping[str, int]) -> None:
+def advance_roll_cursor(instance: dg.DagsterInstance, copied: Mapping[str, int]) -> int:
     """Record ``copied`` (partition key → newest eligible base offset a pass copied through) in the
-    roll sensor's stored cursor, so that its next tick does not request those partitions again.
+    roll sensor's stored cursor, so that its next tick does not request those partitions again
+    (failed partitions, left out of ``copied``, it still requests). Returns how many stored states
+    were written.
 
     The stored state is the one the daemon keeps (``InstigatorState``, found by the sensor's
     selector); with none yet (the daemon never ran on this instance), one is added as the daemon
@@ -324,7 +326,7 @@ def advance_roll_cursor(instance: dg.DagsterInstance, copied: Mapping[str, int])
     )
 
     if not copied:
-        return
+        return 0
     name = segment_roll_sensor.name
     selector_id = InstigatorSelector(location_name=CODE_LOCATION_NAME, repository_name=SINGLETON_REPOSITORY_NAME,
                                      name=name).get_id()
@@ -334,21 +336,27 @@ def advance_roll_cursor(instance: dg.DagsterInstance, copied: Mapping[str, int])
                                 SensorInstigatorData(min_interval=segment_roll_sensor.minimum_interval_seconds,
                                                      cursor=_advanced(None, copied), sensor_type=segment_roll_sensor.sensor_type))
         instance.add_instigator_state(state)
-        return
+        return 1
+    written = 0
     for state in states:
         data = state.instigator_data
         if not isinstance(data, SensorInstigatorData):
             continue
-        instance.update_instigator_state(state.with_data(data._replace(cursor=_advanced(data.cursor, copied))))
+        cursor = _advanced(data.cursor, copied)
+        if cursor != data.cursor:  # nothing new: nothing written
+            instance.update_instigator_state(state.with_data(data._replace(cursor=cursor)))
+            written += 1
+    return written
 
 
-def _advanced(cursor: str | None, copied: Mapping[str, int]) -> str:
+def _advanced(cursor: str | None, copied: Mapping[str, int]) -> str | None:
     try:
         maps = decode_cursor_maps(cursor)
     except ValueError:
         maps = {}  # unreadable: the sensor would start over anyway
-    requested = {**maps.pop(REQUESTED, {}), **copied}
-    return encode_cursor(requested, maps)
+    before = maps.pop(REQUESTED, {})
+    requested = {**before, **copied}
+    return cursor if requested == before and cursor else encode_cursor(requested, maps)
 
 
 def _roll_sensor_origin():
