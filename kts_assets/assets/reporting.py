@@ -3,7 +3,7 @@
 A ``MaterializeResult``'s metadata in a ranged (single-run backfill) step lands on every partition
 of the range, so a run total written there would show on each partition's plot as if it were the
 partition's own. Totals go to the run instead: its log and its tags (``kts/<name>``), which the
-UI shows on the run and `dagster run list` can filter by.
+UI shows on the run and its runs list can filter by.
 """
 
 from __future__ import annotations
