@@ -88,7 +88,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchlib import add_json_argument, bench_database, progress, write_json
+from benchlib import add_json_argument, bench_database, format_rows, progress, write_json
 
 import sqlalchemy as sa
 from crc32c import crc32c
@@ -896,13 +896,7 @@ def table(result: dict) -> str:
         q = lk["sql_alone"]
         rows.append(("  info: the lookup's SQL alone, raw cursor", f"{q['p50_ms']:.2f} / {q['p99_ms']:.2f} ms",
                      f"{q['share_of_lookup_p50']:.2f}", "of the lookup's p50"))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = []
-    for i, r in enumerate(rows):
-        lines.append(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:<{widths[3]}}".rstrip())
-        if i == 0:
-            lines.append("-" * len(lines[0]))
-    return "\n".join(lines)
+    return "\n".join(format_rows(rows, right={1, 2}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import crc32c
-from benchlib import add_json_argument, progress, write_json
+from benchlib import add_json_argument, format_rows, progress, write_json
 
 from kts_assets.cli import parse_size
 from kts_resources.kafka import codecs, records
@@ -304,13 +304,7 @@ def table(result: dict) -> str:
     for name, d in result["decode"].items():
         rows.append((f"decode {name}: kts", f"{d['kts_records_per_s']:,.0f} rec/s", f"{d['ratio_kts_vs_kafka_python']:.2f}", "kafka-python"))
         rows.append((f"decode {name}: kafka-python", f"{d['kafka_python_records_per_s']:,.0f} rec/s", "1.00", "(baseline)"))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = []
-    for i, r in enumerate(rows):
-        lines.append(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:<{widths[3]}}".rstrip())
-        if i == 0:
-            lines.append("-" * len(lines[0]))
-    return "\n".join(lines)
+    return "\n".join(format_rows(rows, right={1, 2}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,6 +72,7 @@ from kts_assets.cli import parse_size
 from kts_resources.copier import PARALLEL_PARTITIONS, copy_log_dir
 from kts_resources.kafka.logdir import LogDir, SegmentFiles
 from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources import spark_connect
 from kts_resources.metadata import database, embedded
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import IndexType, RemoteLogSegmentState, TopicIdPartition
@@ -259,18 +260,19 @@ class SyncEnv:
     kts_home: Path
     dagster_home: Path
     log_dir: Path
+    spark: dict[str, str]  # KTS_SPARK_REMOTE (the standing server) or KTS_SPARK_MASTER
 
     def environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KTS_", "DAGSTER_"))}
         env.update({
             "KTS_LOG_DIRS": str(self.log_dir), "KTS_HOME": str(self.kts_home), "KTS_DATABASE_URL": self.url,
-            "KTS_REMOTE_URI": self.remote.as_uri(), "DAGSTER_HOME": str(self.dagster_home), "KTS_SPARK_MASTER": "local[*]",
+            "KTS_REMOTE_URI": self.remote.as_uri(), "DAGSTER_HOME": str(self.dagster_home), **self.spark,
         })
         return env
 
 
-def make_sync_env(base: Path, url: str, log_dir: Path) -> SyncEnv:
-    env = SyncEnv(url, base / "remote", base / "kts_home", base / "dagster_home", log_dir)
+def make_sync_env(base: Path, url: str, log_dir: Path, spark: dict[str, str]) -> SyncEnv:
+    env = SyncEnv(url, base / "remote", base / "kts_home", base / "dagster_home", log_dir, spark)
     for d in (env.remote, env.kts_home, env.dagster_home):
         d.mkdir(parents=True)
     # The instance `kts sync` uses in a source checkout is the repo's dagster.yaml (telemetry off,
@@ -403,7 +405,7 @@ def median(values: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases) -> dict:
+def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: dict[str, str]) -> dict:
     root = tmpdir / "logs"
     progress(f"simulating a log dir: {args.size / MiB:.0f} MiB in closed {args.segment_size / MiB:.0f} MiB segments "
              f"over {args.partitions} partitions (seed {args.seed})")
@@ -450,7 +452,7 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases) -> dict:
     def run_syncs(record: bool) -> None:
         url = dbs.fresh()
         base = fresh("sync")
-        env = make_sync_env(base, url, root)
+        env = make_sync_env(base, url, root, spark_env)
         try:
             warm(files)
             progress("  kts sync …")
@@ -569,17 +571,28 @@ def run(args: argparse.Namespace) -> dict:
     git = git_state()
     with tempfile.TemporaryDirectory(prefix="kts-bench-sync-") as tmp:
         dbs = Databases(Path(tmp))
+        spark_home = Path(tmp) / "kts_home" / "spark-connect"
+        spark_env: dict[str, str] = {}
         try:
-            result = measure(args, Path(tmp), dbs)
+            if args.spark == "connect":
+                # The standing server every sync attaches to, as kts's embedded default runs: started
+                # once, untimed (each sync has a fresh KTS_HOME, so it is named by KTS_SPARK_REMOTE).
+                progress(f"starting an embedded Spark Connect server under {spark_home.parent}")
+                spark_env = {"KTS_SPARK_REMOTE": spark_connect.ensure_running(spark_home).url}
+            else:
+                spark_env = {"KTS_SPARK_MASTER": "local[*]"}
+            result = measure(args, Path(tmp), dbs, spark_env)
         finally:
             dbs.close()
+            if spark_connect.stop(spark_home):
+                progress("stopped the embedded Spark Connect server")
     load_after = os.getloadavg()
     git_after = git_state()
     return {
         "params": {
             "size_bytes": args.size, "segment_size_bytes": args.segment_size, "partitions": args.partitions,
             "repeats": args.repeats, "warmup": args.warmup, "noop": args.noop, "quick": bool(args.quick), "seed": args.seed,
-            "spark_master": "local[*]", "command": [sys.executable, "-m", "kts_assets.cli", "sync"],
+            "spark": args.spark, "spark_env": spark_env, "command": [sys.executable, "-m", "kts_assets.cli", "sync"],
             "page_cache": "warm: source files read before every measurement; sync before every one, untimed",
             # Each sync subprocess imports the code on disk at its start, the copies run the code
             # this process imported: if the two states differ, so may the code the rounds ran.
@@ -658,6 +671,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="after every sync, time a second one with nothing to copy (default: yes; no with --quick)")
     parser.add_argument("--quick", action="store_true", help="small sizes, one round, no warm-up, no no-op sync: a smoke run, not a measurement")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--spark", choices=["connect", "classic"], default="connect",
+                        help="connect: every sync attaches to one standing Spark Connect server (kts's default); "
+                             "classic: each sync starts its own in-process JVM (KTS_SPARK_MASTER=local[*])")
     add_json_argument(parser, "sync")
     args = parser.parse_args(argv)
     pick = 1 if args.quick else 0

@@ -152,7 +152,8 @@ def local_segments_crc_clean(context: dg.AssetCheckExecutionContext, pyspark: Kt
         for key in present:
             bad = sorted(unhealthy.get(key, []), key=lambda r: r.base_offset)
             total = totals.get(key, 0)
-            description = "; ".join(f"{r.path}: {r.health}, {r.crc_failures} batches fail their CRC" for r in bad[:10])
+            description = "; ".join(f"{r.path}: {r.health}" + (f", {r.crc_failures} batches fail their CRC" if r.crc_failures else "")
+                                    for r in bad[:10])
             verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
                                        "first_unhealthy_base_offset": bad[0].base_offset if bad else -1},
                              description or f"{total} segments CRC-clean")

@@ -497,7 +497,7 @@ def cmd_services(args) -> int:
 
 
 def add_services_parser(sub) -> None:
-    p = sub.add_parser("services", help="the embedded servers (PostgreSQL) of this KTS_HOME; `stop` stops them")
+    p = sub.add_parser("services", help="the embedded servers (PostgreSQL, Spark Connect) of this KTS_HOME; `stop` stops them")
     p.add_argument("services_command", nargs="?", choices=["list", "stop"], default="list", metavar="stop",
                    help="stop the embedded servers this KTS_HOME started (they run until then)")
     p.add_argument("--json", action="store_true", help="print JSON (one object per server)")
@@ -626,6 +626,7 @@ def _sync(args) -> int:
     from kts_assets.jobs import COPY_JOB_NAME
     from kts_assets.partitions import topic_partitions
     from kts_assets.run_hygiene import release_dead_runs
+    from kts_assets.sensors.roll import advance_roll_cursor, survey_log_dirs
 
     instance = dagster_instance()
     for line in release_dead_runs(instance):
@@ -639,9 +640,14 @@ def _sync(args) -> int:
     # The run's full event log is in the Dagster UI; the terminal gets warnings and errors.
     run_config = {"loggers": {"console": {"config": {"log_level": settings.log_level("WARNING")}}}}
     outcome = sync.PassOutcome()
+    # What the roll sensor would ask for now; taken before the runs, so a roll during them is still
+    # requested by the sensor later.
+    eligible = survey_log_dirs(settings.log_dirs(), keys).eligible
     for batch in batch_key_ranges(ordered, keys):
         sync.say_to_stderr(f"copy_job over {batch.start} .. {batch.end} ({batch.span} partitions)")
         sync.run_batch(job, instance, batch, run_config, outcome, sync.say_to_stderr)
+    # The roll sensor need not ask again for what this pass copied (failed partitions it still will).
+    advance_roll_cursor(instance, {key: offset for key, offset in eligible.items() if key not in outcome.failed})
     # The totals are what `kts status` reports now, computed by the same function.
     with_lost = _status_rows_and_lost()
     rows = [row for row, _ in with_lost]

@@ -29,7 +29,7 @@ def default_resources() -> dict[str, object]:
         "metadata_store": MetadataStoreResource(),
         "remote_tier": RemoteTierResource(),
         "copy_quota": CopyQuotaResource(),
-        "pyspark": spark_resource(),  # settings.spark_master(), default local[*]
+        "pyspark": spark_resource(),  # Spark Connect (embedded or KTS_SPARK_REMOTE), classic with KTS_SPARK_MASTER
     }
 
 

@@ -1,10 +1,14 @@
-"""In-process runs (``kts sync``) that die must not block the runs after them.
+"""Runs that die must not block the runs after them.
 
-A run launched by ``kts sync`` carries the launching process's host, pid and start time as tags.
-A later ``kts sync`` finds runs of this host whose process is gone (SIGKILL, OOM, reboot), marks
-them failed and frees the pool slots they held — Dagster's run monitoring does the same for runs
-the daemon launched, but it never sees an in-process run's worker. While a step waits on a pool
-slot, ``SlotWaitReporter`` says which run holds it.
+A run carries the host, pid and start time of the process executing it as tags: ``kts sync`` sets
+them when it launches a run in-process, and a daemon-launched run worker tags itself when its first
+step starts (``record_run_worker``). ``release_dead_runs`` — called by every ``kts sync`` and by
+the dead-run sensor — finds unfinished runs of this host whose process is gone (SIGKILL, OOM,
+reboot), marks them failed and frees the pool slots they held. (Dagster's run monitoring frees the
+slots of runs that ended, and its code server fails a run whose worker died while the server lived;
+but the default run launcher has no worker health check, so a run orphaned by a reboot would stay
+STARTED with its slot forever.) While a step waits on a pool slot, ``SlotWaitReporter`` says which
+run holds it.
 """
 
 from __future__ import annotations
@@ -26,15 +30,27 @@ _UNFINISHED = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg
                dg.DagsterRunStatus.CANCELING]
 
 
-def _process_start(pid: int) -> str:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or ""."""
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat from field 3 (state) on, or [] when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode(errors="replace")
     except OSError:
-        return ""
+        return []
     # The command name (field 2) may hold spaces and parentheses; fields after its last ")" are plain.
-    return stat.rsplit(")", 1)[-1].split()[19]
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or ""."""
+    fields = _stat_fields(pid)
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _is_zombie(pid: int) -> bool:
+    """A killed process nobody has reaped (its parent died too) still answers kill(pid, 0)."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def launch_tags(trigger: str = "kts sync") -> dict[str, str]:
@@ -56,20 +72,33 @@ def _process_gone(tags: dict[str, str]) -> bool:
         return True
     except PermissionError:
         pass  # alive, under another account
+    if _is_zombie(pid):
+        return True
     recorded = tags.get(PROCESS_START_TAG, "")
     return bool(recorded) and _process_start(pid) not in ("", recorded)
 
 
+def record_run_worker(context: dg.AssetExecutionContext) -> None:
+    """Tag a run with the process executing it, unless its launcher did (``kts sync``): a run the
+    daemon launched then carries its run worker's host, pid and start time too, so
+    ``release_dead_runs`` (the dead-run sensor) can tell when that worker is gone — Dagster's
+    default run launcher has no health check, so after a reboot nothing else would fail the run."""
+    run = context.run
+    if PID_TAG not in run.tags:
+        context.instance.add_run_tags(run.run_id, launch_tags(run.tags.get(TRIGGER_TAG, "run worker")))
+
+
 def release_dead_runs(instance: dg.DagsterInstance) -> list[str]:
-    """Mark failed every unfinished in-process run of this host whose process is gone, and free
-    the pool slots of every finished run that still holds one. Returns one line per run released."""
+    """Mark failed every unfinished run of this host whose process is gone (an in-process ``kts
+    sync``, or a run worker the daemon launched), and free the pool slots of every finished run that
+    still holds one. Returns one line per run released."""
     lines = []
     host = socket.gethostname()
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=_UNFINISHED, tags={HOST_TAG: host})):
         if not _process_gone(run.tags):
             continue
         message = f"the kts process (pid {run.tags.get(PID_TAG)} on {host}) that ran it is gone"
-        instance.report_run_failed(run, message=f"run {run.run_id}: {message}; marked failed by a later kts sync")
+        instance.report_run_failed(run, message=f"run {run.run_id}: {message}; marked failed by kts's dead-run check")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         lines.append(f"run {run.run_id} ({run.job_name}) died with its process (pid {run.tags.get(PID_TAG)}): "
                      f"marked failed and its pool slots freed")

@@ -97,7 +97,7 @@ def run_batch(job: dg.JobDefinition, instance: dg.DagsterInstance, batch: KeyRan
 
 
 def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
-    from kts_assets.partition_outcome import FAILED_PARTITIONS
+    from kts_assets.partition_outcome import FAILED_PARTITIONS, one_line
 
     for event in result.asset_materializations_for_node("remote_segments"):
         if event.partition in batch.keys:
@@ -119,13 +119,13 @@ def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
                     outcome.fail(key, f"{event.step_key}: {cause}")
             continue
         # A step that failed as a whole fails every partition it covered.
-        cause = _first_line(data.user_failure_data.description if data.user_failure_data and data.user_failure_data.description
+        cause = one_line(data.user_failure_data.description if data.user_failure_data and data.user_failure_data.description
                             else (data.error.message if data.error else "failed"))
         for key in batch.keys:
             outcome.fail(key, f"{event.step_key}: {cause}")
     for evaluation in result.get_asset_check_evaluations():
         if not evaluation.passed and evaluation.partition in batch.keys:
-            outcome.fail(evaluation.partition, f"check {evaluation.check_name} failed: {_first_line(evaluation.description or '')}")
+            outcome.fail(evaluation.partition, f"check {evaluation.check_name} failed: {one_line(evaluation.description or '')}")
     if not result.success:
         outcome.failed_runs.append(result.run_id)
         if not any(key in outcome.failed for key in batch.keys):
@@ -144,11 +144,6 @@ def exit_now(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
-
-
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[0] if lines else "failed"
 
 
 def say_to_stderr(line: str) -> None:

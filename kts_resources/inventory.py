@@ -4,6 +4,7 @@ mix. The coming remote-index cache keeps its Parquet the same way."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import uuid
@@ -19,8 +20,22 @@ def inventory_root(name: str = LOCAL_SEGMENTS) -> Path:
     return settings.kts_home() / "inventory" / name
 
 
+# A file name may have 255 bytes; a Kafka topic 249 characters, so a key 260. Longer keys are cut
+# and told apart by a hash, leaving room for publish()'s ".<name>.old-xxxxxxxx" beside it.
+MAX_KEY_BYTES_IN_A_NAME = 200
+
+
+def key_digest(key: str) -> str:
+    """A short, file-name-safe stand-in for a partition key (Spark's partition directories use it:
+    ``sha1(key)``'s first 16 hex digits, as ``F.substring(F.sha1(key), 1, 16)`` computes it)."""
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
 def inventory_path(key: str, name: str = LOCAL_SEGMENTS) -> Path:
-    """``KTS_HOME/inventory/<name>/<key>.parquet`` (a Spark Parquet directory)."""
+    """``KTS_HOME/inventory/<name>/<key>.parquet`` (a Spark Parquet directory); a key too long for a
+    file name keeps its first characters and gains its digest."""
+    if len(key.encode()) > MAX_KEY_BYTES_IN_A_NAME:
+        key = f"{key.encode()[:MAX_KEY_BYTES_IN_A_NAME - 17].decode(errors='ignore')}~{key_digest(key)}"
     return inventory_root(name) / f"{key}.parquet"
 
 

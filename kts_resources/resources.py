@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,23 +191,28 @@ class CopyQuotaResource(dg.ConfigurableResource):
 
 
 class KtsPySparkResource(PySparkResource):
-    """dagster-pyspark's session with kts's settings (``KTS_SPARK_MASTER``, no UI, quiet logs).
+    """dagster-pyspark's resource with kts's session: Spark Connect by default (the embedded server
+    of ``KTS_HOME``, or ``KTS_SPARK_REMOTE``), a classic in-process session when a master is set
+    (``spark_config["spark.master"]`` or ``KTS_SPARK_MASTER``); see ``kts_resources.spark.spark_mode``.
 
-    ``getOrCreate`` keeps one JVM per process: every Spark step of a run shares it.
+    A Connect session is one per process and endpoint, a classic one is the process's JVM: every
+    Spark step of a run, and every run of an in-process ``kts sync``, shares it.
     """
 
+    spark_remote: str = Field(default="", description="A Spark Connect endpoint (sc://host:port); empty takes KTS_SPARK_REMOTE.")
+
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        if str(self.spark_config.get("spark.master", "local")).startswith("local"):
-            # Local workers must run this interpreter (kts's virtualenv), not python3 on PATH.
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            # A local JVM binds to loopback anyway (spark_conf); saying so spares the launcher's warning.
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        super().setup_for_execution(context)
-        self.spark_session.sparkContext.setLogLevel("ERROR")
+        from kts_resources.spark import build_spark_session
+
+        config = {key: str(value) for key, value in self.spark_config.items()}
+        master = config.pop("spark.master", None)
+        self._spark_session = build_spark_session("kts", master=master, extra=config, remote=self.spark_remote or None)
 
 
-def spark_resource(master: str | None = None) -> KtsPySparkResource:
-    from kts_resources.spark import spark_conf
-
-    # spark.log.level quiets the driver from its first line, before setLogLevel could.
-    return KtsPySparkResource(spark_config=spark_conf(master, {"spark.log.level": "ERROR"}))
+def spark_resource(master: str | None = None, remote: str | None = None) -> KtsPySparkResource:
+    """The resource; without arguments the session's kind is settled when a run uses it (settings)."""
+    # spark.log.level quiets a classic driver from its first line, before setLogLevel could.
+    config: dict[str, str] = {"spark.log.level": "ERROR"}
+    if master:
+        config["spark.master"] = master
+    return KtsPySparkResource(spark_config=config, spark_remote=remote or "")

@@ -3,7 +3,7 @@ services``): what each is, whether it is alive, and stopping it.
 
 Each kind of server registers a ``ServiceKind``: how to describe it and how to stop it, both
 from its own state files under ``KTS_HOME`` only, so kts never touches a process it did not
-start. The embedded Spark Connect server joins as a second entry of ``SERVICE_KINDS``.
+start. The embedded Spark Connect server (``spark_connect.py``) is the second entry of ``SERVICE_KINDS``.
 """
 
 from __future__ import annotations
@@ -65,8 +65,27 @@ def _stop_postgres(kts_home: Path) -> bool:
     return home.is_dir() and embedded.stop(home)
 
 
+def _describe_spark_connect(kts_home: Path) -> Service | None:
+    from kts_resources import spark_connect
+
+    home = kts_home / "spark-connect"
+    recorded = spark_connect.recorded(home)
+    if recorded is None:
+        return None
+    state = RUNNING if spark_connect.running(home) is not None else STALE
+    return Service("spark-connect", state, recorded.pid, recorded.port, home)
+
+
+def _stop_spark_connect(kts_home: Path) -> bool:
+    from kts_resources import spark_connect
+
+    home = kts_home / "spark-connect"
+    return home.is_dir() and spark_connect.stop(home)
+
+
 SERVICE_KINDS: tuple[ServiceKind, ...] = (
     ServiceKind("postgres", _describe_postgres, _stop_postgres),
+    ServiceKind("spark-connect", _describe_spark_connect, _stop_spark_connect),
 )
 
 

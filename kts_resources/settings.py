@@ -67,13 +67,20 @@ def database_url() -> str | None:
 
 
 def spark_master() -> str:
-    """``KTS_SPARK_MASTER``, a classic Spark master, default ``local[*]``."""
+    """``KTS_SPARK_MASTER``, default ``local[*]``: the classic session's master when set, else the
+    embedded Spark Connect server's."""
     return _get(SPARK_MASTER) or DEFAULT_SPARK_MASTER
 
 
+def spark_classic_master() -> str | None:
+    """``KTS_SPARK_MASTER`` as configured: set, kts runs a classic in-process session on it; None
+    means Spark Connect (``KTS_SPARK_REMOTE``, else the embedded server)."""
+    return _get(SPARK_MASTER)
+
+
 def spark_remote() -> str | None:
-    """``KTS_SPARK_REMOTE`` (``sc://host:port``, a Spark Connect endpoint). Reserved for the coming
-    Spark Connect work: nothing uses it yet."""
+    """``KTS_SPARK_REMOTE`` (``sc://host:port``): an existing Spark Connect endpoint to attach to;
+    None (and no ``KTS_SPARK_MASTER``) means the embedded server under ``KTS_HOME``."""
     return _get(SPARK_REMOTE)
 
 

@@ -1,4 +1,9 @@
-"""Spark for the per-segment work: a local-or-cluster session and the segment inventory scan.
+"""Spark for the per-segment work: the session and the segment inventory scan.
+
+Three kinds of session (``spark_mode``): by default a Spark Connect session on the embedded server
+of ``KTS_HOME`` (``spark_connect.py``); ``KTS_SPARK_REMOTE`` attaches to a cluster's Spark Connect
+endpoint; ``KTS_SPARK_MASTER`` builds a classic in-process session. Jobs use DataFrame APIs only,
+so they run unchanged on all three.
 
 The scan runs kts's header-only reader inside Spark tasks, one task per segment file, so a
 partition's (or a whole log dir's) segments are read in parallel on every core or executor.
@@ -8,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from kts_resources import settings
@@ -30,20 +37,120 @@ def spark_conf(master: str | None = None, extra: dict[str, str] | None = None) -
     return {"spark.master": master or settings.spark_master(), **_DEFAULT_CONF, **(extra or {})}
 
 
-def build_spark_session(app_name: str = "kts", master: str | None = None, extra: dict[str, str] | None = None) -> "SparkSession":
+CLASSIC = "classic"
+REMOTE = "remote"
+EMBEDDED = "embedded"
+
+
+def spark_mode(master: str | None = None, remote: str | None = None) -> str:
+    """Which session kts builds: an explicit ``master`` or ``KTS_SPARK_MASTER`` → a classic
+    in-process session; ``remote`` or ``KTS_SPARK_REMOTE`` → that Spark Connect endpoint; neither →
+    the embedded Spark Connect server of ``KTS_HOME``."""
+    if master:
+        return CLASSIC
+    if remote:
+        return REMOTE
+    if settings.spark_classic_master():
+        return CLASSIC
+    return REMOTE if settings.spark_remote() else EMBEDDED
+
+
+def build_spark_session(app_name: str = "kts", master: str | None = None, extra: dict[str, str] | None = None,
+                        remote: str | None = None) -> "SparkSession":
+    """The session of the mode ``spark_mode`` picks. A Connect session is one per endpoint and
+    process (every step and run of a ``kts sync`` shares it); a classic one is the process's JVM."""
+    mode = spark_mode(master, remote)
+    if mode == CLASSIC:
+        return _classic_session(app_name, master or settings.spark_classic_master(), extra)
+    if mode == REMOTE:
+        return connect_session(remote or settings.spark_remote(), embedded=False)
+    from kts_resources import spark_connect
+
+    return connect_session(spark_connect.ensure_running().url, embedded=True)
+
+
+def _classic_session(app_name: str, master: str | None, extra: dict[str, str] | None) -> "SparkSession":
     from pyspark.sql import SparkSession
 
+    if not _connect_sessions:
+        # Inherited from a parent that used Spark Connect: PySpark would take this process for a
+        # Connect client too (it allows one kind of session per process).
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     conf = spark_conf(master, extra)
     if conf["spark.master"].startswith("local"):
         # Local workers must run this interpreter (kts's virtualenv), not whatever python3 is on
-        # PATH; PySpark's RDD path reads only the environment variable.
+        # PATH; PySpark's worker launch reads only the environment variable.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # A local JVM binds to loopback anyway (spark_conf); saying so spares the launcher's warning.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+_connect_sessions: dict[str, "SparkSession"] = {}
+_connect_lock = threading.Lock()
+
+
+def connect_session(url: str, *, embedded: bool) -> "SparkSession":
+    """A Spark Connect session on ``url``, made once per process and endpoint.
+
+    A cluster's session (``embedded`` false) gets kts_resources as a Python artifact, so its
+    executors import kts's per-segment code; the embedded server's workers run kts's own
+    virtualenv and need nothing shipped. The embedded server is on loopback: when it stops
+    answering it is gone (killed, stopped), so a call fails in seconds, not after the client's
+    default ten minutes of retries, and the next run starts a fresh server."""
+    from pyspark.sql import SparkSession
+
+    with _connect_lock:
+        session = _connect_sessions.get(url)
+        if session is None or session.is_stopped:
+            # create(), not getOrCreate(): the latter hands back any default session, whatever its endpoint.
+            session = SparkSession.builder.remote(url).create()
+            if embedded:
+                from pyspark.sql.connect.client.retries import DefaultPolicy
+
+                session.client.set_retry_policies([DefaultPolicy(max_retries=3, max_backoff=1000)])
+            else:
+                artifact = _code_artifact()
+                try:
+                    session.addArtifacts(str(artifact), pyfile=True)
+                finally:
+                    artifact.unlink(missing_ok=True)
+            _connect_sessions[url] = session
+        return session
+
+
+def forget_connect_sessions() -> None:
+    """Drop this process's Connect sessions and close their channels (no call to the server: one
+    may be gone, and the client would retry it for minutes; the server expires idle sessions)."""
+    with _connect_lock:
+        for session in _connect_sessions.values():
+            try:
+                session.client.close()
+            except Exception:  # a channel already closed has nothing left to close
+                pass
+        _connect_sessions.clear()
+
+
+def _code_artifact() -> Path:
+    """kts_resources as a zip a Spark Connect cluster puts on its executors' Python path."""
+    import tempfile
+    import zipfile
+
+    import kts_resources
+
+    package = Path(kts_resources.__file__).resolve().parent
+    fd, name = tempfile.mkstemp(prefix="kts_resources-", suffix=".zip")
+    os.close(fd)
+    with zipfile.ZipFile(name, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                zf.write(path, Path("kts_resources") / path.relative_to(package))
+    return Path(name)
 
 
 INVENTORY_COLUMNS = (
@@ -84,21 +191,49 @@ def read_inventory(spark: "SparkSession", paths: Iterable[os.PathLike | str]) ->
     return spark.read.schema(inventory_schema()).parquet(*map(str, paths))
 
 
-def _summarize(task: tuple) -> tuple:
-    # Runs on an executor: imports stay inside so the closure ships only the task tuple.
-    # A task is ("row", the row kept from the last scan) or ("scan", what to scan).
-    kind, payload = task
-    if kind == "row":
-        return payload
+def unreadable_row(topic: str, partition: int, path: str, base_offset: int, active: bool, mtime_ns: int | None,
+                   problem: str) -> tuple:
+    """The inventory row of a segment that could not be read: its health names why (one line), so
+    that segment's partition is reported and fails alone while the job goes on with the rest."""
+    return (topic, partition, base_offset, None, base_offset, 0, 0, 0, -1, [], active, f"unreadable: {problem}", 0,
+            None, path, mtime_ns)
+
+
+def _summarize(scan: tuple) -> tuple:
+    """One inventory row from a scan task (topic, partition, path, base offset, active, mtime_ns)."""
+    from kts_resources.kafka.errors import KafkaFormatError
     from kts_resources.kafka.segment import summarize_segment
 
-    topic, partition, path, base_offset, active, mtime_ns = payload
-    s = summarize_segment(path, base_offset, active=active)
+    topic, partition, path, base_offset, active, mtime_ns = scan
+    try:
+        s = summarize_segment(path, base_offset, active=active)
+    except (OSError, KafkaFormatError) as e:
+        problem = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        return unreadable_row(topic, partition, path, base_offset, active, mtime_ns, " ".join(problem.split()))
     return (
         topic, partition, s.base_offset, s.last_offset, s.next_offset, s.size_bytes, s.batch_count, s.record_count,
         s.max_timestamp, list(s.leader_epochs), s.active, s.health, len(s.crc_failures),
         None if s.invalid is None else s.invalid.position, s.path, mtime_ns,
     )
+
+
+def _scanner(scans: list[tuple]):
+    """The ``mapInArrow`` function over ``range(len(scans))``: each task index names one scan.
+
+    Runs on an executor (classic or Spark Connect alike); the scan list rides in the closure, and
+    kts_resources is imported there (the worker's Python, or the artifact shipped to a cluster)."""
+
+    def scan_batches(batches):
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = to_arrow_schema(inventory_schema())
+        for batch in batches:
+            rows = [_summarize(scans[i]) for i in batch.column(0).to_pylist()]
+            if rows:
+                yield pa.RecordBatch.from_pylist([dict(zip(INVENTORY_COLUMNS, r)) for r in rows], schema=schema)
+
+    return scan_batches
 
 
 def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
@@ -108,23 +243,32 @@ def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
     ``previous`` (path → inventory row of an earlier scan) spares rescanning what cannot have
     changed: a segment closed then and now, of the same size and modification time — Kafka
     never rewrites a rolled segment in place. Returns the rows and how many were kept that way.
+
+    DataFrame APIs only (``range`` + ``mapInArrow``, no RDD or ``sparkContext``), so the job runs
+    the same on a classic session and on Spark Connect.
     """
     previous = previous or {}
-    tasks = []
-    kept = 0
+    scans: list[tuple] = []
+    kept_rows: list[tuple] = []
+    unreadable: list[tuple] = []  # rows made on the driver for segments it could not even stat
     for p in partitions:
         for s in p.segments():
-            st = os.stat(s.log)
+            try:
+                st = os.stat(s.log)
+            except OSError as e:  # gone since listed, a dangling link: that segment's row says so
+                unreadable.append(unreadable_row(p.topic, p.partition, str(s.log), s.base_offset, s.active, None,
+                                                 e.strerror or str(e)))
+                continue
             row = previous.get(str(s.log))
             if (row is not None and not s.active and not row.active
                     and (row.size_bytes, row.mtime_ns) == (st.st_size, st.st_mtime_ns)):
-                tasks.append(("row", tuple(row)))
-                kept += 1
+                kept_rows.append(tuple(row))
             else:
-                tasks.append(("scan", (p.topic, p.partition, str(s.log), s.base_offset, s.active, st.st_mtime_ns)))
-    if not tasks:
-        return spark.createDataFrame([], inventory_schema()), 0
-    # Scans one segment per task; kept rows ride along in few slices (they cost nothing).
-    slices = max(1, len(tasks) - kept)
-    rdd = spark.sparkContext.parallelize(tasks, numSlices=slices).map(_summarize)
-    return spark.createDataFrame(rdd, inventory_schema()), kept
+                scans.append((p.topic, p.partition, str(s.log), s.base_offset, s.active, st.st_mtime_ns))
+    schema = inventory_schema()
+    kept = spark.createDataFrame(kept_rows + unreadable, schema)
+    if not scans:
+        return kept, len(kept_rows)
+    # One segment per task: range's partitions are the tasks, each index naming its scan.
+    scanned = spark.range(0, len(scans), 1, numPartitions=len(scans)).mapInArrow(_scanner(scans), schema)
+    return (scanned.unionByName(kept) if kept_rows or unreadable else scanned), len(kept_rows)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 # Real servers the tests share: PostgreSQL (pg_url, metadata_store, pg_admin_url, …) and an S3 HTTP
-# endpoint (s3_endpoint, s3_bucket, remote_storage, …).
-pytest_plugins = ["tests.fixtures_postgres", "tests.fixtures_s3"]
+# endpoint (s3_endpoint, s3_bucket, remote_storage, …), and a Spark Connect server (spark_connect_url).
+pytest_plugins = ["tests.fixtures_postgres", "tests.fixtures_s3", "tests.fixtures_spark"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -31,8 +31,10 @@ from kts_resources.resources import (
 
 from .test_copier import _eligible as eligible_segments
 
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+
 # One local session for the whole test run: getOrCreate hands every run the same JVM.
-SPARK = spark_resource("local[2]")
+SPARK = spark_resource()  # Spark Connect: the session's server (tests/fixtures_spark.py)
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
 KEYS = ["orders-0", "orders-1", "page.views-0"]
@@ -110,9 +112,9 @@ def test_local_segments_stores_the_inventory_and_reports_the_partitions_offsets(
     assert md["eligible_bytes"] == sum(s.log.stat().st_size for s in eligible(log_dir, "orders-0"))
     parquet = inventory_path("orders-0")
     assert parquet.is_dir() and parquet.is_relative_to(kts_home) and any(parquet.glob("*.parquet"))
-    from pyspark.sql import SparkSession
+    from kts_resources.spark import build_spark_session
 
-    rows = SparkSession.builder.getOrCreate().read.parquet(str(parquet)).collect()  # the run's own session
+    rows = build_spark_session().read.parquet(str(parquet)).collect()  # the run's own session
     assert sorted(r.base_offset for r in rows) == [s.base_offset for s in segments]
 
 

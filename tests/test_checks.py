@@ -21,6 +21,8 @@ from kts_resources.kafka.logdir import LogDir
 
 from .test_assets import KEYS, RANGE_END, RANGE_START, eligible, pipeline_resources, simulate_log_dir
 
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+
 
 @pytest.fixture
 def kts_home(tmp_path, monkeypatch):

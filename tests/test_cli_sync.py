@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import dagster as dg
+import pytest
 
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 
@@ -20,6 +21,8 @@ from kts_resources.kafka.segment import summarize_segment
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .test_copier import _assert_remote_tier_mirrors_eligible_segments, _eligible
+
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 
 CONFIG = dict(seed=5, topics=("orders", "page.views"), partitions=2, segment_bytes=48 * 1024)
 

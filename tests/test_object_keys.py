@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.remote_log import IndexType, RemoteLogSegmentId, TopicIdPartition
 from kts_resources.remote_storage.keys import (
+    MAX_TOPIC_IN_KEY,
     SEGMENT_SUFFIXES,
     ObjectKeys,
     check_object_key,
@@ -88,8 +89,10 @@ def test_parse_gives_back_the_pieces_even_for_topics_with_dashes(topic):
     for suffix in SEGMENT_SUFFIXES:
         parsed = keys.parse(keys.segment_key(sid, 2**63 - 1, suffix))
         assert parsed is not None
-        assert (parsed.topic, parsed.partition, parsed.start_offset, parsed.suffix) == (topic, 2**31 - 1, 2**63 - 1, suffix)
-        assert parsed.remote_log_segment_id == sid
+        assert (parsed.topic, parsed.partition, parsed.start_offset, parsed.suffix) == (topic[:MAX_TOPIC_IN_KEY], 2**31 - 1, 2**63 - 1, suffix)
+        assert (parsed.topic_id, parsed.segment_id) == (sid.topic_id_partition.topic_id, sid.id)
+        if len(topic) <= MAX_TOPIC_IN_KEY:
+            assert parsed.remote_log_segment_id == sid
 
 
 @pytest.mark.parametrize(
@@ -136,7 +139,7 @@ def test_no_topic_prefix_or_number_builds_a_key_outside_the_prefix(topic, prefix
         return
     assert_safe(key, keys)
     parsed = keys.parse(key)
-    assert parsed is not None and (parsed.topic, parsed.partition, parsed.start_offset) == (topic, partition, offset)
+    assert parsed is not None and (parsed.topic, parsed.partition, parsed.start_offset) == (topic[:MAX_TOPIC_IN_KEY], partition, offset)
 
 
 @settings(max_examples=200, deadline=None)
@@ -160,3 +163,13 @@ def test_parse_never_fails_on_arbitrary_text(key):
     parsed = ObjectKeys("p").parse(key)
     if parsed is not None:
         assert ObjectKeys("p").segment_key(parsed.remote_log_segment_id, parsed.start_offset, parsed.suffix) == key
+
+
+def test_the_longest_legal_topic_keeps_every_key_component_within_a_file_name():
+    """A file-system tier stores each key component as a directory or file name (255 bytes at most):
+    a 249-character topic's directory keeps the topic id whole and cuts the name."""
+    topic = "t" * 249
+    key = ObjectKeys("p").segment_key(segment_id(topic, 0), 0, "log")
+    assert all(len(part.encode()) <= 255 for part in key.split("/"))
+    parsed = ObjectKeys("p").parse(key)
+    assert parsed is not None and parsed.topic == topic[:MAX_TOPIC_IN_KEY]

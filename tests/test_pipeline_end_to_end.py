@@ -5,6 +5,7 @@ segments — nothing twice, nothing early."""
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from kts_assets.definitions import defs
 from kts_assets.partitions import topic_partitions
@@ -14,6 +15,8 @@ from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 
 from .test_assets import eligible, pipeline_resources
+
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 
 CONFIG = dict(seed=21, topics=("orders", "page.views"), partitions=2, segment_bytes=16 * 1024)
 

@@ -383,3 +383,42 @@ def test_the_sensor_tick_bench_quick_runs_and_writes_json(tmp_path):
     for result in data["results"]:
         assert {"scandir", "survey", "first_tick", "idle_tick"} == result["seconds"].keys()
         assert {"survey", "first_tick", "idle_tick"} == result["share_of_60s_budget"].keys()
+
+
+# --- a pass the sensor did not request (`kts sync`) moves its cursor --------------------------------
+
+
+def _stored_sensor_state(instance: dg.DagsterInstance, name: str, cursor: str | None):
+    """A sensor's state as the daemon stores it after its first tick."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteInstigatorOrigin, RemoteRepositoryOrigin
+    from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, InstigatorType, SensorInstigatorData
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="kts_assets.definitions"), location_name="kts")
+    origin = RemoteInstigatorOrigin(RemoteRepositoryOrigin(location, "__repository__"), name)
+    return instance.add_instigator_state(
+        InstigatorState(origin, InstigatorType.SENSOR, InstigatorStatus.RUNNING, SensorInstigatorData(cursor=cursor)))
+
+
+def _cursor_of(instance: dg.DagsterInstance, state) -> str | None:
+    return instance.get_instigator_state(state.instigator_origin_id, state.selector_id).instigator_data.cursor
+
+
+def test_a_kts_sync_pass_moves_the_stored_cursor_so_the_next_tick_asks_for_nothing(tmp_path, instance):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    roll = _stored_sensor_state(instance, segment_roll_sensor.name, encode_cursor({}))
+    other = _stored_sensor_state(instance, "partition_discovery_sensor", "untouched")
+    eligible = survey_log_dirs([log_dir], ["orders-0", "orders-1", "orders-2"]).eligible
+
+    assert sensors_roll.advance_roll_cursor(instance, eligible) == 1
+
+    cursor = _cursor_of(instance, roll)
+    assert decode_cursor(cursor) == {"orders-0": 100}
+    assert _cursor_of(instance, other) == "untouched"
+    assert tick(instance, log_dir, cursor=cursor).run_requests == []
+    assert sensors_roll.advance_roll_cursor(instance, eligible) == 0  # nothing new: nothing written
+
+
+def test_without_a_stored_sensor_state_moving_the_cursor_changes_nothing(instance):
+    assert sensors_roll.advance_roll_cursor(instance, {"orders-0": 100}) == 0

@@ -213,3 +213,65 @@ def test_a_run_waiting_on_a_pool_slot_is_told_which_run_holds_it():
             while not said and time.monotonic() < deadline:
                 time.sleep(0.2)
         assert said and said[0] == "waiting for a free `spark` slot held by run holder-run"
+
+
+def test_a_run_worker_killed_in_its_spark_step_is_failed_by_the_dead_run_sensor_and_frees_its_slot(tmp_path, pg_url):
+    """A run executed by a worker process of its own (as the daemon's run launcher starts one), not
+    by `kts sync`: SIGKILLed while it holds the `spark` slot, it is failed and its slot freed by the
+    dead-run sensor's next tick, and the next run proceeds with no manual step."""
+    from kts_assets.sensors import dead_run_sensor
+
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=6, topics=("orders",), partitions=2, segment_bytes=48 * 1024, total_bytes=300 * 1024))
+    env = sync_env(tmp_path, log_dir, pg_url)
+    (Path(env["DAGSTER_HOME"]) / "dagster.yaml").write_text("telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n")
+    keys = ["orders-0", "orders-1"]
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        instance.add_dynamic_partitions(topic_partitions.name, keys)
+    out = tmp_path / "worker.log"
+    tags = '{"dagster/asset_partition_range_start": "orders-0", "dagster/asset_partition_range_end": "orders-1"}'
+    with open(out, "wb") as sink:
+        worker = subprocess.Popen([str(Path(sys.executable).with_name("dagster")), "job", "execute", "-m", "kts_assets.definitions",
+                                   "-j", "copy_job", "--tags", tags], env=env, cwd=REPO_ROOT,
+                                  stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not _spark_slot_holders(env["DAGSTER_HOME"]):
+        assert worker.poll() is None and time.monotonic() < deadline, _tail(out)
+        time.sleep(0.5)
+    [held_by] = _spark_slot_holders(env["DAGSTER_HOME"])
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        deadline = time.monotonic() + 60  # the step tags its run with its worker when it starts
+        while "kts/pid" not in instance.get_run_by_id(held_by).tags:
+            assert time.monotonic() < deadline, _tail(out)
+            time.sleep(0.2)
+    os.killpg(worker.pid, signal.SIGKILL)  # as an OOM kill or a reboot would: the worker and its JVM
+    worker.wait(timeout=30)
+
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        assert instance.get_run_by_id(held_by).status == dg.DagsterRunStatus.STARTED  # nobody noticed yet
+        result = dead_run_sensor.evaluate_tick(dg.build_sensor_context(instance=instance))
+        assert held_by in (result.skip_message or "")
+        assert instance.get_run_by_id(held_by).status == dg.DagsterRunStatus.FAILURE
+    assert not _spark_slot_holders(env["DAGSTER_HOME"])
+
+    after = kts(env, "sync")
+    assert after.returncode == 0, after.stderr[-3000:]
+
+
+def test_copy_job_runs_its_steps_in_one_process_so_a_run_starts_one_spark_session():
+    """A daemon-launched copy run pays one JVM, as `kts sync` does: the inventory step and the CRC
+    check share the run's process, and so its Spark session."""
+    from kts_assets.definitions import defs
+    from kts_assets.jobs import COPY_JOB_NAME
+
+    assert defs.resolve_job_def(COPY_JOB_NAME).executor_def is dg.in_process_executor
+
+
+def test_loading_the_definitions_prints_no_dagster_beta_or_preview_warning():
+    """`dagster dev` loads the code location over and over: kts's deliberate use of beta/preview
+    APIs must not fill its log (other warnings still show)."""
+    probe = ("import warnings; warnings.simplefilter('always'); "
+             "import kts_assets.definitions")
+    done = subprocess.run([sys.executable, "-W", "always", "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "BetaWarning" not in done.stderr and "PreviewWarning" not in done.stderr, done.stderr[-2000:]

@@ -1,24 +1,30 @@
-"""Spark's segment inventory: a local[*] session (Java 17, as .ci/setup installs it) scans every
-segment of a simulated log dir in parallel and agrees, row for row, with kts's own reader — CRC
-failures included."""
+"""Spark's segment inventory: on a Spark Connect session (the test session's server) and on a
+classic local session (Java 17, as .ci/setup installs it) alike, the scan of every segment of a
+simulated log dir runs in parallel and agrees, row for row, with kts's own reader — CRC failures
+included."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from kts_resources.kafka.logdir import discover_partitions
 from kts_resources.kafka.segment import summarize_segment
 from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.spark import INVENTORY_COLUMNS, build_spark_session, segment_inventory
+from kts_resources.spark import CLASSIC, INVENTORY_COLUMNS, build_spark_session, segment_inventory, spark_mode
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 
 
 @pytest.fixture(scope="module")
-def spark():
-    session = build_spark_session("kts-tests", master="local[2]")
-    yield session
-    session.stop()
+def spark(spark_connect_url):
+    # PySpark allows one kind of session per process: Spark Connect (the session's server), or
+    # classic when KTS_SPARK_MASTER says so (test_the_inventory_agrees_on_a_classic_session_too).
+    return build_spark_session("kts-tests")
 
 
 @pytest.fixture
@@ -96,3 +102,39 @@ def test_new_active_or_changed_segments_are_scanned_again(spark, log_dir):
                  and s.log != victim]
     assert kept == len(unchanged) and len(rows) == sum(len(p.segments()) for p in partitions)
     assert [(r.path, r.health) for r in rows if r.health != "ok"] == [(str(victim), "corrupt")]
+
+
+def test_the_inventory_agrees_on_a_classic_session_too(tmp_path):
+    """This module again, in a process of its own on a classic local[2] session (KTS_SPARK_MASTER)."""
+    if spark_mode() == CLASSIC:
+        pytest.skip("this is the classic run itself")
+    env = {**os.environ, "KTS_SPARK_MASTER": "local[2]"}
+    env.pop("KTS_SPARK_REMOTE", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'classic'}",
+                          __file__], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=500)
+    assert run.returncode == 0, run.stdout[-3000:]
+    others = sum(1 for name in globals() if name.startswith("test_")) - 1  # every test but this one
+    assert f"{others} passed, 1 skipped" in run.stdout
+
+
+class _ListedEarlier:
+    """A partition as it was listed a moment ago (the broker may delete a segment since)."""
+
+    def __init__(self, partition):
+        self.topic, self.partition, self._segments = partition.topic, partition.partition, partition.segments()
+
+    def segments(self):
+        return self._segments
+
+
+def test_a_segment_gone_since_it_was_listed_gets_an_unreadable_row_and_the_rest_are_scanned(spark, log_dir):
+    """Broker retention deletes segments while kts scans: that one segment's row says it could not
+    be read; the job, and every other segment and partition, goes on."""
+    partitions = [_ListedEarlier(p) for p in discover_partitions(log_dir)]
+    gone = partitions[0].segments()[0]
+    gone.log.unlink()
+    rows = segment_inventory(spark, partitions)[0].collect()
+    assert len(rows) == sum(len(p.segments()) for p in partitions)
+    [bad] = [r for r in rows if r.health != "ok"]
+    assert (bad.topic, bad.partition, bad.base_offset) == (partitions[0].topic, partitions[0].partition, gone.base_offset)
+    assert bad.health.startswith("unreadable: ") and "\n" not in bad.health and bad.size_bytes == 0

@@ -46,6 +46,8 @@ from .independent_log_dir import (
     leader_epoch_checkpoint,
 )
 
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+
 # ARCHITECTURE.md, "Command line": the status object's fields, in order (issue 14 adds lost_ranges).
 STATUS_FIELDS = (
     "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",

@@ -31,6 +31,8 @@ from .conftest import REPO_ROOT
 from .fixtures_postgres import _fresh_database
 from .fixtures_s3 import free_loopback_port
 
+pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+
 TOPICS = ("orders", "page.views")
 PARTITIONS = 2
 SIMULATION = SimulationConfig(total_bytes=200 * 1024, seed=5, topics=TOPICS, partitions=PARTITIONS, segment_bytes=48 * 1024)
@@ -365,7 +367,7 @@ def test_the_repository_has_the_copy_job_both_sensors_and_the_reconcile_schedule
     assert repository["__typename"] == "Repository", repository
     assert "copy_job" in {job["name"] for job in repository["jobs"]}
     sensors = {s["name"]: s for s in repository["sensors"]}
-    assert sorted(sensors) == ["partition_discovery_sensor", "segment_roll_sensor"]
+    assert sorted(sensors) == ["dead_run_sensor", "partition_discovery_sensor", "segment_roll_sensor"]
     assert all(s["defaultStatus"] == "RUNNING" for s in sensors.values())
     assert sensors["partition_discovery_sensor"]["minIntervalSeconds"] == 30
     assert sensors["segment_roll_sensor"]["targets"] == [{"pipelineName": "copy_job"}]

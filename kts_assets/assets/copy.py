@@ -9,6 +9,7 @@ import dagster as dg
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
+from kts_assets.run_hygiene import record_run_worker
 from kts_resources.copier import PARALLEL_PARTITIONS, PartitionCopyResult, copy_partition
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import (
@@ -54,6 +55,7 @@ def remote_segments(
     copy_quota: CopyQuotaResource,
     config: RemoteSegmentsConfig,
 ) -> dg.MaterializeResult:
+    record_run_worker(context)  # so a dead worker's run is failed and its slots freed
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())

@@ -10,7 +10,9 @@ import dagster as dg
 
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
-from kts_resources.inventory import inventory_path, inventory_root, publish
+from kts_resources.kafka.errors import shown
+from kts_assets.run_hygiene import record_run_worker
+from kts_resources.inventory import inventory_path, inventory_root, key_digest, publish
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
 from kts_resources.tiers import eligible_segments, locate_partitions, partition_tiers, segment_bytes
 
@@ -31,7 +33,7 @@ class LocalSegmentsConfig(dg.Config):
     group_name="tiering",
     description=(
         "Inventory of each partition's local segments (offsets, sizes, epochs, CRC status), scanned by "
-        "Spark and stored as Parquet under KTS_HOME/inventory/local_segments/<partition>.parquet. "
+        "Spark and stored as Parquet under `KTS_HOME/inventory/local_segments/TOPIC-PARTITION.parquet`. "
         "Offsets follow KIP-405: Lx = local_log_start_offset, Ly = high_watermark, Lz = log_end_offset."
     ),
 )
@@ -43,6 +45,7 @@ def local_segments(
 
     from kts_resources.spark import read_inventory, segment_inventory
 
+    record_run_worker(context)  # so a dead worker's run is failed and its slots freed
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
@@ -51,7 +54,17 @@ def local_segments(
         context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, partition_key=key)
 
     spark = pyspark.spark_session
-    listed = {key: loc.partition.segments() for key, loc in located.items()}
+    listed = {}
+    for key, loc in list(located.items()):
+        # One partition dir that cannot be listed (permissions, a file in its place) fails alone:
+        # its copy fails and names it; every other partition of the run is scanned.
+        try:
+            listed[key] = loc.partition.segments()
+        except OSError as e:
+            del located[key]
+            problem = f"{shown(loc.partition.path)}: cannot be listed: {e.strerror or e}"
+            context.log.error(f"{key}: {problem}")
+            context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, partition_key=key)
     earlier = [path for path in map(inventory_path, located) if path.is_dir()]
     previous = {}
     if earlier and not config.rescan_unchanged:
@@ -59,15 +72,18 @@ def local_segments(
         previous = {row.path: row for row in read_inventory(spark, earlier).collect()}
     inventory, kept = segment_inventory(spark, [loc.partition for loc in located.values()], previous)
     inventory = inventory.withColumn("partition_key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string")))
+    # Spark names each output directory after its partition column: a digest, never the key itself,
+    # which a 249-character topic makes longer than a file name may be.
+    inventory = inventory.withColumn("partition_digest", F.substring(F.sha1(F.col("partition_key")), 1, 16))
     inventory = inventory.cache()
-    rows = inventory.drop("leader_epochs", "path").collect()
+    rows = inventory.drop("leader_epochs", "path", "partition_digest").collect()
 
     # One Spark write for the whole run, split into one Parquet directory per partition key.
     root = inventory_root()
     root.mkdir(parents=True, exist_ok=True)
     staging = root / f".staging-{context.run.run_id}"
     if rows:
-        inventory.write.mode("overwrite").partitionBy("partition_key").parquet(str(staging))
+        inventory.drop("partition_key").write.mode("overwrite").partitionBy("partition_digest").parquet(str(staging))
     inventory.unpersist()
 
     by_key: dict[str, list] = {key: [] for key in located}
@@ -75,7 +91,7 @@ def local_segments(
         by_key.setdefault(row.partition_key, []).append(row)
     for key, loc in located.items():
         seg_rows = sorted(by_key.get(key, []), key=lambda r: r.base_offset)
-        staged = staging / f"partition_key={key}"
+        staged = staging / f"partition_digest={key_digest(key)}"
         if staged.is_dir():
             publish(staged, inventory_path(key))
         segments = listed[key]
@@ -84,7 +100,8 @@ def local_segments(
         crc_failures = sum(r.crc_failures for r in seg_rows)
         unhealthy = [r for r in seg_rows if r.health != "ok"]
         for r in unhealthy:
-            context.log.error(f"{key}: segment {r.base_offset} is {r.health} ({r.crc_failures} batches fail their CRC)")
+            context.log.error(f"{key}: segment {r.base_offset} is {r.health}"
+                              + (f" ({r.crc_failures} batches fail their CRC)" if r.crc_failures else ""))
         context.add_asset_metadata(
             {
                 "segments": len(seg_rows),

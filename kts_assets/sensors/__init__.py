@@ -1,9 +1,11 @@
-"""Sensors: partition discovery (``discovery``) and the segment roll sensor (``roll``); the
-per-partition cursor codec they and later sensors share is ``cursor``."""
+"""Sensors: partition discovery (``discovery``), the segment roll sensor (``roll``) and the
+dead-run sensor (``dead_runs``); the per-partition cursor codec they and later sensors share is
+``cursor``."""
 
+from kts_assets.sensors.dead_runs import dead_run_sensor
 from kts_assets.sensors.discovery import partition_discovery_sensor
 from kts_assets.sensors.roll import segment_roll_sensor
 
-sensors = [partition_discovery_sensor, segment_roll_sensor]
+sensors = [partition_discovery_sensor, segment_roll_sensor, dead_run_sensor]
 
-__all__ = ["partition_discovery_sensor", "segment_roll_sensor", "sensors"]
+__all__ = ["dead_run_sensor", "partition_discovery_sensor", "segment_roll_sensor", "sensors"]

@@ -8,7 +8,9 @@ from kts_assets.partitions import topic_partitions
 from kts_resources.resources import KafkaLogDirsResource
 
 
-@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Adds a partition for every TOPIC-PARTITION directory in the broker log dirs "
+                       "(KTS_LOG_DIRS) and warns about partitions that left them.")
 def partition_discovery_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaLogDirsResource) -> dg.SensorResult:
     """Adds a partition for every ``<topic>-<partition>`` dir in the log dirs; reports vanished ones.
 

@@ -151,6 +151,29 @@ def plan_roll_runs(
     return RollPlan(now, cursor, len(changed), sum(len(b.keys) for b in later))
 
 
+def advance_roll_cursor(instance: dg.DagsterInstance, requested: Mapping[str, int]) -> int:
+    """Record in the roll sensor's stored cursor(s) that ``requested`` (partition key → newest
+    eligible base offset) was copied by someone else (`kts sync`), so its next tick does not ask
+    for the same work again. Returns how many stored sensor states were updated (none before the
+    daemon has ticked the sensor once: its first tick then finds the work done, cheaply)."""
+    from dagster._core.scheduler.instigation import InstigatorType, SensorInstigatorData
+
+    updated = 0
+    for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+        data = state.instigator_data
+        if state.instigator_name != segment_roll_sensor.name or not isinstance(data, SensorInstigatorData):
+            continue
+        try:
+            cursor = decode_cursor(data.cursor)
+        except ValueError:
+            continue  # the sensor starts over from an unreadable cursor by itself
+        merged = {**cursor, **requested}
+        if merged != cursor:
+            instance.update_instigator_state(state.with_data(data._replace(cursor=encode_cursor(merged))))
+            updated += 1
+    return updated
+
+
 @dg.sensor(
     job_name=COPY_JOB_NAME,
     minimum_interval_seconds=30,

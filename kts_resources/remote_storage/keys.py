@@ -27,6 +27,7 @@ SEGMENT_SUFFIXES: Final[tuple[str, ...]] = (LOG_SUFFIX, *INDEX_SUFFIXES.values()
 
 MAX_OFFSET: Final = 2**63 - 1  # an offset is a Java long
 MAX_KEY_BYTES: Final = 1024  # S3's limit on a key's UTF-8 length
+MAX_TOPIC_IN_KEY: Final = 255 - 1 - 22  # "<topic>-<22-character topic id>" within one file name
 
 _ID = r"[A-Za-z0-9_-]{22}"
 _SEGMENT_KEY = re.compile(
@@ -121,7 +122,9 @@ class ObjectKeys:
             raise ValueError(f"no object key for partition {partition!r}: not an int32 ≥ 0")
         if not isinstance(topic_id_partition.topic_id, uuid.UUID):
             raise ValueError(f"no object key for topic id {topic_id_partition.topic_id!r}: not a UUID")
-        return f"{self.root}{topic}-{uuid_to_base64(topic_id_partition.topic_id)}/{partition}/"
+        # The topic id names the topic; its name is cut so the directory fits a file name (255
+        # bytes) on a file-system tier: Kafka allows 249 characters, 23 more for "-<id>" do not fit.
+        return f"{self.root}{topic[:MAX_TOPIC_IN_KEY]}-{uuid_to_base64(topic_id_partition.topic_id)}/{partition}/"
 
     def segment_stem(self, segment_id: RemoteLogSegmentId, start_offset: int) -> str:
         """The key of a segment's objects without the ``.<suffix>``."""

@@ -1,0 +1,200 @@
+"""The embedded Spark Connect server of a ``KTS_HOME``: started by the first process that needs
+Spark, reused by every later process and run, detected when dead or stale and replaced.
+
+Like the embedded PostgreSQL (``metadata/embedded.py``): loopback only, state under
+``KTS_HOME/spark-connect`` (``server.json`` with pid and port, ``server.log``), an fcntl lock so
+concurrent first starts end up sharing one server, and stopping by the recorded pid only. The
+server is PySpark's own ``SparkConnectServer`` (the jar ships in the pip package), launched by
+``bin/spark-submit`` in a session of its own (it outlives the process that started it); its Python
+workers (PySpark's daemon, in a group of its own) end when the JVM's pipe to them closes. Its workers run this interpreter (kts's virtualenv), so kts's code imports
+on the executors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kts_resources import settings
+from kts_resources.metadata.embedded import _alive, _free_port, _locked
+from kts_resources.private_dirs import make_dirs
+
+LOOPBACK = "127.0.0.1"
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+STATE_FILE = "server.json"
+LOG_FILE = "server.log"
+
+
+class SparkConnectError(RuntimeError):
+    """The embedded server could not be started or did not answer; the message says where to look."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectServer:
+    home: Path
+    pid: int
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"sc://{LOOPBACK}:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.home / LOG_FILE
+
+
+def server_home(home: Path | None = None) -> Path:
+    """``KTS_HOME/spark-connect`` (or ``home`` when given, as tests do)."""
+    return Path(home) if home is not None else settings.kts_home() / "spark-connect"
+
+
+def recorded(home: Path | None = None) -> ConnectServer | None:
+    """What ``server.json`` under ``home`` says, alive or not (for ``kts services``)."""
+    home = server_home(home)
+    try:
+        raw = json.loads((home / STATE_FILE).read_text())
+        return ConnectServer(home, int(raw["pid"]), int(raw["port"]))
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
+def running(home: Path | None = None) -> ConnectServer | None:
+    """The live server recorded under ``home`` (its process alive and its port answering), or None;
+    never starts one."""
+    server = recorded(home)
+    if server is not None and _is_ours(server) and _answers(server.port):
+        return server
+    return None
+
+
+def ensure_running(home: Path | None = None, *, master: str | None = None, timeout_s: float = 120.0) -> ConnectServer:
+    """The embedded server under ``home``: reused when alive, else started (a stale one stopped first)."""
+    home = server_home(home)
+    server = running(home)
+    if server is not None:
+        return server
+    make_dirs(home, 0o700)
+    with _locked(home / ".lock"):
+        # Another process may have started it while this one waited for the lock.
+        server = running(home)
+        if server is None:
+            stop(home)  # a recorded process that no longer answers: end it before replacing it
+            server = _start(home, master or settings.spark_master(), timeout_s)
+        return server
+
+
+def stop(home: Path | None = None, *, timeout_s: float = 30.0) -> bool:
+    """Stop the server under ``home`` and its workers; True when one was running. Clears the state."""
+    home = server_home(home)
+    server = recorded(home)
+    stopped = False
+    if server is not None and _is_ours(server):
+        _signal_group(server.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _alive(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        _signal_group(server.pid, signal.SIGKILL)  # whatever of the group the SIGTERM left behind
+        deadline = time.monotonic() + 10
+        while _group_alive(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stopped = True
+    (home / STATE_FILE).unlink(missing_ok=True)
+    return stopped
+
+
+def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).resolve().parent
+    port = _free_port()
+    from kts_resources.spark import spark_conf
+
+    # kts's local session settings (loopback driver, no UI), plus where Connect listens: loopback only.
+    conf = spark_conf(master, {
+        "spark.connect.grpc.binding.address": LOOPBACK,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.log.level": "WARN",
+        "spark.local.dir": str(home / "tmp"),
+    })
+    make_dirs(home / "tmp", 0o700)
+    argv = [str(spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", "kts Spark Connect server"]
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(spark_home),
+        "SPARK_LOCAL_IP": LOOPBACK,
+        # The workers run kts's own interpreter, where the kts package is installed.
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    env.pop("SPARK_REMOTE", None)
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    with open(home / LOG_FILE, "ab") as log:
+        # A session of its own: outlives this process, and its process group is what stop() ends.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=env, cwd=home, start_new_session=True)
+    server = ConnectServer(home, proc.pid, port)
+    deadline = time.monotonic() + timeout_s
+    while not _answers(port):
+        if proc.poll() is not None:
+            raise SparkConnectError(f"{home / LOG_FILE}: the Spark Connect server exited with status {proc.returncode} while starting")
+        if time.monotonic() > deadline:
+            _signal_group(proc.pid, signal.SIGKILL)
+            raise SparkConnectError(f"{home / LOG_FILE}: the Spark Connect server did not answer on {LOOPBACK}:{port} within {timeout_s:.0f} s")
+        time.sleep(0.25)
+    _write_state(home, server)
+    return server
+
+
+def _write_state(home: Path, server: ConnectServer) -> None:
+    fd, tmp = tempfile.mkstemp(dir=home, prefix=f".{STATE_FILE}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"pid": server.pid, "port": server.port, "url": server.url}) + "\n")
+    os.replace(tmp, home / STATE_FILE)  # whole or not at all, for a concurrent reader
+
+
+def _is_ours(server: ConnectServer) -> bool:
+    """The recorded pid is alive and is a Spark Connect server on the recorded port (a pid reused
+    by another process after a reboot is left alone)."""
+    if not _alive(server.pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return SERVER_CLASS.encode() in cmdline and f"spark.connect.grpc.binding.port={server.port}".encode() in cmdline
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((LOOPBACK, port)) == 0
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` still runs (zombies waiting to be reaped do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

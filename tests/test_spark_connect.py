@@ -1,0 +1,169 @@
+"""The embedded Spark Connect server of a KTS_HOME: with neither KTS_SPARK_REMOTE nor
+KTS_SPARK_MASTER set, the first process needing Spark starts it on loopback, concurrent first
+starts share one server, later processes reuse it, a dead or stale one is replaced, and
+``kts services stop`` stops it with its workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kts_resources import spark_connect
+from kts_resources.spark import EMBEDDED, build_spark_session, forget_connect_sessions, spark_mode
+from tests.conftest import REPO_ROOT
+
+# Each test here starts servers of its own (a KTS_HOME each), not the session's.
+ATTACH = (
+    "from kts_resources import spark_connect\n"
+    "from kts_resources.spark import build_spark_session\n"
+    "spark = build_spark_session()\n"
+    "rows = spark.range(0, 4, 1, numPartitions=2).mapInArrow(lambda batches: batches, 'id long').count()\n"
+    "print(spark_connect.running().pid, rows)\n"
+)
+
+
+def embedded_env(home) -> dict[str, str]:
+    env = {**os.environ, "KTS_HOME": str(home)}
+    for name in ("KTS_SPARK_REMOTE", "KTS_SPARK_MASTER"):
+        env.pop(name, None)
+    return env
+
+
+def kts(home, *args):
+    return subprocess.run([sys.executable, "-m", "kts_assets.cli", *args], env=embedded_env(home), cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def accepts_connections(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def python_workers_of(pid: int) -> list[int]:
+    """PySpark's worker daemons the JVM ``pid`` started (its children running pyspark.daemon)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == pid and b"pyspark.daemon" in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_neither_remote_nor_master_means_the_embedded_server(monkeypatch):
+    monkeypatch.delenv("KTS_SPARK_REMOTE", raising=False)
+    monkeypatch.delenv("KTS_SPARK_MASTER", raising=False)
+    assert spark_mode() == EMBEDDED
+
+
+def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop_stops_it(tmp_path):
+    home = tmp_path / "kts-home"
+    try:
+        procs = [subprocess.Popen([sys.executable, "-c", ATTACH], env=embedded_env(home), cwd=REPO_ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+        pids = {out.split()[0] for out, _ in outs}
+        assert len(pids) == 1 and all(out.split()[1] == "4" for out, _ in outs)
+        server = spark_connect.running(home / "spark-connect")
+        assert server is not None and str(server.pid) in pids
+
+        listed = json.loads(kts(home, "services", "--json").stdout)
+        assert {"kind": "spark-connect", "state": "running", "pid": server.pid, "port": server.port,
+                "data_dir": str(home / "spark-connect")} in listed
+        # Nothing listens beyond loopback: every port the server holds is bound to 127.0.0.1.
+        listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
+        ours = [line for line in listening if f"pid={server.pid}," in line]
+        assert ours and all(line.split()[3].rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]") for line in ours), ours
+
+        workers = python_workers_of(server.pid)
+        assert workers  # the jobs above ran Python on the server's own workers
+
+        stopped = kts(home, "services", "stop")
+        assert stopped.returncode == 0 and "spark-connect" in stopped.stdout, stopped.stderr
+        assert not accepts_connections(server.port)
+        assert not spark_connect._group_alive(server.pid)  # the JVM and whatever it started in its group
+        assert spark_connect.recorded(home / "spark-connect") is None
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in workers if alive(pid)]  # the workers end with their JVM: nothing left behind
+    finally:
+        spark_connect.stop(home / "spark-connect")
+
+
+def test_a_server_killed_mid_job_fails_the_job_in_seconds_and_the_next_use_starts_a_fresh_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("KTS_HOME", str(tmp_path / "kts-home"))
+    monkeypatch.delenv("KTS_SPARK_REMOTE", raising=False)
+    monkeypatch.delenv("KTS_SPARK_MASTER", raising=False)
+    home = tmp_path / "kts-home" / "spark-connect"
+
+    try:
+        spark = build_spark_session()
+        first = spark_connect.running(home)
+        assert first is not None and spark.range(3).count() == 3
+        server_pid = first.pid
+
+        def kill_own_server(batches):  # defined here: pickled by value, the worker cannot import tests/
+            import os
+            import signal
+
+            os.killpg(server_pid, signal.SIGKILL)  # the JVM running this very task, and its group
+            yield from batches
+
+        started = time.monotonic()
+        with pytest.raises(Exception):
+            spark.range(0, 2, 1, numPartitions=1).mapInArrow(kill_own_server, "id long").collect()
+        assert time.monotonic() - started < 90  # not the client's default ten minutes of retries
+        assert spark_connect.running(home) is None
+        listed = json.loads(kts(home.parent, "services", "--json").stdout)
+        assert [(s["kind"], s["state"], s["pid"]) for s in listed] == [("spark-connect", "stale", first.pid)]
+
+        again = build_spark_session()
+        second = spark_connect.running(home)
+        assert second is not None and second.pid != first.pid
+        assert again.range(5).count() == 5
+    finally:
+        forget_connect_sessions()
+        spark_connect.stop(home)
+
+
+def test_a_recorded_pid_that_is_not_a_spark_server_is_left_alone_and_not_reused(tmp_path):
+    """A pid reused after a reboot (here: this test's own process) is never signalled."""
+    home = tmp_path / "spark-connect"
+    home.mkdir()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        (home / "server.json").write_text(json.dumps({"pid": os.getpid(), "port": port}))
+        assert spark_connect.recorded(home).pid == os.getpid()
+        assert spark_connect.running(home) is None  # the port answers, but the pid is no Spark server
+        assert spark_connect.stop(home) is False
+    assert spark_connect.recorded(home) is None
+
+
+@pytest.mark.parametrize("content", ["", "{", '{"pid": "x", "port": 1}', '{"port": 1}'])
+def test_an_unreadable_state_file_means_no_server(tmp_path, content):
+    home = tmp_path / "spark-connect"
+    home.mkdir()
+    (home / "server.json").write_text(content)
+    assert spark_connect.recorded(home) is None and spark_connect.running(home) is None
