@@ -2,7 +2,8 @@
 
 What is where in the remote tier, per topic-partition: each remote segment's life through
 KIP-405's states, each partition's log start offset, highest copied offset and delete state, and
-each topic's configs, with an append-only event for every change.
+each topic's configs, with an append-only event for every change. Also the data-loss alarm's
+record: each partition's first observed offset and its lost ranges, open until acknowledged.
 
 Kafka's semantics, kept:
 - ``add_remote_log_segment_metadata`` accepts COPY_SEGMENT_STARTED only; every later state goes
