@@ -126,6 +126,7 @@ def test_the_first_observed_offset_is_kept_from_the_first_observation(metadata_s
 CONFIG = dict(seed=7, topics=("orders",), partitions=1, segment_bytes=48 * 1024)
 
 
+@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 def test_a_segment_the_broker_deleted_before_it_was_copied_alarms_on_every_sync_until_acknowledged(tmp_path, pg_url, metadata_store):
     log_dir, dagster_home, remote = tmp_path / "logs", tmp_path / "dagster", tmp_path / "remote"
     dagster_home.mkdir()
