@@ -18,6 +18,7 @@ from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
 from kts_resources.inventory import inventory_path
+from kts_resources.lost_ranges import describe, detect_lost_ranges
 from kts_resources.remote_storage.base import RemoteStorageError, stored_objects
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import (
@@ -198,28 +199,32 @@ def remote_segments_in_bucket(context: dg.AssetCheckExecutionContext, kafka_log_
 
 
 @dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,
-                description="Data-loss alarm: no offsets between the highest copied offset and the first local segment were deleted locally (by the broker or by kts) without being copied.")
+                description="Data-loss alarm: no offsets below the local log start offset are missing from the remote tier "
+                            "(deleted locally, by the broker or by kts, before they were copied). A lost range is recorded in "
+                            "the metadata store and fails this check on every evaluation until `kts ack-loss` acknowledges it.")
 def no_uncopied_segment_lost(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
                              metadata_store: MetadataStoreResource) -> Iterator:
     store = metadata_store.store()
 
     def judge(loc: LocatedPartition) -> Verdict:
-        segments = loc.partition.segments()
-        o = partition_tiers(loc, store, segments=segments)
-        highest = o.highest_copied_offset
-        if highest < 0 or not segments:
-            # Before kts's first copy it cannot know what the broker had; nothing to compare.
-            return True, {"lost_offsets": 0, "owned_log_dir": loc.owned}, "nothing copied yet"
-        # Once kts copies a partition, every segment must reach the remote tier before it leaves the
-        # disk: a broker that is not tiering-aware deletes by its own retention (advancing its log
-        # start offset too), so a gap between the last copied offset and the first local one is loss.
-        lost_from, lost_to = highest + 1, o.local_log_start_offset
-        lost = max(0, lost_to - lost_from)
+        tip = topic_id_partition(loc.partition, store)
+        if tip is None:
+            return True, {"lost_offsets": 0, "lost_ranges": 0, "owned_log_dir": loc.owned}, "nothing copied yet"
+        # Look now rather than wait for the next copy pass, but only while no copy runs: one that
+        # finishes between the two reads would look like loss, and a recorded loss never goes away.
+        with store.try_partition_lock(tip) as lock:
+            if lock is not None:
+                detect_lost_ranges(store, tip, loc.partition.segments(), how_found="no_uncopied_segment_lost check")
+        every = store.lost_ranges(tip, include_acknowledged=True)
+        open_ranges = [r for r in every if not r.acknowledged]
         who = "kts (owned log dir)" if loc.owned else "the broker"
-        description = (f"offsets {lost_from}..{lost_to - 1} were deleted locally by {who} and never copied"
-                       if lost else "every deleted local segment was copied first")
-        return not lost, {"lost_offsets": lost, "highest_copied_offset": highest,
-                          "local_log_start_offset": o.local_log_start_offset, "owned_log_dir": loc.owned}, description
+        metadata = {"lost_offsets": sum(r.offsets for r in open_ranges), "lost_ranges": len(open_ranges),
+                    "acknowledged_lost_ranges": len(every) - len(open_ranges),
+                    "first_lost_range": str(open_ranges[0]) if open_ranges else "", "owned_log_dir": loc.owned}
+        if open_ranges:
+            return False, metadata, "; ".join(describe(r, who=who) for r in open_ranges)
+        acknowledged = f" ({len(every)} lost range{'s' if len(every) > 1 else ''} acknowledged)" if every else ""
+        return True, metadata, f"every deleted local segment was copied first{acknowledged}"
 
     yield from _report(context, remote_segments.key, "no_uncopied_segment_lost",
                        _per_partition(kafka_log_dirs, _partition_keys(context), judge))

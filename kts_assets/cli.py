@@ -608,6 +608,7 @@ def cmd_sync(args) -> int:
 def _sync(args) -> int:
     from kts_resources import settings
     from kts_resources.kafka.logdir import LogDir
+    from kts_resources.lost_ranges import describe
 
     keys: list[str] = []
     for path in settings.log_dirs():
@@ -648,23 +649,28 @@ def _sync(args) -> int:
     # The roll sensor need not ask again for what this pass copied (failed partitions it still will).
     advance_roll_cursor(instance, {key: offset for key, offset in eligible.items() if key not in outcome.failed})
     # The totals are what `kts status` reports now, computed by the same function.
-    rows = status_rows()
+    with_lost = _status_rows_and_lost()
+    rows = [row for row, _ in with_lost]
     print(f"synced {len(keys)} partitions ({len(new)} new): copied {outcome.copied_segments} segments "
           f"({outcome.copied_bytes:,} bytes); remote tier now {sum(r['remote_segments'] for r in rows)} segments "
           f"({sum(r['remote_bytes'] for r in rows):,} bytes); copy lag {sum(r['copy_lag_segments'] for r in rows)} segments "
           f"({sum(r['copy_lag_bytes'] for r in rows):,} bytes)")
+    # Every open lost range, on every pass until it is acknowledged: data loss never goes quiet.
+    lost_lines = [f"{row['topic']}-{row['partition']}: {describe(r)}" for row, lost in with_lost for r in lost]
     if outcome.failed:
         report(sync.summary_lines(outcome))
         report([f"sync failed for {len(outcome.failed)} of {len(keys)} partitions; "
                 f"run{'s' if len(outcome.failed_runs) > 1 else ''} {', '.join(outcome.failed_runs) or '-'} in the Dagster UI say more"])
-        return EXIT_FINDINGS
-    return 0
+    report(lost_lines)
+    if lost_lines:
+        report([f"{len(lost_lines)} lost range{'s' if len(lost_lines) > 1 else ''} not acknowledged"])
+    return EXIT_FINDINGS if outcome.failed or lost_lines else 0
 
 
 STATUS_FIELDS = (
     "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",
     "remote_log_start_offset", "remote_log_end_offset", "local_bytes", "remote_bytes", "local_segments",
-    "remote_segments", "copy_lag_bytes", "copy_lag_segments",
+    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges",
 )
 
 
@@ -676,17 +682,23 @@ def cmd_status(args) -> int:
     if args.json:
         print_json(rows)
     else:
-        print_table(rows, STATUS_FIELDS)
+        print_table([{**row, "lost_ranges": ",".join(f"{a}..{b}" for a, b in row["lost_ranges"]) or "-"} for row in rows],
+                    STATUS_FIELDS)
     return 0
 
 
 def status_rows() -> list[dict]:
     """One row of STATUS_FIELDS per partition in the log dirs: what `kts status` prints and what
-    `kts sync` totals."""
+    `kts sync` totals. ``lost_ranges``: the open (unacknowledged) lost ranges, [start, end] each."""
+    return [row for row, _ in _status_rows_and_lost()]
+
+
+def _status_rows_and_lost() -> list[tuple[dict, list]]:
+    """Each status row with its open lost ranges (LostOffsetRange), for `kts sync`'s alarm lines."""
     import dataclasses
 
     from kts_resources import settings
-    from kts_resources.tiers import active_log_end_offset, log_dir_partitions, partition_tiers
+    from kts_resources.tiers import active_log_end_offset, log_dir_partitions, partition_tiers, topic_id_partition
 
     store = _metadata_store()
     rows = []
@@ -694,9 +706,44 @@ def status_rows() -> list[dict]:
         partition = located.partition
         segments = partition.segments()
         tiers = partition_tiers(located, store, segments=segments, log_end_offset=active_log_end_offset(segments))
-        row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers)}
-        rows.append({name: row[name] for name in STATUS_FIELDS})
+        tip = topic_id_partition(partition, store)
+        lost = store.lost_ranges(tip) if tip is not None else []
+        row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers),
+               "lost_ranges": [[r.start_offset, r.end_offset] for r in lost]}
+        rows.append(({name: row[name] for name in STATUS_FIELDS}, lost))
     return rows
+
+
+def cmd_ack_loss(args) -> int:
+    """Acknowledge an open lost range: the data-loss alarm for it stops, and the store keeps who
+    (the OS user) and when, with the reason."""
+    import getpass
+
+    from kts_resources.kafka.partition import TopicPartition
+    from kts_resources.metadata.store import RemoteResourceNotFoundError
+    from kts_resources.remote_log import TopicIdPartition
+
+    start, end = args.range
+    store = _metadata_store()
+    topic_id = store.topic_id(args.topic)
+    if topic_id is None:
+        raise CommandError(f"topic {args.topic!r} is not known to the metadata store")
+    tip = TopicIdPartition(topic_id, TopicPartition(args.topic, args.partition))
+    try:
+        acked = store.acknowledge_lost_range(tip, start, end, by=getpass.getuser(), reason=args.reason)
+    except RemoteResourceNotFoundError as e:
+        raise CommandError(str(e)) from None
+    print(f"{tip.topic_partition}: lost range {acked} acknowledged by {acked.acknowledged_by} "
+          f"at {acked.acknowledged_at:%Y-%m-%d %H:%M:%S %Z}")
+    return 0
+
+
+def offset_range(text: str) -> tuple[int, int]:
+    """``A..B``: first and last offset, inclusive, 0 ≤ A ≤ B."""
+    match = re.fullmatch(r"\s*(\d{1,19})\s*\.\.\s*(\d{1,19})\s*", text)
+    if match is None or int(match[1]) > int(match[2]) or int(match[2]) > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"{text[:64]!r} is not an offset range A..B with 0 ≤ A ≤ B")
+    return int(match[1]), int(match[2])
 
 
 def add_simulate_parser(sub) -> None:
@@ -771,9 +818,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ui", help="the Dagster UI (webserver + daemon) on the instance and environment the CLI uses, loopback only")
     p.add_argument("--port", type=int, default=3000, metavar="P", help="the port on 127.0.0.1 (default 3000)")
     p.set_defaults(func=cmd_ui)
-    p = sub.add_parser("status", help="per partition: offsets, bytes and segments per tier, copy lag")
+    p = sub.add_parser("status", help="per partition: offsets, bytes and segments per tier, copy lag, open lost ranges")
     p.add_argument("--json", action="store_true", help="print JSON (one object per partition)")
     p.set_defaults(func=cmd_status)
+    p = sub.add_parser("ack-loss", help="acknowledge a lost offset range (deleted locally before it was copied): its alarm stops")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", type=bounded(int, 0, 2**31 - 1))
+    p.add_argument("--range", required=True, type=offset_range, metavar="A..B", help="the lost range, as kts sync and kts status name it")
+    p.add_argument("--reason", metavar="TEXT", help="why the loss is accepted (kept with the acknowledgement)")
+    p.set_defaults(func=cmd_ack_loss)
     return parser
 
 

@@ -21,6 +21,7 @@ from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import verify_segment
+from kts_resources.lost_ranges import detect_lost_ranges
 from kts_resources.metadata.store import RemoteLogMetadataStore, StaleTopicIdError
 from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
 from kts_resources.remote_log import (
@@ -110,6 +111,7 @@ class PartitionCopyResult:
     repaired: list[uuid.UUID] = field(default_factory=list)  # leftovers of crashed runs, cleaned up
     skipped: str | None = None  # why the partition was not looked at (tiering off, no checkpoints…)
     stopped: str | None = None  # what stopped the pass early (a corrupt segment, a failed upload)
+    lost: list[tuple[int, int]] = field(default_factory=list)  # offset ranges this pass found lost (lost_ranges.py)
     throttle_ms: int = 0
 
     @property
@@ -162,6 +164,9 @@ def copy_partition(
     with store.partition_lock(tip, timeout_s=lock_timeout_s) as lock:
         result.repaired = _finish_interrupted(store, storage, tip, clock)
         segments = partition.segments()
+        if segments:
+            # Where kts's watch over the partition begins: older data was gone before it looked.
+            store.observe_first_offset(tip, segments[0].base_offset)
         candidates = copy_candidates(
             segments,
             high_watermark=high_watermark,
@@ -204,6 +209,10 @@ def copy_partition(
                 result.copied.append(finished)
                 if on_copied is not None:
                     on_copied(tp, finished)
+        # After the copies, still under the lock: the local listing first, then the remote tier.
+        result.lost = detect_lost_ranges(store, tip, partition.segments(), how_found="copy pass")
+        for start, end in result.lost:
+            log.error("%s: offsets %d..%d were deleted locally and never copied", tp, start, end)
     return result
 
 

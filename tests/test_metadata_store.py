@@ -54,7 +54,8 @@ from tests.conftest import REPO_ROOT
 S = RemoteLogSegmentState
 P = RemotePartitionDeleteState
 SEG_SIZE = 1048576
-TABLES = {"topics", "partitions", "remote_segments", "remote_segment_leader_epochs", "remote_log_events", "quota_samples"}
+TABLES = {"topics", "partitions", "remote_segments", "remote_segment_leader_epochs", "remote_log_events", "quota_samples",
+          "lost_ranges"}
 
 
 @pytest.fixture

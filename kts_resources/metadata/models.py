@@ -59,6 +59,9 @@ class Partition(Base):
     highest_copied_offset: Mapped[int] = mapped_column(sa.BigInteger, server_default=sa.text("-1"))
     delete_state: Mapped[str | None] = mapped_column(sa.Text)
     updated_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
+    # The local log start offset when kts first looked at the partition (NULL: not yet): data
+    # below it was gone before kts could copy it, so it is never counted as lost.
+    first_observed_offset: Mapped[int | None] = mapped_column(sa.BigInteger)
 
     __table_args__ = (
         sa.CheckConstraint("partition >= 0", name="partitions_partition_check"),
@@ -132,6 +135,34 @@ class RemoteSegmentLeaderEpoch(Base):
             postgresql_where=sa.text("copied"),
         ),
         sa.Index("remote_segment_leader_epochs_by_epoch", "topic_id", "partition", "leader_epoch"),
+    )
+
+
+class LostRange(Base):
+    """Offsets deleted locally before they reached the remote tier (the data-loss alarm): open
+    until a person acknowledges them, kept afterwards as the record of what was lost."""
+
+    __tablename__ = "lost_ranges"
+
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(always=True), primary_key=True)
+    topic_id: Mapped[uuid.UUID] = mapped_column()
+    partition: Mapped[int] = mapped_column(sa.Integer)
+    start_offset: Mapped[int] = mapped_column(sa.BigInteger)
+    end_offset: Mapped[int] = mapped_column(sa.BigInteger)  # inclusive
+    detected_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
+    how_found: Mapped[str] = mapped_column(sa.Text)
+    acknowledged_by: Mapped[str | None] = mapped_column(sa.Text)
+    acknowledged_at: Mapped[dt.datetime | None] = mapped_column()
+    reason: Mapped[str | None] = mapped_column(sa.Text)
+
+    __table_args__ = (
+        sa.ForeignKeyConstraint(
+            ["topic_id", "partition"], ["partitions.topic_id", "partitions.partition"],
+            name="lost_ranges_partition_fkey",
+        ),
+        sa.CheckConstraint("start_offset >= 0 AND end_offset >= start_offset", name="lost_ranges_offsets_check"),
+        sa.CheckConstraint("(acknowledged_by IS NULL) = (acknowledged_at IS NULL)", name="lost_ranges_acknowledged_check"),
+        sa.UniqueConstraint("topic_id", "partition", "start_offset", "end_offset", name="lost_ranges_range_key"),
     )
 
 

@@ -2,7 +2,8 @@
 
 What is where in the remote tier, per topic-partition: each remote segment's life through
 KIP-405's states, each partition's log start offset, highest copied offset and delete state, and
-each topic's configs, with an append-only event for every change.
+each topic's configs, with an append-only event for every change. Also the data-loss alarm's
+record: each partition's first observed offset and its lost ranges, open until acknowledged.
 
 Kafka's semantics, kept:
 - ``add_remote_log_segment_metadata`` accepts COPY_SEGMENT_STARTED only; every later state goes
@@ -39,6 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 from kts_resources.kafka.partition import TopicPartition, topic_name_problem
 from kts_resources.metadata import database
 from kts_resources.metadata.models import (
+    LostRange,
     Partition,
     RemoteLogEvent,
     RemoteSegment,
@@ -67,6 +69,7 @@ PARTITIONS = Partition.__table__
 SEGMENTS = RemoteSegment.__table__
 EPOCHS = RemoteSegmentLeaderEpoch.__table__
 EVENTS = RemoteLogEvent.__table__
+LOST = LostRange.__table__
 
 # What Kafka's listRemoteLogSegments returns: everything not yet DELETE_SEGMENT_FINISHED.
 LISTED_STATES = frozenset(S) - {S.DELETE_SEGMENT_FINISHED}
@@ -84,6 +87,9 @@ class EventKind:
     SEGMENT_STATE_CHANGED = "SEGMENT_STATE_CHANGED"
     LOG_START_OFFSET_CHANGED = "LOG_START_OFFSET_CHANGED"
     PARTITION_DELETE_STATE_CHANGED = "PARTITION_DELETE_STATE_CHANGED"
+    FIRST_OFFSET_OBSERVED = "FIRST_OFFSET_OBSERVED"
+    LOST_RANGE_DETECTED = "LOST_RANGE_DETECTED"
+    LOST_RANGE_ACKNOWLEDGED = "LOST_RANGE_ACKNOWLEDGED"
 
 
 class DuplicateRemoteLogSegmentIdError(ValueError):
@@ -109,6 +115,32 @@ class PartitionState:
     log_start_offset: int = 0
     highest_copied_offset: int = -1
     delete_state: RemotePartitionDeleteState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LostOffsetRange:
+    """Offsets ``start_offset``..``end_offset`` (inclusive) of a partition, deleted locally before
+    they reached the remote tier; open until acknowledged."""
+
+    tip: TopicIdPartition
+    start_offset: int
+    end_offset: int
+    detected_at: dt.datetime
+    how_found: str
+    acknowledged_by: str | None = None
+    acknowledged_at: dt.datetime | None = None
+    reason: str | None = None
+
+    @property
+    def acknowledged(self) -> bool:
+        return self.acknowledged_at is not None
+
+    @property
+    def offsets(self) -> int:
+        return self.end_offset - self.start_offset + 1
+
+    def __str__(self) -> str:
+        return f"{self.start_offset}..{self.end_offset}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,6 +596,95 @@ class RemoteLogMetadataStore:
 
         return self._tx(work)
 
+    def observe_first_offset(self, tip: TopicIdPartition, local_log_start_offset: int) -> int:
+        """Record ``local_log_start_offset`` as the first offset kts observed for the partition,
+        unless one is recorded already; returns the recorded one. Offsets below it were gone
+        before kts looked, so the data-loss rule never counts them."""
+        if local_log_start_offset < 0:
+            raise ValueError(f"local log start offset {local_log_start_offset} is negative")
+
+        def work(conn: Connection, _attempt: int) -> int:
+            part = self._partition_row(conn, tip, create=True)
+            if part.first_observed_offset is not None:
+                return part.first_observed_offset  # also how a retry finds its own earlier commit
+            conn.execute(
+                PARTITIONS.update().where(*_partition_key(PARTITIONS, tip))
+                .values(first_observed_offset=local_log_start_offset, updated_at=sa.func.now())
+            )
+            _event(conn, EventKind.FIRST_OFFSET_OBSERVED, tip=tip, details={"offset": local_log_start_offset})
+            return local_log_start_offset
+
+        return self._tx(work)
+
+    def first_observed_offset(self, tip: TopicIdPartition) -> int | None:
+        """The first local log start offset kts observed for the partition; None: never looked."""
+        return self._tx(lambda conn, _: conn.execute(
+            sa.select(PARTITIONS.c.first_observed_offset).where(*_partition_key(PARTITIONS, tip))).scalar_one_or_none())
+
+    # -- the data-loss alarm ----------------------------------------------------------------------
+
+    def record_lost_range(self, tip: TopicIdPartition, start_offset: int, end_offset: int, how_found: str) -> bool:
+        """Record that offsets ``start_offset``..``end_offset`` (inclusive) were deleted locally
+        before they reached the remote tier. Idempotent: a range already recorded (open or
+        acknowledged) stays as it is. True when this call recorded it."""
+        if not 0 <= start_offset <= end_offset:
+            raise ValueError(f"lost range {start_offset}..{end_offset} is not 0 ≤ start ≤ end")
+
+        def work(conn: Connection, _attempt: int) -> bool:
+            self._partition_row(conn, tip, create=True)
+            inserted = conn.execute(
+                pg_insert(LOST).values(topic_id=tip.topic_id, partition=tip.partition, start_offset=start_offset,
+                                       end_offset=end_offset, how_found=how_found)
+                .on_conflict_do_nothing(constraint="lost_ranges_range_key").returning(LOST.c.id)
+            ).first()
+            if inserted is None:
+                return False
+            _event(conn, EventKind.LOST_RANGE_DETECTED, tip=tip,
+                   details={"start_offset": start_offset, "end_offset": end_offset, "how_found": how_found})
+            return True
+
+        return self._tx(work)
+
+    def lost_ranges(self, tip: TopicIdPartition, *, include_acknowledged: bool = False) -> list[LostOffsetRange]:
+        """The partition's lost ranges by start offset: the open ones, or all."""
+        stmt = sa.select(LOST).where(*_partition_key(LOST, tip)).order_by(LOST.c.start_offset, LOST.c.end_offset)
+        if not include_acknowledged:
+            stmt = stmt.where(LOST.c.acknowledged_at.is_(None))
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all())
+        return [_lost_range(row, tip) for row in rows]
+
+    def acknowledge_lost_range(self, tip: TopicIdPartition, start_offset: int, end_offset: int, *,
+                               by: str, reason: str | None = None) -> LostOffsetRange:
+        """A person accepts the loss of ``start_offset``..``end_offset``: the alarm for it stops.
+        The range must be one recorded exactly; acknowledging it again changes nothing."""
+        if not by:
+            raise ValueError("an acknowledgement names who made it")
+
+        def work(conn: Connection, _attempt: int) -> LostOffsetRange:
+            row = conn.execute(
+                sa.select(LOST).where(*_partition_key(LOST, tip), LOST.c.start_offset == start_offset,
+                                      LOST.c.end_offset == end_offset).with_for_update()
+            ).first()
+            if row is None:
+                open_ranges = conn.execute(
+                    sa.select(LOST.c.start_offset, LOST.c.end_offset)
+                    .where(*_partition_key(LOST, tip), LOST.c.acknowledged_at.is_(None)).order_by(LOST.c.start_offset)
+                ).all()
+                known = ", ".join(f"{r.start_offset}..{r.end_offset}" for r in open_ranges) or "none"
+                raise RemoteResourceNotFoundError(
+                    f"{tip.topic_partition} has no lost range {start_offset}..{end_offset} (open ones: {known})")
+            if row.acknowledged_at is not None:
+                return _lost_range(row, tip)  # already acknowledged (or this call's own commit)
+            acked = conn.execute(
+                LOST.update().where(LOST.c.id == row.id)
+                .values(acknowledged_by=by, acknowledged_at=sa.func.now(), reason=reason).returning(*LOST.c)
+            ).one()
+            _event(conn, EventKind.LOST_RANGE_ACKNOWLEDGED, tip=tip,
+                   details={"start_offset": start_offset, "end_offset": end_offset, "by": by, "reason": reason})
+            return _lost_range(acked, tip)
+
+        return self._tx(work)
+
     def put_partition_delete_state(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
         """Move the partition's deletion on (RemotePartitionDeleteMetadata), validated by
         ``check_partition_delete_transition``."""
@@ -749,6 +870,11 @@ def _row_tip(row: sa.Row) -> TopicIdPartition:
 def _partition_state(row: sa.Row) -> PartitionState:
     delete_state = None if row.delete_state is None else RemotePartitionDeleteState[row.delete_state]
     return PartitionState(row.log_start_offset, row.highest_copied_offset, delete_state)
+
+
+def _lost_range(row: sa.Row, tip: TopicIdPartition) -> LostOffsetRange:
+    return LostOffsetRange(tip, row.start_offset, row.end_offset, row.detected_at, row.how_found,
+                           row.acknowledged_by, row.acknowledged_at, row.reason)
 
 
 def _to_metadata(row: sa.Row, tip: TopicIdPartition) -> RemoteLogSegmentMetadata:
