@@ -196,4 +196,13 @@ quota_samples = sa.Table(
     sa.Column("bytes", sa.BigInteger, nullable=False),
 )
 
+# Broker-level settings shared by every kts process (the KIP-956 quotas), by Kafka's config names.
+broker_configs = sa.Table(
+    "broker_configs",
+    Base.metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+)
+
 metadata = Base.metadata

@@ -31,7 +31,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -46,6 +46,7 @@ from kts_resources.metadata.models import (
     RemoteSegment,
     RemoteSegmentLeaderEpoch,
     Topic,
+    broker_configs,
 )
 from kts_resources.metadata.topic_config import TopicConfig, parse_value
 from kts_resources.remote_log import (
@@ -60,6 +61,9 @@ from kts_resources.remote_log import (
 )
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from kts_resources.quotas import QuotaConfig
 
 T = TypeVar("T")
 S = RemoteLogSegmentState
@@ -306,6 +310,25 @@ class RemoteLogMetadataStore:
         """Every known topic name with its current ID."""
         rows = self._tx(lambda conn, _: conn.execute(sa.select(TOPICS.c.name, TOPICS.c.topic_id).order_by(TOPICS.c.name)).all())
         return {row.name: row.topic_id for row in rows}
+
+    def broker_configs(self) -> dict[str, str]:
+        """Broker-level settings (the KIP-956 quotas) by Kafka's names; unset ones keep Kafka's defaults."""
+        rows = self._tx(lambda conn, _: conn.execute(sa.select(broker_configs.c.name, broker_configs.c.value)).all())
+        return {row.name: row.value for row in rows}
+
+    def set_broker_config(self, name: str, value: str | None) -> None:
+        """Set one broker-level setting (None: back to Kafka's default). The caller validates it."""
+        def work(conn: Connection, _attempt: int) -> None:
+            conn.execute(sa.delete(broker_configs).where(broker_configs.c.name == name))
+            if value is not None:
+                conn.execute(sa.insert(broker_configs).values(name=name, value=str(value)))
+        self._tx(work)
+
+    def quota_config(self) -> "QuotaConfig":
+        """The KIP-956 quota settings every process shares (QuotaConfigError for a bad stored value)."""
+        from kts_resources.quotas import QuotaConfig
+
+        return QuotaConfig.from_properties(self.broker_configs())
 
     def topic_configs(self, name: str) -> TopicConfig:
         configs = self._tx(lambda conn, _: conn.execute(

@@ -470,6 +470,13 @@ class RemoteStorageManager(abc.ABC):
                 raise ChecksumMismatch(self.location(key), key, crc32c_hex(expected), crc32c_hex(actual))
         return data
 
+    def fetch_range(self, key: str, start: int, end: int | None) -> bytes:
+        """Bytes ``start..end`` inclusive of one object (a remote log index entry's chunk): one
+        ranged request, not checksummed as a whole (every batch in it carries its CRC)."""
+        check_object_key(key)
+        _check_range(start, end)
+        return self._get_range(key, start, end)
+
     def delete_objects(self, keys: Iterable[str]) -> None:
         """Delete objects by key (an orphan clean-up); missing ones are fine."""
         checked = [self._check_own_key(k) for k in keys]

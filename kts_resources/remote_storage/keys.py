@@ -36,6 +36,8 @@ _SEGMENT_KEY = re.compile(
     rf"/(?P<start_offset>[0-9]{{20}})-(?P<segment_id>{_ID})"
     rf"\.(?P<suffix>{'|'.join(re.escape(s) for s in SEGMENT_SUFFIXES)})"
 )
+REMOTE_INDEX_DIR: Final = "remote-log-index"
+_REMOTE_INDEX_FILE = re.compile(r"[0-9]{20}\.remote(Log|Offset|Time)Index")
 # Characters that mean something to a file system or a shell rather than to S3: never in a key.
 _FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\\]")
 
@@ -139,6 +141,16 @@ class ObjectKeys:
         if suffix not in SEGMENT_SUFFIXES:
             raise ValueError(f"no object key for suffix {suffix!r}: not one of {', '.join(SEGMENT_SUFFIXES)}")
         return f"{self.segment_stem(segment_id, start_offset)}.{suffix}"
+
+    def remote_index_prefix(self, topic_id_partition: TopicIdPartition) -> str:
+        """``<partition prefix>remote-log-index/``: the partition's shipped remote log index files."""
+        return f"{self.partition_prefix(topic_id_partition)}{REMOTE_INDEX_DIR}/"
+
+    def remote_index_key(self, topic_id_partition: TopicIdPartition, file_name: str) -> str:
+        """The key of one remote log index file (``<20-digit base offset>.remoteLogIndex`` etc.)."""
+        if _REMOTE_INDEX_FILE.fullmatch(file_name) is None:
+            raise ValueError(f"no object key for remote index file {file_name!r}: not a remote log index file name")
+        return self.remote_index_prefix(topic_id_partition) + file_name
 
     def parse(self, key: str) -> ParsedObjectKey | None:
         """The pieces of a segment object's key under this prefix, or None for any other key (a

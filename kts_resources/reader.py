@@ -1,0 +1,812 @@
+"""Reading the tiered log back: Kafka's fetch and ListOffsets across the local and remote tiers.
+
+The public API (README, "Reading the tiered log")::
+
+    from kts_resources.reader import TieredLogReader
+    with TieredLogReader.from_environment() as reader:
+        result = reader.fetch("orders", 0, offset=1234, max_bytes=1 << 20, isolation="read_committed")
+        for record in result.records: ...
+        reader.offsets("orders", 0, "earliest")        # also "earliest-local", "latest-tiered",
+        reader.offsets("orders", 0, 1_700_000_000_000) # "latest", "max-timestamp", or a timestamp
+
+A fetch returns whole batches from the one holding ``offset``, as Kafka's does: from the local log
+while ``offset`` ≥ the local log start offset, else from the remote tier — offset →
+remoteOffsetIndex → remoteLogIndex entry → one ranged GET of that entry's bytes (following entries
+of the same object coalesced into the same request while ``max_bytes`` allows) → every batch
+CRC-checked. A segment the remote log index does not cover yet is read as Kafka's own path does
+(its offset index, then the segment). A fetch goes on across remote segments and into the local log
+until ``max_bytes`` is used, never past the high watermark (``read_uncommitted``) or the last stable
+offset (``read_committed``, which also drops aborted transactions). Control batches never surface as
+records.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kts_resources import remote_index as ri
+from kts_resources import remote_index_cache as index_cache
+from kts_resources.kafka.checkpoints import EpochEntry, epoch_for_offset, read_leader_epoch_checkpoint
+from kts_resources.kafka.errors import KafkaFormatError
+from kts_resources.kafka.indexes import OffsetPosition, decode_offset_index, lookup_offset, read_offset_index
+from kts_resources.kafka.logdir import SegmentFiles
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.kafka.records import (
+    CONTROL_ABORT,
+    BatchHeader,
+    decode_batch,
+    parse_control_record,
+    scan_batches,
+)
+from kts_resources.kafka.snapshots import AbortedTxn, decode_aborted_txns, read_producer_snapshot, read_txn_index
+from kts_resources.remote_log import (
+    IndexType,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteResourceNotFoundError,
+    TopicIdPartition,
+)
+from kts_resources.tiers import LocatedPartition, active_log_end_offset, locate_partitions, log_start_offset
+
+if TYPE_CHECKING:
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+    from kts_resources.quotas import FetchQuotaManager
+    from kts_resources.remote_storage.base import RemoteStorageManager
+
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+DEFAULT_MAX_BYTES = 1024 * 1024
+# A local read takes this much beyond max_bytes so the first batch is whole in one read most times.
+_LOCAL_READ_SLACK = 64 * 1024
+
+OFFSET_SPECS = ("earliest", "earliest-local", "latest-tiered", "latest", "max-timestamp")
+
+
+class ReadError(Exception):
+    """A read that cannot be answered; the message is the one line a user reads."""
+
+
+class OffsetOutOfRangeError(ReadError):
+    """An offset below the log start offset or above the log end offset (Kafka's OFFSET_OUT_OF_RANGE)."""
+
+
+class UnknownPartitionError(ReadError):
+    """A topic-partition in no log dir and not in the remote tier."""
+
+
+class RemoteDataCorruptError(ReadError):
+    """Remote bytes that fail their batch CRC (or do not frame as batches): never returned as records."""
+
+
+# --- results ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class FetchedRecord:
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+    leader_epoch: int
+
+    def to_json(self) -> dict:
+        import base64
+
+        def b64(b: bytes | None) -> str | None:
+            return None if b is None else base64.b64encode(b).decode("ascii")
+
+        return {"offset": self.offset, "timestamp": self.timestamp, "key": b64(self.key), "value": b64(self.value),
+                "headers": [[k, b64(v)] for k, v in self.headers]}
+
+
+@dataclass(slots=True)
+class FetchedBatch:
+    """One whole batch as stored, and which tier it came from."""
+
+    header: BatchHeader
+    data: bytes
+    remote: bool
+
+
+@dataclass
+class FetchResult:
+    """Kafka's fetch response for one partition: whole batches from the one holding the fetch
+    offset, the offset to fetch next, and whether the remote read was throttled (KIP-956)."""
+
+    batches: list[FetchedBatch]
+    next_offset: int
+    throttled: bool = False
+    fetch_offset: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    aborted: list[AbortedTxn] = field(default_factory=list)
+    isolation: str = READ_UNCOMMITTED
+    remote_requests: int = 0
+    remote_bytes: int = 0
+
+    @property
+    def records(self) -> list[FetchedRecord]:
+        """The records a consumer gets: from the fetch offset on (the first batch may start before
+        it), control batches dropped; with ``read_committed``, the batches of aborted transactions
+        too (as Kafka's consumer filters them with the aborted list)."""
+        out: list[FetchedRecord] = []
+        pending = sorted(self.aborted, key=lambda t: t.first_offset) if self.isolation == READ_COMMITTED else []
+        aborting: set[int] = set()
+        i = 0
+        for batch in self.batches:
+            h = batch.header
+            while i < len(pending) and pending[i].first_offset <= h.last_offset:
+                aborting.add(pending[i].producer_id)
+                i += 1
+            records = decode_batch(batch.data, _at_zero(h))
+            if h.is_control:
+                if records and h.producer_id in aborting and parse_control_record(records[0]).type == CONTROL_ABORT:
+                    aborting.discard(h.producer_id)
+                continue
+            if h.is_transactional and h.producer_id in aborting:
+                continue
+            ts_type = h.timestamp_type
+            out.extend(FetchedRecord(r.offset, r.timestamp, ts_type, r.key, r.value, tuple(r.headers), h.partition_leader_epoch)
+                       for r in records if r.offset >= self.fetch_offset)
+        return out
+
+    def to_json(self) -> dict:
+        """ARCHITECTURE.md's fetch contract."""
+        return {"records": [r.to_json() for r in self.records], "next_offset": self.next_offset, "throttled": self.throttled}
+
+
+def _at_zero(h: BatchHeader) -> BatchHeader:
+    """The header as if its batch started at byte 0 (a FetchedBatch holds just its own bytes)."""
+    if h.position == 0:
+        return h
+    return BatchHeader(0, h.base_offset, h.batch_length, h.partition_leader_epoch, h.magic, h.crc, h.attributes,
+                       h.last_offset_delta, h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
+                       h.base_sequence, h.record_count, h.crc_ok)
+
+
+@dataclass(frozen=True)
+class OffsetAnswer:
+    """ListOffsets' answer: an offset and its leader epoch (−1 and −1 when there is none)."""
+
+    offset: int
+    leader_epoch: int
+    timestamp: int = -1
+
+    def to_json(self) -> dict:
+        return {"offset": self.offset, "leader_epoch": self.leader_epoch}
+
+
+NO_OFFSET = OffsetAnswer(-1, -1)
+
+
+# --- one partition ------------------------------------------------------------------------------
+
+
+@dataclass
+class _RemoteChunk:
+    """Batches read from the remote tier in one request, CRC-checked."""
+
+    batches: list[FetchedBatch]
+    requests: int
+    bytes: int
+
+
+class PartitionReader:
+    """One partition's log across both tiers, as of when it was opened (offsets, segment lists)."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        located: LocatedPartition | None,
+        store: "RemoteLogMetadataStore | None",
+        rsm: "RemoteStorageManager | None",
+        index_dir: Path | None,
+        fetch_quota: "FetchQuotaManager | None" = None,
+    ) -> None:
+        self.topic, self.partition = topic, partition
+        self.located = located
+        self.store, self.rsm = store, rsm
+        self.fetch_quota = fetch_quota
+        self.tip: TopicIdPartition | None = None
+        self.remote_requests = 0
+        self._remote_index_cache: dict[int, ri.LoadedFileSet] = {}
+        self._txn_cache: dict[uuid.UUID, list[AbortedTxn]] = {}
+        self._offset_index_cache: dict[uuid.UUID, list[OffsetPosition]] = {}
+
+        # Local tier.
+        self.segments: list[SegmentFiles] = located.partition.segments() if located else []
+        tp = TopicPartition(topic, partition)
+        log_dir = located.log_dir if located else None
+        self.local_log_start_offset = self.segments[0].base_offset if self.segments else -1
+        self.log_end_offset = active_log_end_offset(self.segments) if self.segments else -1
+        hw = log_dir.high_watermark(tp) if log_dir else None
+        self.high_watermark = min(hw, self.log_end_offset) if hw is not None else -1
+        checkpointed = log_dir.log_start_offset(tp) if log_dir else None
+
+        # Remote tier.
+        self.finished: list[RemoteLogSegmentMetadata] = []
+        recorded = -1
+        if store is not None:
+            from kts_resources.tiers import topic_id_partition
+
+            if located is not None:
+                self.tip = topic_id_partition(located.partition, store)
+            else:
+                topic_id = store.topic_id(topic)
+                self.tip = TopicIdPartition(topic_id, tp) if topic_id is not None else None
+            if self.tip is not None:
+                self.finished = sorted(store.list_remote_log_segments(self.tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED}),
+                                       key=lambda md: md.start_offset)
+                if self.finished:
+                    recorded = store.partition_state(self.tip).log_start_offset
+        if located is None and not self.finished:
+            raise UnknownPartitionError(f"{topic}-{partition}: the partition is in no log dir and has no data in the remote tier")
+        self.remote_log_start_offset = self.finished[0].start_offset if self.finished else -1
+        self.highest_remote_offset = self.finished[-1].end_offset if self.finished else -1
+        self.log_start_offset = log_start_offset(
+            checkpointed=checkpointed, local_log_start_offset=self.local_log_start_offset,
+            remote_log_start_offset=self.remote_log_start_offset, recorded=recorded)
+        if located is None:
+            # Only in the remote tier (the partition moved, or its log dir is elsewhere): its end is the tier's.
+            self.log_end_offset = self.high_watermark = self.highest_remote_offset + 1
+        self._finished_ids = {md.segment_id.id for md in self.finished}
+        self._finished_starts = [md.start_offset for md in self.finished]
+        self.index_dir = index_dir if index_dir is not None and self.tip is not None else None
+        self._lso: int | None = None
+        self._lineage: list[EpochEntry] | None = None
+
+    # --- offsets ---
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest transaction still open at the high watermark (else the
+        high watermark): read from the newest producer snapshot and the batches after it."""
+        if self._lso is None:
+            self._lso = self._compute_last_stable_offset()
+        return self._lso
+
+    def _compute_last_stable_offset(self) -> int:
+        hw = self.high_watermark
+        if not self.segments:
+            return hw
+        snapshots = self.located.partition.snapshots()
+        usable = [o for o in snapshots if self.local_log_start_offset <= o <= hw]
+        ongoing: dict[int, int] = {}
+        start = self.local_log_start_offset
+        if usable:
+            start = max(usable)
+            for entry in read_producer_snapshot(snapshots[start]):
+                if entry.current_txn_first_offset >= 0:
+                    ongoing[entry.producer_id] = entry.current_txn_first_offset
+        for seg in self.segments:
+            end = seg.next_base_offset if seg.next_base_offset is not None else self.log_end_offset
+            if end <= start or seg.base_offset >= hw:
+                continue
+            for header, _data in self._local_batches(seg, start):
+                if header.base_offset >= hw:
+                    break
+                if not header.is_transactional:
+                    continue
+                if header.is_control:
+                    ongoing.pop(header.producer_id, None)
+                else:
+                    ongoing.setdefault(header.producer_id, header.base_offset)
+        return min([hw, *ongoing.values()])
+
+    def fetch_limit(self, isolation: str) -> int:
+        if isolation not in ISOLATION_LEVELS:
+            raise ReadError(f"isolation {isolation!r} is not one of {', '.join(ISOLATION_LEVELS)}")
+        return self.last_stable_offset if isolation == READ_COMMITTED else self.high_watermark
+
+    @property
+    def lineage(self) -> list[EpochEntry]:
+        """The leader-epoch lineage: the local checkpoint, led by the remote segments' epochs
+        for offsets below it (the checkpoint may have been truncated with the local log)."""
+        if self._lineage is None:
+            local: list[EpochEntry] = []
+            if self.located is not None:
+                path = self.located.partition.leader_epoch_checkpoint_path
+                if path.exists():
+                    local = read_leader_epoch_checkpoint(path)
+            remote: dict[int, int] = {}
+            for md in self.finished:
+                for epoch, start in md.segment_leader_epochs.items():
+                    remote[epoch] = min(start, remote.get(epoch, start))
+            first_local = local[0].start_offset if local else None
+            merged = [EpochEntry(e, s) for e, s in sorted(remote.items(), key=lambda kv: kv[1])
+                      if first_local is None or (s < first_local and (not local or e < local[0].epoch))]
+            self._lineage = merged + local
+        return self._lineage
+
+    def epoch_for(self, offset: int) -> int:
+        epoch = epoch_for_offset(self.lineage, offset)
+        return -1 if epoch is None else epoch
+
+    # --- fetch ---
+
+    def fetch(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES, isolation: str = READ_UNCOMMITTED) -> FetchResult:
+        if max_bytes <= 0:
+            raise ReadError(f"max bytes {max_bytes} is not positive")
+        limit = self.fetch_limit(isolation)
+        if offset < self.log_start_offset or offset > self.log_end_offset or self.log_start_offset < 0:
+            raise OffsetOutOfRangeError(
+                f"{self.topic}-{self.partition}: offset {offset} is out of range: the log holds "
+                f"[{self.log_start_offset}, {self.log_end_offset})")
+        result = FetchResult([], offset, fetch_offset=offset, high_watermark=self.high_watermark, last_stable_offset=self.last_stable_offset,
+                             log_start_offset=self.log_start_offset, isolation=isolation)
+        used = 0
+        position = offset
+        while position < limit and (used < max_bytes or not result.batches):
+            if self.local_log_start_offset < 0 or position < self.local_log_start_offset:
+                if self.fetch_quota is not None and not self.fetch_quota.try_acquire():
+                    result.throttled = True
+                    break
+                chunk = self._remote_chunk(position, max_bytes - used if result.batches else max_bytes)
+                if self.fetch_quota is not None:
+                    self.fetch_quota.record(chunk.bytes)
+                result.remote_requests += chunk.requests
+                result.remote_bytes += chunk.bytes
+                batches = chunk.batches
+            else:
+                batches = self._local_fetch(position, max_bytes - used if result.batches else max_bytes)
+            taken = 0
+            for batch in batches:
+                if batch.header.last_offset < position:
+                    continue
+                if batch.header.next_offset > limit and (batch.header.base_offset >= limit or isolation == READ_COMMITTED
+                                                         or batch.header.next_offset > self.high_watermark):
+                    break
+                if result.batches and used + len(batch.data) > max_bytes:
+                    break
+                result.batches.append(batch)
+                used += len(batch.data)
+                taken += 1
+                position = batch.header.next_offset
+            if not taken:
+                break
+        result.next_offset = position
+        if isolation == READ_COMMITTED and result.batches:
+            result.aborted = self.aborted_transactions(offset, position)
+        return result
+
+    # --- the local tier ---
+
+    def _segment_index(self, offset: int) -> int:
+        return bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1
+
+    def _local_batches(self, seg: SegmentFiles, from_offset: int, max_bytes: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Whole batches of a local segment from the one holding ``from_offset`` (its offset index
+        finds where to start; a missing or bad index means the start of the file)."""
+        start = 0
+        try:
+            entries = read_offset_index(seg.offset_index, seg.base_offset)
+            start = lookup_offset(entries, from_offset, seg.base_offset).position
+        except (OSError, KafkaFormatError):
+            start = 0
+        with open(seg.log, "rb") as f:
+            while True:
+                f.seek(start)
+                want = (max_bytes + _LOCAL_READ_SLACK) if max_bytes is not None else 8 * 1024 * 1024
+                data = f.read(want)
+                if not data:
+                    return
+                scan = scan_batches(data, verify_crc=True)
+                for h in scan.batches:
+                    if not h.crc_ok:
+                        raise ReadError(f"{seg.log}: byte {start + h.position}: batch at offset {h.base_offset} fails its CRC")
+                    if h.last_offset < from_offset:
+                        continue
+                    yield h, bytes(data[h.position:h.position + h.size])
+                    if max_bytes is not None:
+                        max_bytes -= h.size
+                        if max_bytes <= 0:
+                            return
+                if scan.valid_bytes == 0:
+                    if len(data) < want:
+                        return  # a partial write at the end of the active segment
+                    # A batch larger than the read: read it whole.
+                    size = int.from_bytes(data[8:12], "big") + 12
+                    if size <= len(data):
+                        return
+                    f.seek(start)
+                    data = f.read(size)
+                    scan = scan_batches(data, verify_crc=True)
+                    if not scan.batches:
+                        return
+                    h = scan.batches[0]
+                    if not h.crc_ok:
+                        raise ReadError(f"{seg.log}: byte {start}: batch at offset {h.base_offset} fails its CRC")
+                    if h.last_offset >= from_offset:
+                        yield h, bytes(data[:h.size])
+                        if max_bytes is not None:
+                            max_bytes -= h.size
+                            if max_bytes <= 0:
+                                return
+                    start += h.size
+                    continue
+                if len(data) < want:
+                    return
+                start += scan.valid_bytes
+
+    def _local_fetch(self, offset: int, max_bytes: int) -> list[FetchedBatch]:
+        i = self._segment_index(offset)
+        if i < 0:
+            return []
+        out: list[FetchedBatch] = []
+        for seg in self.segments[i:]:
+            for h, data in self._local_batches(seg, offset, max_bytes):
+                out.append(FetchedBatch(_at_zero(h), data, remote=False))
+                max_bytes -= len(data)
+            if max_bytes <= 0 or out:
+                break
+        return out
+
+    # --- the remote tier ---
+
+    def _segment_for(self, offset: int) -> RemoteLogSegmentMetadata | None:
+        i = bisect.bisect_right(self._finished_starts, offset) - 1
+        if i < 0:
+            return None
+        md = self.finished[i]
+        return md if offset <= md.end_offset else None
+
+    def _remote_chunk(self, offset: int, max_bytes: int) -> _RemoteChunk:
+        if self.rsm is None:
+            raise ReadError(f"{self.topic}-{self.partition}: offset {offset} is only in the remote tier, and no remote tier is configured")
+        md = self._segment_for(offset)
+        if md is None:
+            raise OffsetOutOfRangeError(
+                f"{self.topic}-{self.partition}: offset {offset} is in no remote segment and below the local log start "
+                f"offset {self.local_log_start_offset}: the range is missing from both tiers")
+        entries = self._index_entries(offset, md, max_bytes)
+        if entries:
+            return self._read_entries(entries, md)
+        return self._read_by_segment_index(offset, md, max_bytes)
+
+    def _loaded_file_set(self, base_offset: int) -> ri.LoadedFileSet:
+        fs = self._remote_index_cache.get(base_offset)
+        if fs is None:
+            fs = ri.load_file_set(self.index_dir, base_offset)
+            self._remote_index_cache[base_offset] = fs
+        return fs
+
+    def _index_entries(self, offset: int, md: RemoteLogSegmentMetadata, max_bytes: int) -> list[ri.RemoteLogIndexEntry]:
+        """The remote log index entries to read for ``offset``: the one holding it, then the
+        following entries of the same object and contiguous bytes while ``max_bytes`` allows.
+        Empty when the index does not cover it (not built yet, or an entry of another copy)."""
+        if self.index_dir is None:
+            return []
+        bases = ri.file_set_offsets(self.index_dir)
+        k = bisect.bisect_right(bases, offset) - 1
+        if k < 0:
+            return []
+        fs = self._loaded_file_set(bases[k])
+        i = ri.entry_for_offset(fs, offset)
+        if i is None:
+            return []
+        first = fs.entries[i][1]
+        if first.last_offset < offset or first.segment_id != md.segment_id.id:
+            return []
+        chosen = [first]
+        total = first.data_length
+        for _pos, entry in fs.entries[i + 1:]:
+            prev = chosen[-1]
+            if (entry.segment_id != first.segment_id or entry.rdi.position != prev.rdi.position + prev.data_length
+                    or total + entry.data_length > max_bytes):
+                break
+            chosen.append(entry)
+            total += entry.data_length
+        return chosen
+
+    def _read_entries(self, entries: Sequence[ri.RemoteLogIndexEntry], md: RemoteLogSegmentMetadata) -> _RemoteChunk:
+        first = entries[0]
+        length = sum(e.data_length for e in entries)
+        data = self._ranged_get(first.rdi.key, first.rdi.position, length)
+        if len(data) != length:
+            raise RemoteDataCorruptError(f"{self.rsm.location(first.rdi.key)}: byte {first.rdi.position}: the remote log index "
+                                         f"says {length} bytes are there, the object gave {len(data)}")
+        return _RemoteChunk(self._checked_batches(data, first.rdi.key, first.rdi.position), 1, len(data))
+
+    def _read_by_segment_index(self, offset: int, md: RemoteLogSegmentMetadata, max_bytes: int) -> _RemoteChunk:
+        """Kafka's own path: the segment's offset index (one request, cached), then the segment."""
+        requests = 0
+        entries = self._offset_index_cache.get(md.segment_id.id)
+        if entries is None:
+            try:
+                raw = self.rsm.fetch_index(md, IndexType.OFFSET)
+                requests += 1
+                entries = decode_offset_index(raw, md.start_offset)
+            except (RemoteResourceNotFoundError, KafkaFormatError):
+                entries = []
+            self._offset_index_cache[md.segment_id.id] = entries
+        position = lookup_offset(entries, offset, md.start_offset).position
+        key = self.rsm.segment_object_keys(md)["log"]
+        want = min(max_bytes + _LOCAL_READ_SLACK, md.segment_size_in_bytes - position)
+        data = self._ranged_get(key, position, want)
+        requests += 1
+        scan = scan_batches(data, verify_crc=False)
+        if not scan.batches and len(data) >= 12:
+            # One batch larger than the read: fetch it whole.
+            size = int.from_bytes(data[8:12], "big") + 12
+            data = self._ranged_get(key, position, size)
+            requests += 1
+        elif scan.batches:
+            data = data[:scan.valid_bytes]
+        return _RemoteChunk(self._checked_batches(data, key, position), requests, len(data))
+
+    def _ranged_get(self, key: str, position: int, length: int) -> bytes:
+        self.remote_requests += 1
+        try:
+            return self.rsm.fetch_range(key, position, position + length - 1)
+        except RemoteResourceNotFoundError as e:
+            raise ReadError(f"{e}: the remote segment's object is missing (run kts sync to re-copy it while the local segment exists)") from None
+
+    def _checked_batches(self, data: bytes, key: str, base_position: int) -> list[FetchedBatch]:
+        scan = scan_batches(data, verify_crc=True)
+        for h in scan.batches:
+            if not h.crc_ok:
+                raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {base_position + h.position}: the batch at offset "
+                                             f"{h.base_offset} fails its CRC; no records returned from it")
+        if scan.invalid is not None:
+            raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {base_position + scan.invalid.position}: "
+                                         f"{scan.invalid.reason}")
+        return [FetchedBatch(_at_zero(h), bytes(data[h.position:h.position + h.size]), remote=True) for h in scan.batches]
+
+    # --- transactions ---
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions that overlap [start, end), as Kafka's collectAbortedTransactions
+        finds them: a transaction is in the .txnindex of the segment holding its abort marker, which
+        may come after ``end``, so segments from the one holding ``start`` on are searched until an
+        entry's last stable offset reaches ``end`` (remote segments' copies, then local ones)."""
+        found: dict[tuple[int, int], AbortedTxn] = {}
+
+        def take(txns: Iterable[AbortedTxn]) -> bool:
+            done = False
+            for txn in txns:
+                if txn.last_offset >= start and txn.first_offset < end:
+                    found[(txn.producer_id, txn.first_offset)] = txn
+                done = done or txn.last_stable_offset >= end
+            return done
+
+        done = False
+        for md in self.finished:
+            if md.end_offset < start or (self.local_log_start_offset >= 0 and md.start_offset >= self.local_log_start_offset):
+                continue
+            if take(self._remote_txns(md)):
+                done = True
+                break
+        if not done:
+            for seg in self.segments:
+                if seg.next_base_offset is not None and seg.next_base_offset <= start:
+                    continue
+                if seg.txn_index is not None and take(read_txn_index(seg.txn_index)):
+                    break
+        return sorted(found.values(), key=lambda t: t.first_offset)
+
+    def _remote_txns(self, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+        txns = self._txn_cache.get(md.segment_id.id)
+        if txns is None:
+            try:
+                txns = decode_aborted_txns(self.rsm.fetch_index(md, IndexType.TRANSACTION))
+                self.remote_requests += 1
+            except RemoteResourceNotFoundError:
+                txns = []
+            self._txn_cache[md.segment_id.id] = txns
+        return txns
+
+    # --- ListOffsets ---
+
+    def offsets(self, spec: str | int, isolation: str = READ_UNCOMMITTED) -> OffsetAnswer:
+        """ListOffsets as Kafka answers it (UnifiedLog.fetchOffsetByTimestamp with the partition's
+        fetchable bound): ``earliest``, ``earliest-local``, ``latest-tiered``, ``latest``,
+        ``max-timestamp``, or a timestamp in ms (the first offset whose timestamp ≥ it)."""
+        if spec == "earliest":
+            first = self.lineage[0] if self.lineage else None
+            epoch = first.epoch if first is not None and first.start_offset <= self.log_start_offset else -1
+            return OffsetAnswer(self.log_start_offset, epoch)
+        if spec == "earliest-local":
+            start = self.local_log_start_offset if self.local_log_start_offset >= 0 else self.log_end_offset
+            return OffsetAnswer(start, self.epoch_for(start))
+        if spec == "latest-tiered":
+            highest = self.highest_remote_offset
+            if highest < 0:
+                return NO_OFFSET
+            return OffsetAnswer(highest, self.epoch_for(highest))
+        limit = self.fetch_limit(isolation)
+        if spec == "latest":
+            latest = self.lineage[-1].epoch if self.lineage else -1
+            return OffsetAnswer(limit, latest)
+        if spec == "max-timestamp":
+            return self._max_timestamp(limit)
+        if isinstance(spec, bool) or not isinstance(spec, int):
+            raise ReadError(f"offset spec {spec!r} is not one of {', '.join(OFFSET_SPECS)} or a timestamp")
+        if spec < 0:
+            raise ReadError(f"timestamp {spec} is negative")
+        found = self._first_at_or_after(spec)
+        if found is None or found.offset >= limit:
+            return NO_OFFSET
+        return found
+
+    def _scan_for_timestamp(self, batches: Iterable[FetchedBatch], timestamp: int, floor: int) -> OffsetAnswer | None:
+        for b in batches:
+            h = b.header
+            if h.last_offset < floor or h.max_timestamp < timestamp or h.is_control:
+                continue
+            for r in decode_batch(b.data, h):
+                if r.offset >= floor and r.timestamp >= timestamp:
+                    return OffsetAnswer(r.offset, h.partition_leader_epoch, r.timestamp)
+        return None
+
+    def _first_at_or_after(self, timestamp: int) -> OffsetAnswer | None:
+        floor = self.log_start_offset
+        # Remote segments first (RemoteLogManager.findOffsetByTimestamp), oldest first.
+        for md in self.finished:
+            if md.end_offset < floor or md.max_timestamp_ms < timestamp:
+                continue
+            if self.local_log_start_offset >= 0 and md.start_offset >= self.local_log_start_offset:
+                break  # the local log has it from here on
+            found = self._scan_for_timestamp(self._remote_batches_from_time(md, timestamp, floor), timestamp, floor)
+            if found is not None:
+                return found
+        for seg in self.segments:
+            end = seg.next_base_offset if seg.next_base_offset is not None else self.log_end_offset
+            if end <= floor:
+                continue
+            batches = (FetchedBatch(_at_zero(h), d, remote=False) for h, d in self._local_batches(seg, max(floor, seg.base_offset)))
+            found = self._scan_for_timestamp(batches, timestamp, floor)
+            if found is not None:
+                return found
+        return None
+
+    def _remote_batches_from_time(self, md: RemoteLogSegmentMetadata, timestamp: int, floor: int) -> Iterator[FetchedBatch]:
+        """A remote segment's batches from where its time could reach ``timestamp``: through the
+        remote log index's time index when it covers the segment, else from the segment's start."""
+        start = max(floor, md.start_offset)
+        if self.index_dir is not None:
+            for base in ri.file_set_offsets(self.index_dir):
+                fs = self._loaded_file_set(base)
+                if md.segment_id.id not in {e.segment_id for _p, e in fs.entries}:
+                    continue
+                i = ri.entry_for_timestamp(fs, timestamp)
+                seg_entries = [e for _p, e in fs.entries[i or 0:] if e.segment_id == md.segment_id.id]
+                if i is not None and seg_entries:
+                    start = max(start, seg_entries[0].first_offset)
+                break
+        offset = start
+        while offset <= md.end_offset:
+            chunk = self._remote_chunk(offset, DEFAULT_MAX_BYTES)
+            self.remote_requests += 0
+            if not chunk.batches:
+                return
+            yield from chunk.batches
+            offset = chunk.batches[-1].header.next_offset
+
+    def _max_timestamp(self, limit: int) -> OffsetAnswer:
+        """The first record holding the largest timestamp in the log (both tiers), below ``limit``."""
+        best: OffsetAnswer | None = None
+        candidates: list[tuple[int, str, object]] = []
+        for md in self.finished:
+            if md.end_offset >= self.log_start_offset and (self.local_log_start_offset < 0 or md.start_offset < self.local_log_start_offset):
+                candidates.append((md.max_timestamp_ms, "remote", md))
+        if not candidates and not self.segments:
+            return NO_OFFSET
+        # Local segments: their largest timestamp needs a read of each (the time index's last entry is a hint only).
+        for seg in self.segments:
+            for h, d in self._local_batches(seg, max(self.log_start_offset, seg.base_offset)):
+                if h.base_offset >= limit:
+                    break
+                if h.is_control:
+                    continue
+                if best is None or h.max_timestamp > best.timestamp:
+                    for r in decode_batch(d, _at_zero(h)):
+                        if r.offset < limit and (best is None or r.timestamp > best.timestamp):
+                            best = OffsetAnswer(r.offset, h.partition_leader_epoch, r.timestamp)
+        for ts, _kind, md in sorted(candidates, key=lambda c: c[0], reverse=True):
+            if best is not None and ts <= best.timestamp:
+                # An earlier record with the same largest timestamp wins, as the first seen does in Kafka.
+                if ts < best.timestamp:
+                    break
+            found = self._scan_for_timestamp(self._remote_batches_from_time(md, ts, self.log_start_offset), ts, self.log_start_offset)
+            if found is not None and (best is None or found.timestamp > best.timestamp
+                                      or (found.timestamp == best.timestamp and found.offset < best.offset)):
+                best = found
+        return best if best is not None else NO_OFFSET
+
+
+# --- the reader over every partition -------------------------------------------------------------
+
+
+class TieredLogReader:
+    """Reads any partition of the configured log dirs and remote tier (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        log_dirs: Sequence[Path],
+        store: "RemoteLogMetadataStore | None",
+        rsm: "RemoteStorageManager | None",
+        home: Path | None = None,
+        fetch_quota: "FetchQuotaManager | None" = None,
+    ) -> None:
+        self.log_dirs = list(log_dirs)
+        self.store, self.rsm = store, rsm
+        self.home = home
+        self.fetch_quota = fetch_quota
+        self._lock = threading.Lock()
+        self._owned: list = []
+
+    @classmethod
+    def from_environment(cls) -> "TieredLogReader":
+        """A reader on ``KTS_LOG_DIRS``, ``KTS_REMOTE_URI`` and the metadata store of
+        ``KTS_DATABASE_URL`` (or the embedded server), with the fetch quota the store holds."""
+        from kts_resources import settings
+        from kts_resources.metadata.store import RemoteLogMetadataStore
+        from kts_resources.quotas import fetch_quota_manager
+        from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+        store = RemoteLogMetadataStore.from_env()
+        rsm = remote_storage_from_uri(settings.remote_uri())
+        quota = fetch_quota_manager(store.quota_config(), store.engine)
+        reader = cls(log_dirs=settings.log_dirs(), store=store, rsm=rsm, home=settings.kts_home(), fetch_quota=quota)
+        reader._owned = [store, rsm]
+        return reader
+
+    def close(self) -> None:
+        for thing in self._owned:
+            thing.close()
+        self._owned = []
+
+    def __enter__(self) -> "TieredLogReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def partition(self, topic: str, partition: int) -> PartitionReader:
+        """A reader of one partition as of now."""
+        from kts_resources.kafka.partition import topic_name_problem
+
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise ReadError(f"topic {topic!r}: {problem}")
+        if partition < 0:
+            raise ReadError(f"partition {partition} is negative")
+        key = TopicPartition(topic, partition).dir_name
+        located, _missing = locate_partitions(self.log_dirs, [key])
+        reader = PartitionReader(topic, partition, located=located.get(key), store=self.store, rsm=self.rsm,
+                                 index_dir=None, fetch_quota=self.fetch_quota)
+        if reader.tip is not None and self.home is not None:
+            reader.index_dir = index_cache.cache_directory(self.home, reader.tip)
+            if self.rsm is not None and reader.finished:
+                index_cache.ensure_cached(reader.index_dir, self.rsm, reader.tip)
+        return reader
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_MAX_BYTES,
+              isolation: str = READ_UNCOMMITTED) -> FetchResult:
+        return self.partition(topic, partition).fetch(offset, max_bytes, isolation)
+
+    def offsets(self, topic: str, partition: int, spec: str | int, isolation: str = READ_UNCOMMITTED) -> OffsetAnswer:
+        return self.partition(topic, partition).offsets(spec, isolation)
+
+
+def parse_offset_spec(text: str) -> str | int:
+    """A CLI/API offset spec: one of OFFSET_SPECS, or a timestamp in ms."""
+    if text in OFFSET_SPECS:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ReadError(f"offset spec {text!r} is not one of {', '.join(OFFSET_SPECS)} or a timestamp in ms") from None
