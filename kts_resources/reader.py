@@ -253,6 +253,9 @@ class PartitionReader:
                     recorded = store.partition_state(self.tip).log_start_offset
         if located is None and not self.finished:
             raise UnknownPartitionError(f"{topic}-{partition}: the partition is in no log dir and has no data in the remote tier")
+        self.highest_copied_offset = max(
+            store.partition_state(self.tip).highest_copied_offset if store is not None and self.tip is not None else -1,
+            self.finished[-1].end_offset if self.finished else -1)
         self.remote_log_start_offset = self.finished[0].start_offset if self.finished else -1
         self.highest_remote_offset = self.finished[-1].end_offset if self.finished else -1
         self.log_start_offset = log_start_offset(
@@ -326,8 +329,8 @@ class PartitionReader:
                     remote[epoch] = min(start, remote.get(epoch, start))
             first_local = local[0].start_offset if local else None
             merged = [EpochEntry(e, s) for e, s in sorted(remote.items(), key=lambda kv: kv[1])
-                      if first_local is None or (s < first_local and (not local or e < local[0].epoch))]
-            self._lineage = merged + local
+                      if first_local is None or (s < first_local and e < local[0].epoch)]
+            self._lineage = truncate_from_start(merged + local, self.log_start_offset)
         return self._lineage
 
     def epoch_for(self, offset: int) -> int:
@@ -621,7 +624,9 @@ class PartitionReader:
             start = self.local_log_start_offset if self.local_log_start_offset >= 0 else self.log_end_offset
             return OffsetAnswer(start, self.epoch_for(start))
         if spec == "latest-tiered":
-            highest = self.highest_remote_offset
+            # The highest offset ever copied, even once retention deleted it (UnifiedLog's
+            # highestOffsetInRemoteStorage), with its epoch if the cache still has it.
+            highest = self.highest_copied_offset
             if highest < 0:
                 return NO_OFFSET
             return OffsetAnswer(highest, self.epoch_for(highest))
@@ -800,6 +805,19 @@ class TieredLogReader:
 
     def offsets(self, topic: str, partition: int, spec: str | int, isolation: str = READ_UNCOMMITTED) -> OffsetAnswer:
         return self.partition(topic, partition).offsets(spec, isolation)
+
+
+def truncate_from_start(lineage: Sequence[EpochEntry], start_offset: int) -> list[EpochEntry]:
+    """The leader-epoch lineage from ``start_offset`` on, as Kafka's LeaderEpochFileCache
+    truncateFromStart leaves it when the log start offset moves: entries before it dropped but the
+    last of them, which now starts at ``start_offset``."""
+    if start_offset < 0:
+        return list(lineage)
+    kept = [e for e in lineage if e.start_offset >= start_offset]
+    below = [e for e in lineage if e.start_offset < start_offset]
+    if below and (not kept or kept[0].start_offset > start_offset):
+        kept.insert(0, EpochEntry(below[-1].epoch, start_offset))
+    return kept
 
 
 def parse_offset_spec(text: str) -> str | int:

@@ -1,0 +1,157 @@
+"""`kts fetch`, `kts offsets` and `kts broker-config`: reading the tiered log from the command line
+(ARCHITECTURE.md's contract and JSON fields), and the broker-level settings reads and copies share."""
+
+from __future__ import annotations
+
+from kts_assets.cli import EXIT_USAGE, CommandError, b64, bounded, parse_size, print_json, print_table
+
+
+def _reader():
+    from kts_assets.cli import _metadata_store
+    from kts_resources import settings
+    from kts_resources.quotas import QuotaConfigError, fetch_quota_manager
+    from kts_resources.reader import TieredLogReader
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+    store = _metadata_store()
+    try:
+        quota = fetch_quota_manager(store.quota_config(), store.engine)
+    except QuotaConfigError as e:
+        raise CommandError(f"broker config: {e}") from None
+    try:
+        rsm = remote_storage_from_uri(settings.remote_uri())
+    except ValueError as e:
+        raise CommandError(f"KTS_REMOTE_URI: {e}", EXIT_USAGE) from None
+    reader = TieredLogReader(log_dirs=settings.log_dirs(), store=store, rsm=rsm, home=settings.kts_home(), fetch_quota=quota)
+    reader._owned = [store, rsm]
+    return reader
+
+
+def cmd_fetch(args) -> int:
+    """Records from ``--offset`` on, local or remote, as a consumer fetch returns them."""
+    from kts_resources.reader import ReadError
+
+    with _reader() as reader:
+        try:
+            result = reader.fetch(args.topic, args.partition, args.offset, args.max_bytes, args.isolation)
+        except ReadError as e:
+            raise CommandError(str(e)) from None
+        records = result.records
+    if args.json:
+        print_json(result.to_json())
+        return 0
+    for r in records:
+        headers = " ".join(f"{k}={b64(v)}" for k, v in r.headers)
+        print(f"offset: {r.offset} timestamp: {r.timestamp} key: {_text(r.key)} value: {_text(r.value)}"
+              + (f" headers: {headers}" if headers else ""))
+    remote = sum(b.remote for b in result.batches)
+    tail = "; the remote read was throttled (fetch quota): fetch again later" if result.throttled else ""
+    print(f"{len(records)} records, next offset {result.next_offset} ({remote} of {len(result.batches)} batches "
+          f"from the remote tier, {result.remote_requests} remote requests){tail}")
+    return 0
+
+
+def _text(data: bytes | None) -> str:
+    if data is None:
+        return "null"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"base64:{b64(data)}"
+    return text if text.isprintable() else f"base64:{b64(data)}"
+
+
+def cmd_offsets(args) -> int:
+    """ListOffsets across tiers: {"offset": N, "leader_epoch": E}, −1/−1 when there is none."""
+    from kts_resources.reader import ReadError
+
+    spec = args.timestamp if args.timestamp is not None else args.spec
+    with _reader() as reader:
+        try:
+            answer = reader.offsets(args.topic, args.partition, spec, args.isolation)
+        except ReadError as e:
+            raise CommandError(str(e)) from None
+    if args.json:
+        print_json(answer.to_json())
+    else:
+        print(f"offset: {answer.offset} leader_epoch: {answer.leader_epoch}")
+    return 0
+
+
+def cmd_broker_config(args) -> int:
+    """The KIP-956 quota settings every kts process shares, kept in the metadata store."""
+    from kts_assets.cli import _metadata_store
+    from kts_resources.quotas import QuotaConfig, QuotaConfigError
+
+    known = QuotaConfig().to_properties()
+    store = _metadata_store()
+    try:
+        if args.action == "set":
+            pending = dict(store.broker_configs())
+            for assignment in args.assignments:
+                key, eq, value = assignment.partition("=")
+                key, value = key.strip(), value.strip()
+                if not eq or key not in known:
+                    raise CommandError(f"{assignment!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}", EXIT_USAGE)
+                pending[key] = value
+            QuotaConfig.from_properties(pending)  # all or nothing: validate before storing any
+            for key, value in pending.items():
+                store.set_broker_config(key, value)
+        elif args.action == "delete":
+            for key in args.keys:
+                if key not in known:
+                    raise CommandError(f"{key!r} is not one of {', '.join(sorted(known))}", EXIT_USAGE)
+                store.set_broker_config(key, None)
+        stored = store.broker_configs()
+        config = QuotaConfig.from_properties(stored).to_properties()
+    except QuotaConfigError as e:
+        raise CommandError(str(e), EXIT_USAGE) from None
+    finally:
+        store.close()
+    rows = {k: {"value": config[k], "source": "override" if k in stored else "default"} for k in sorted(config)}
+    if args.json:
+        print_json(rows)
+    else:
+        print_table([{"key": k, **v} for k, v in rows.items()], ["key", "value", "source"])
+    return 0
+
+
+def add_read_parsers(sub) -> None:
+    from kts_resources.reader import DEFAULT_MAX_BYTES, ISOLATION_LEVELS
+
+    partition = bounded(int, 0, 2**31 - 1)
+    p = sub.add_parser("fetch", help="records from an offset, from the local log or the remote tier (Kafka's fetch)")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", type=partition)
+    p.add_argument("--offset", required=True, type=bounded(int, 0, 2**63 - 1), metavar="N")
+    p.add_argument("--max-bytes", type=bounded(parse_size, 1, 2**31 - 1), default=DEFAULT_MAX_BYTES, metavar="B",
+                   help=f"bytes of batches to return at most, but at least the first batch (default {DEFAULT_MAX_BYTES})")
+    p.add_argument("--isolation", choices=ISOLATION_LEVELS, default="read_uncommitted")
+    p.add_argument("--json", action="store_true", help='print {"records": [...], "next_offset": N, "throttled": bool}')
+    p.set_defaults(func=cmd_fetch)
+
+    p = sub.add_parser("offsets", help="ListOffsets across tiers: earliest, earliest-local, latest-tiered, latest, "
+                                       "max-timestamp, or the first offset at or after a timestamp")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", type=partition)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--timestamp", type=bounded(int, 0, 2**63 - 1), metavar="T", help="ms since the epoch")
+    for spec in ("earliest", "earliest-local", "latest-tiered", "latest", "max-timestamp"):
+        which.add_argument(f"--{spec}", dest="spec", action="store_const", const=spec)
+    p.add_argument("--isolation", choices=ISOLATION_LEVELS, default="read_uncommitted",
+                   help="latest and timestamp answers stop at the high watermark, or the last stable offset")
+    p.add_argument("--json", action="store_true", help='print {"offset": N, "leader_epoch": E}')
+    p.set_defaults(func=cmd_offsets)
+
+    p = sub.add_parser("broker-config", help="the KIP-956 quota settings every kts process shares "
+                                             "(remote.log.manager.copy/fetch.*), kept in the metadata store")
+    action = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    g = action.add_parser("get", help="print them")
+    s = action.add_parser("set", help="e.g. remote.log.manager.fetch.max.bytes.per.second=10485760")
+    s.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+    d = action.add_parser("delete", help="back to Kafka's defaults")
+    d.add_argument("keys", nargs="+", metavar="KEY")
+    for a in (g, s, d):
+        a.add_argument("--json", action="store_true", help="print JSON")
+        a.set_defaults(func=cmd_broker_config)
+
