@@ -351,11 +351,13 @@ class PartitionReader:
                              log_start_offset=self.log_start_offset, isolation=isolation)
         used = 0
         position = offset
+        admitted = False  # the quota is asked once per fetch, as Kafka asks it once per remote read
         while position < limit and (used < max_bytes or not result.batches):
             if self.local_log_start_offset < 0 or position < self.local_log_start_offset:
-                if self.fetch_quota is not None and not self.fetch_quota.try_acquire():
-                    result.throttled = True
+                if not admitted and self.fetch_quota is not None and not self.fetch_quota.try_acquire():
+                    result.throttled = not result.batches
                     break
+                admitted = True
                 chunk = self._remote_chunk(position, max_bytes - used if result.batches else max_bytes)
                 if self.fetch_quota is not None:
                     self.fetch_quota.record(chunk.bytes)
