@@ -887,4 +887,8 @@ def entry_point(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    entry_point()
+    # `python -m kts_assets.cli`: run the module's own copy, so that commands defined in other
+    # modules (kts_assets.cli_read) raise the same CommandError this main() catches.
+    from kts_assets.cli import entry_point as module_entry_point
+
+    module_entry_point()
