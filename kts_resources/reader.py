@@ -23,6 +23,7 @@ records.
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
     from kts_resources.quotas import FetchQuotaManager
     from kts_resources.remote_storage.base import RemoteStorageManager
+
+log = logging.getLogger(__name__)
 
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
@@ -497,7 +500,13 @@ class PartitionReader:
         k = bisect.bisect_right(bases, offset) - 1
         if k < 0:
             return []
-        fs = self._loaded_file_set(bases[k])
+        try:
+            fs = self._loaded_file_set(bases[k])
+        except (OSError, ri.RemoteIndexFormatError) as e:
+            # Damaged, or caught between two files of a rebuild: the segment's own index still
+            # serves the read (the index check and rebuild runs deal with the damage).
+            log.warning("remote log index not used: %s", e)
+            return []
         i = ri.entry_for_offset(fs, offset)
         if i is None:
             return []
@@ -682,20 +691,23 @@ class PartitionReader:
         """A remote segment's batches from where its time could reach ``timestamp``: through the
         remote log index's time index when it covers the segment, else from the segment's start."""
         start = max(floor, md.start_offset)
-        if self.index_dir is not None:
-            for base in ri.file_set_offsets(self.index_dir):
-                fs = self._loaded_file_set(base)
-                if md.segment_id.id not in {e.segment_id for _p, e in fs.entries}:
-                    continue
+        bases = ri.file_set_offsets(self.index_dir) if self.index_dir is not None else []
+        k = bisect.bisect_right(bases, md.start_offset) - 1
+        if k >= 0:
+            try:
+                fs = self._loaded_file_set(bases[k])
+            except (OSError, ri.RemoteIndexFormatError) as e:
+                log.warning("remote log index not used: %s", e)
+            else:
+                # The first entry whose running largest timestamp reaches T; if it is in an earlier
+                # segment, this one is read from its start.
                 i = ri.entry_for_timestamp(fs, timestamp)
-                seg_entries = [e for _p, e in fs.entries[i or 0:] if e.segment_id == md.segment_id.id]
-                if i is not None and seg_entries:
-                    start = max(start, seg_entries[0].first_offset)
-                break
+                ours = [e for _p, e in fs.entries[i or 0:] if e.segment_id == md.segment_id.id] if i is not None else []
+                if ours:
+                    start = max(start, ours[0].first_offset)
         offset = start
         while offset <= md.end_offset:
             chunk = self._remote_chunk(offset, DEFAULT_MAX_BYTES)
-            self.remote_requests += 0
             if not chunk.batches:
                 return
             yield from chunk.batches

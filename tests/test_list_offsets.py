@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kts_resources import remote_index_cache as index_cache
 from kts_resources.copier import copy_log_dir, delete_remote_log_segment
 from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.checkpoints import (
@@ -41,9 +42,10 @@ def _produce(log, i: int, epoch: int) -> None:
     log.append(build_batch([record], base_offset=0), leader_epoch=epoch)
 
 
-@pytest.fixture
-def cluster(tmp_path, metadata_store):
-    """The test's partition after its two offloads: segments [0,1] and [2,3] only remote, [4,5] local."""
+@pytest.fixture(params=["remote log index", "segment indexes"])
+def cluster(request, tmp_path, metadata_store):
+    """The test's partition after its two offloads: segments [0,1] and [2,3] only remote, [4,5] local;
+    read through the remote log index, or (before it is built) through each segment's own indexes."""
     root = tmp_path / "logs"
     with BrokerLogDir(root, LogConfig(segment_bytes=1 << 20)) as log_dir:
         log = log_dir.partition(TOPIC, 0)
@@ -69,7 +71,11 @@ def cluster(tmp_path, metadata_store):
     for md in finished:
         for f in pdir.glob(f"{md.start_offset:020d}.*"):
             f.unlink()
-    reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")
+    home = tmp_path / "home"
+    if request.param == "remote log index":
+        index_dir = index_cache.cache_directory(home, tip)
+        index_cache.build_partition_index(index_dir, finished, lambda md: index_cache.read_segment_entries(storage, md))
+    reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=home)
     return reader, root, metadata_store, storage, tip, finished
 
 
