@@ -261,7 +261,9 @@ def _prepare(
         segment_id=RemoteLogSegmentId.generate(tip),
         start_offset=segment.base_offset,
         end_offset=end_offset,
-        max_timestamp_ms=found.max_timestamp,
+        # Without timestamps (magic 0) the file's modification time stands in, as Kafka's
+        # LogSegment.largestTimestamp does, so time-based retention still applies.
+        max_timestamp_ms=found.max_timestamp if found.max_timestamp >= 0 else st.st_mtime_ns // 1_000_000,
         broker_id=broker_id,
         event_timestamp_ms=clock.now_ms(),
         segment_size_in_bytes=found.size,

@@ -1,0 +1,199 @@
+"""Retention rules, once (KAFKA_FORMATS.md §4 and §7; KIP-33 and KIP-405): what in a partition has
+expired in the remote tier and in the local log. Pure: values in, a plan out — the retention_state
+asset, the expiry procedure, the retention sensor and `kts status` all ask these functions.
+
+Remote (RemoteLogManager's expiration task), per partition, oldest segment first, stopping at the
+first segment that is kept:
+
+* ``retention.bytes``: the local-only bytes (segments not yet copied, the active one included)
+  plus the remote bytes over the limit are deleted oldest first while what stays is ≥ the limit;
+* ``retention.ms``: a segment whose largest timestamp ≤ now − retention.ms (a segment without
+  timestamps carries its file's modification time, as Kafka's ``largestTimestamp`` does);
+* log start offset breach: a segment whose end offset < the log start offset (DeleteRecords);
+
+and, outside that walk, a lineage breach: a segment whose leader epochs all precede the earliest
+epoch of the current leader-epoch lineage (left behind by an unclean election) goes without moving
+the log start offset. Segments deleted by size or time move the log start offset past them; the
+new log start offset is recorded before any object is deleted.
+
+Local (UnifiedLog.deleteOldSegments with remote storage on): ``local.retention.ms`` /
+``local.retention.bytes`` (−2: the topic's retention.*) in three passes — time, then size, then
+the log start offset — each taking the oldest segments while its rule holds; only closed segments
+wholly below the high watermark and already in the remote tier (end offset ≤ the highest offset
+copied) may go. With ``remote.log.copy.disable`` the local log falls back to retention.* and its
+segments need not be copied first, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kts_resources.kafka.checkpoints import EpochEntry
+from kts_resources.remote_log import RemoteLogSegmentMetadata
+
+BY_SIZE = "retention.bytes"
+BY_TIME = "retention.ms"
+BY_LOG_START_OFFSET = "log start offset"
+BY_LINEAGE = "leader-epoch lineage"
+LOCAL_BY_TIME = "local.retention.ms"
+LOCAL_BY_SIZE = "local.retention.bytes"
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """The topic's retention settings as Kafka resolves them (−1: unbounded)."""
+
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    local_retention_ms: int = -1  # effective: −2 already resolved to retention.ms
+    local_retention_bytes: int = -1
+    copy_enabled: bool = True
+
+    @classmethod
+    def from_topic_config(cls, config, topic: str) -> "RetentionConfig":
+        """From a metadata.topic_config.TopicConfig."""
+        copy_enabled = config.copy_enabled(topic)
+        return cls(
+            retention_ms=config.retention_ms,
+            retention_bytes=config.retention_bytes,
+            # Copy disabled: the local log keeps the topic's retention.*, as Kafka falls back to it.
+            local_retention_ms=config.effective_local_retention_ms if copy_enabled else config.retention_ms,
+            local_retention_bytes=config.effective_local_retention_bytes if copy_enabled else config.retention_bytes,
+            copy_enabled=copy_enabled,
+        )
+
+
+@dataclass(frozen=True)
+class Expired:
+    """One segment retention takes, and by which rule."""
+
+    start_offset: int
+    end_offset: int
+    size_bytes: int
+    reason: str
+    metadata: RemoteLogSegmentMetadata | None = None  # remote segments
+
+
+@dataclass(frozen=True)
+class LocalSegment:
+    """What local retention needs of a local segment."""
+
+    base_offset: int
+    end_offset: int  # the next segment's base offset − 1
+    size_bytes: int
+    largest_timestamp: int  # the largest record timestamp, or the file's mtime without timestamps
+
+
+@dataclass(frozen=True)
+class RemotePlan:
+    expired: list[Expired] = field(default_factory=list)
+    log_start_offset: int = -1  # the new log start offset (unchanged when nothing moves it)
+    oldest_retained_timestamp: int = -1
+
+    @property
+    def bytes(self) -> int:
+        return sum(e.size_bytes for e in self.expired)
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    expired: list[Expired] = field(default_factory=list)
+    local_log_start_offset: int = -1
+
+    @property
+    def bytes(self) -> int:
+        return sum(e.size_bytes for e in self.expired)
+
+
+def plan_remote_retention(
+    segments: Sequence[RemoteLogSegmentMetadata],
+    *,
+    log_start_offset: int,
+    lineage: Sequence[EpochEntry],
+    only_local_bytes: int,
+    config: RetentionConfig,
+    now_ms: int,
+) -> RemotePlan:
+    """What the remote tier should drop (``segments``: the partition's COPY_SEGMENT_FINISHED ones)."""
+    ordered = sorted(segments, key=lambda md: (md.start_offset, md.end_offset))
+    first_epoch = lineage[0].epoch if lineage else None
+    expired: list[Expired] = []
+    orphaned = [md for md in ordered if first_epoch is not None and md.segment_leader_epochs
+                and max(md.segment_leader_epochs) < first_epoch]
+    for md in orphaned:
+        expired.append(Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_LINEAGE, md))
+    in_lineage = [md for md in ordered if md not in orphaned]
+
+    breach = None
+    if config.retention_bytes >= 0:
+        breach = only_local_bytes + sum(md.segment_size_in_bytes for md in in_lineage) - config.retention_bytes
+    cleanup_until = now_ms - config.retention_ms if config.retention_ms >= 0 else None
+    new_start = log_start_offset
+    kept_from = len(in_lineage)
+    for i, md in enumerate(in_lineage):
+        size = md.segment_size_in_bytes
+        if breach is not None and breach - size >= 0:
+            breach -= size
+            reason = BY_SIZE
+        elif cleanup_until is not None and md.max_timestamp_ms <= cleanup_until:
+            if breach is not None:
+                breach = max(0, breach - size)
+            reason = BY_TIME
+        elif md.end_offset < log_start_offset:
+            reason = BY_LOG_START_OFFSET
+        else:
+            kept_from = i
+            break
+        expired.append(Expired(md.start_offset, md.end_offset, size, reason, md))
+        if reason in (BY_SIZE, BY_TIME):
+            new_start = max(new_start, md.end_offset + 1)
+    kept = in_lineage[kept_from:]
+    oldest = min((md.max_timestamp_ms for md in kept), default=-1)
+    return RemotePlan(expired, new_start, oldest)
+
+
+def plan_local_retention(
+    segments: Sequence[LocalSegment],
+    *,
+    active_size_bytes: int,
+    high_watermark: int,
+    highest_copied_offset: int,
+    log_start_offset: int,
+    config: RetentionConfig,
+    now_ms: int,
+) -> LocalPlan:
+    """What the local log may drop (``segments``: its closed segments, oldest first; the active
+    segment is never one of them but counts in the size)."""
+    ordered = sorted(segments, key=lambda s: s.base_offset)
+    deletable = []
+    for s in ordered:
+        # Only what is committed and, while copying is on, already safely remote.
+        if s.end_offset >= high_watermark or (config.copy_enabled and s.end_offset > highest_copied_offset):
+            break
+        deletable.append(s)
+    expired: list[Expired] = []
+    remaining = list(deletable)
+
+    def take_while(rule) -> None:
+        while remaining and (reason := rule(remaining[0])) is not None:
+            s = remaining.pop(0)
+            expired.append(Expired(s.base_offset, s.end_offset, s.size_bytes, reason))
+
+    if config.local_retention_ms >= 0:
+        take_while(lambda s: LOCAL_BY_TIME if now_ms - s.largest_timestamp > config.local_retention_ms else None)
+    if config.local_retention_bytes >= 0:
+        over = [active_size_bytes + sum(s.size_bytes for s in ordered) - sum(e.size_bytes for e in expired)
+                - config.local_retention_bytes]
+
+        def by_size(s: LocalSegment) -> str | None:
+            if over[0] - s.size_bytes >= 0:
+                over[0] -= s.size_bytes
+                return LOCAL_BY_SIZE
+            return None
+
+        take_while(by_size)
+    take_while(lambda s: BY_LOG_START_OFFSET if s.end_offset < log_start_offset else None)
+    rest = [s for s in ordered if s.base_offset not in {e.start_offset for e in expired}]
+    start = rest[0].base_offset if rest else (expired[-1].end_offset + 1 if expired else -1)
+    return LocalPlan(expired, start)
