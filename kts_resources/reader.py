@@ -53,7 +53,7 @@ from kts_resources.remote_log import (
     RemoteResourceNotFoundError,
     TopicIdPartition,
 )
-from kts_resources.tiers import LocatedPartition, active_log_end_offset, locate_partitions, log_start_offset
+from kts_resources.tiers import LocatedPartition, active_log_end_offset, leader_epoch_lineage, locate_partitions, log_start_offset
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -326,14 +326,7 @@ class PartitionReader:
                 path = self.located.partition.leader_epoch_checkpoint_path
                 if path.exists():
                     local = read_leader_epoch_checkpoint(path)
-            remote: dict[int, int] = {}
-            for md in self.finished:
-                for epoch, start in md.segment_leader_epochs.items():
-                    remote[epoch] = min(start, remote.get(epoch, start))
-            first_local = local[0].start_offset if local else None
-            merged = [EpochEntry(e, s) for e, s in sorted(remote.items(), key=lambda kv: kv[1])
-                      if first_local is None or (s < first_local and e < local[0].epoch)]
-            self._lineage = truncate_from_start(merged + local, self.log_start_offset)
+            self._lineage = leader_epoch_lineage(local, self.finished, self.log_start_offset)
         return self._lineage
 
     def epoch_for(self, offset: int) -> int:
@@ -819,19 +812,6 @@ class TieredLogReader:
 
     def offsets(self, topic: str, partition: int, spec: str | int, isolation: str = READ_UNCOMMITTED) -> OffsetAnswer:
         return self.partition(topic, partition).offsets(spec, isolation)
-
-
-def truncate_from_start(lineage: Sequence[EpochEntry], start_offset: int) -> list[EpochEntry]:
-    """The leader-epoch lineage from ``start_offset`` on, as Kafka's LeaderEpochFileCache
-    truncateFromStart leaves it when the log start offset moves: entries before it dropped but the
-    last of them, which now starts at ``start_offset``."""
-    if start_offset < 0:
-        return list(lineage)
-    kept = [e for e in lineage if e.start_offset >= start_offset]
-    below = [e for e in lineage if e.start_offset < start_offset]
-    if below and (not kept or kept[0].start_offset > start_offset):
-        kept.insert(0, EpochEntry(below[-1].epoch, start_offset))
-    return kept
 
 
 def parse_offset_spec(text: str) -> str | int:

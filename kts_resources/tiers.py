@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
+from kts_resources.kafka.checkpoints import EpochEntry
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 
@@ -182,6 +183,33 @@ def log_start_offset(*, checkpointed: int | None, local_log_start_offset: int,
     local, remote = local_log_start_offset, remote_log_start_offset
     oldest = min(local, remote) if local >= 0 and remote >= 0 else max(local, remote)
     return max(oldest, -1 if checkpointed is None else checkpointed, recorded)
+
+
+def truncate_from_start(lineage: Sequence[EpochEntry], start_offset: int) -> list[EpochEntry]:
+    """The leader-epoch lineage from ``start_offset`` on, as Kafka's LeaderEpochFileCache
+    truncateFromStart leaves it when the log start offset moves: entries before it dropped but the
+    last of them, which now starts at ``start_offset``."""
+    if start_offset < 0:
+        return list(lineage)
+    kept = [e for e in lineage if e.start_offset >= start_offset]
+    below = [e for e in lineage if e.start_offset < start_offset]
+    if below and (not kept or kept[0].start_offset > start_offset):
+        kept.insert(0, EpochEntry(below[-1].epoch, start_offset))
+    return kept
+
+
+def leader_epoch_lineage(local: Sequence[EpochEntry], finished: Iterable[RemoteLogSegmentMetadata],
+                         log_start_offset: int) -> list[EpochEntry]:
+    """The partition's leader-epoch lineage (Kafka's leader-epoch cache): the local
+    leader-epoch-checkpoint, led by the remote segments' epochs below where it starts (a partition
+    whose local log is gone or was moved keeps them only there), truncated at the log start offset."""
+    remote: dict[int, int] = {}
+    for md in finished:
+        for epoch, start in md.segment_leader_epochs.items():
+            remote[epoch] = min(start, remote.get(epoch, start))
+    earlier = [EpochEntry(e, s) for e, s in sorted(remote.items(), key=lambda kv: kv[1])
+               if not local or (s < local[0].start_offset and e < local[0].epoch)]
+    return truncate_from_start([*earlier, *local], log_start_offset)
 
 
 # --- a partition's two tiers ---------------------------------------------------------------------

@@ -1,0 +1,256 @@
+"""Expiry: a partition's retention plan from its files and the store, and carrying it out.
+
+Planning reads what :mod:`kts_resources.retention`'s rules need — the topic's configs, the
+COPY_SEGMENT_FINISHED segments, the leader-epoch lineage, local segments' sizes and largest
+timestamps (a closed segment's time index ends with its largest timestamp; without timestamps the
+file's modification time stands in) — and asks them.
+
+Carrying it out (Kafka's RemoteLogManager expiration and UnifiedLog.deleteOldSegments), under the
+partition lock and on a plan made afresh under it: the new log start offset is recorded first (so
+the data is unreadable at once), then each expired remote segment goes through the one delete
+procedure (DELETE_SEGMENT_STARTED → its objects → DELETE_SEGMENT_FINISHED). In owned log dirs kts
+applies local retention itself, as a broker does: only segments a finished remote segment covers
+(or all of them by policy when copying is disabled), never the active one, renamed to ``.deleted``
+and then removed, with their producer snapshots; the log-start-offset-checkpoint follows a moved
+log start offset. A crash anywhere leaves a state the next run converges from: a recorded log start
+offset is re-applied, a started delete is finished, ``.deleted`` leftovers are removed.
+In broker-owned log dirs nothing local is touched: the plan reports what the broker may delete.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_leader_epoch_checkpoint, read_offset_checkpoint, write_offset_checkpoint
+from kts_resources.kafka.logdir import SegmentFiles
+from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
+from kts_resources.retention import LocalPlan, LocalSegment, RemotePlan, RetentionConfig, plan_local_retention, plan_remote_retention
+from kts_resources.tiers import LocatedPartition, leader_epoch_lineage, log_start_offset
+
+if TYPE_CHECKING:
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+    from kts_resources.quotas import Clock
+    from kts_resources.remote_storage.base import RemoteStorageManager
+
+log = logging.getLogger(__name__)
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+DELETED_SUFFIX = ".deleted"
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+@dataclass(frozen=True)
+class PartitionRetention:
+    """A partition's retention plan in both tiers."""
+
+    tip: TopicIdPartition
+    config: RetentionConfig
+    log_start_offset: int  # before the plan
+    remote: RemotePlan
+    local: LocalPlan
+    owned: bool  # kts applies the local plan itself
+
+    @property
+    def new_log_start_offset(self) -> int:
+        return max(self.log_start_offset, self.remote.log_start_offset)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.remote.expired) or (self.owned and bool(self.local.expired)) or self.new_log_start_offset > self.log_start_offset
+
+    def metadata(self) -> dict[str, int]:
+        """Numbers for the retention_state asset: what is to expire per tier, the delete lag
+        (Kafka's RemoteDeleteLagBytes / RemoteDeleteLagSegments) and the new log start offset."""
+        return {
+            "remote_bytes_to_expire": self.remote.bytes,
+            "remote_segments_to_expire": len(self.remote.expired),
+            "local_bytes_to_expire": self.local.bytes,
+            "local_segments_to_expire": len(self.local.expired),
+            "delete_lag_bytes": self.remote.bytes,
+            "delete_lag_segments": len(self.remote.expired),
+            "log_start_offset": self.new_log_start_offset,
+            "oldest_retained_timestamp": self.remote.oldest_retained_timestamp,
+        }
+
+
+def largest_timestamp(segment: SegmentFiles) -> int:
+    """A closed segment's largest timestamp: its time index's last entry (the roll appends one
+    holding the segment's largest), else the .log's modification time (Kafka's largestTimestamp)."""
+    try:
+        size = segment.time_index.stat().st_size
+        with open(segment.time_index, "rb") as f:
+            # Walk back over a zero-filled preallocated tail (an unclean shutdown leaves one).
+            end = size - size % _TIME_ENTRY.size
+            while end >= _TIME_ENTRY.size:
+                f.seek(end - _TIME_ENTRY.size)
+                ts, rel = _TIME_ENTRY.unpack(f.read(_TIME_ENTRY.size))
+                if ts > 0 or rel > 0:
+                    return ts
+                end -= _TIME_ENTRY.size
+    except (OSError, struct.error):
+        pass
+    try:
+        return segment.log.stat().st_mtime_ns // 1_000_000
+    except OSError:
+        return -1
+
+
+def local_segments(segments: Sequence[SegmentFiles]) -> tuple[list[LocalSegment], int]:
+    """(the closed segments as retention sees them, the active segment's size)."""
+    closed = []
+    for s in segments:
+        if s.active or s.next_base_offset is None:
+            continue
+        try:
+            size = s.log.stat().st_size
+        except FileNotFoundError:
+            continue  # deleted since listed
+        closed.append(LocalSegment(s.base_offset, s.next_base_offset - 1, size, largest_timestamp(s)))
+    active = segments[-1] if segments and segments[-1].active else None
+    try:
+        active_size = active.log.stat().st_size if active else 0
+    except FileNotFoundError:
+        active_size = 0
+    return closed, active_size
+
+
+def plan_partition(
+    located: LocatedPartition | None,
+    tip: TopicIdPartition,
+    store: "RemoteLogMetadataStore",
+    *,
+    now_ms: int,
+    segments: Sequence[SegmentFiles] | None = None,
+) -> PartitionRetention:
+    """The partition's retention plan now (``located``: None when it is in no log dir)."""
+    config = RetentionConfig.from_topic_config(store.topic_configs(tip.topic), tip.topic)
+    finished = store.list_remote_log_segments(tip, states={FINISHED})
+    state = store.partition_state(tip)
+    if located is not None:
+        segments = located.partition.segments() if segments is None else segments
+        tp = located.partition.topic_partition
+        hw = located.log_dir.high_watermark(tp)
+        checkpointed = located.log_dir.log_start_offset(tp)
+        epochs_path = located.partition.leader_epoch_checkpoint_path
+        local_epochs = read_leader_epoch_checkpoint(epochs_path) if epochs_path.exists() else []
+    else:
+        segments, hw, checkpointed, local_epochs = [], None, None, []
+    local_start = segments[0].base_offset if segments else -1
+    remote_start = min((md.start_offset for md in finished), default=-1)
+    start = log_start_offset(checkpointed=checkpointed, local_log_start_offset=local_start,
+                             remote_log_start_offset=remote_start, recorded=state.log_start_offset if finished else -1)
+    lineage = leader_epoch_lineage(local_epochs, finished, start)
+    closed, active_size = local_segments(segments)
+    highest_copied = state.highest_copied_offset
+    # UnifiedLog.onlyLocalLogSegmentsSize: segments from the highest copied offset on, the active one included.
+    only_local = sum(s.size_bytes for s in closed if s.base_offset >= highest_copied) + active_size
+    remote = plan_remote_retention(finished, log_start_offset=start, lineage=lineage, only_local_bytes=only_local,
+                                   config=config, now_ms=now_ms)
+    local = plan_local_retention(closed, active_size_bytes=active_size, high_watermark=-1 if hw is None else hw,
+                                 highest_copied_offset=highest_copied, log_start_offset=max(start, remote.log_start_offset),
+                                 config=config, now_ms=now_ms)
+    return PartitionRetention(tip, config, start, remote, local, owned=located is not None and located.owned)
+
+
+@dataclass
+class ExpiryResult:
+    """What one expiry pass over a partition did."""
+
+    tip: TopicIdPartition
+    log_start_offset: int
+    remote_deleted: list[int] = field(default_factory=list)  # start offsets
+    remote_bytes_deleted: int = 0
+    local_deleted: list[int] = field(default_factory=list)  # base offsets
+    local_bytes_deleted: int = 0
+    local_kept: list[str] = field(default_factory=list)  # why a planned local deletion did not happen
+
+
+def expire_partition(
+    located: LocatedPartition | None,
+    tip: TopicIdPartition,
+    store: "RemoteLogMetadataStore",
+    storage: "RemoteStorageManager",
+    *,
+    clock: "Clock",
+    lock_timeout_s: float | None = None,
+) -> ExpiryResult:
+    """Carry out the partition's retention plan (see the module docstring)."""
+    from kts_resources.copier import delete_remote_log_segment
+
+    with store.partition_lock(tip, timeout_s=lock_timeout_s):
+        if located is not None and located.owned:
+            remove_deleted_leftovers(located.partition.path)
+        plan = plan_partition(located, tip, store, now_ms=clock.now_ms())
+        result = ExpiryResult(tip, plan.new_log_start_offset)
+        if plan.new_log_start_offset > plan.log_start_offset or plan.remote.expired:
+            # First: the data below it is unreadable from now on, whatever happens next.
+            result.log_start_offset = store.update_log_start_offset(tip, plan.new_log_start_offset)
+        for expired in plan.remote.expired:
+            delete_remote_log_segment(store, storage, expired.metadata, clock)
+            result.remote_deleted.append(expired.start_offset)
+            result.remote_bytes_deleted += expired.size_bytes
+        if located is not None and located.owned:
+            _apply_local(located, tip, store, plan, result)
+    return result
+
+
+def _apply_local(located: LocatedPartition, tip: TopicIdPartition, store: "RemoteLogMetadataStore",
+                 plan: PartitionRetention, result: ExpiryResult) -> None:
+    partition = located.partition
+    segments = {s.base_offset: s for s in partition.segments()}
+    finished = store.list_remote_log_segments(tip, states={FINISHED})
+    for expired in plan.local.expired:
+        segment = segments.get(expired.start_offset)
+        if segment is None or segment.active:
+            continue
+        below_start = expired.end_offset < result.log_start_offset  # no longer part of the log
+        covered = any(md.start_offset <= expired.start_offset and md.end_offset >= expired.end_offset for md in finished)
+        if plan.config.copy_enabled and not covered and not below_start:
+            # Never delete what is not provably in the remote tier.
+            result.local_kept.append(f"{segment.log}: no finished remote segment holds offsets "
+                                     f"{expired.start_offset}..{expired.end_offset}; kept")
+            break
+        delete_local_segment(partition, segment)
+        result.local_deleted.append(expired.start_offset)
+        result.local_bytes_deleted += expired.size_bytes
+    tp = partition.topic_partition
+    checkpoint = located.log_dir.path / LOG_START_OFFSET_CHECKPOINT
+    if checkpoint.exists():
+        offsets = read_offset_checkpoint(checkpoint)
+        if offsets.get(tp, -1) < result.log_start_offset:
+            offsets[tp] = result.log_start_offset
+            write_offset_checkpoint(checkpoint, offsets)
+
+
+def delete_local_segment(partition, segment: SegmentFiles) -> None:
+    """Kafka's way: every file of the segment renamed to ``.deleted`` first (the log no longer
+    lists it), then removed; with the producer snapshot at its base offset."""
+    files = [segment.log, segment.offset_index, segment.time_index, segment.txn_index,
+             partition.producer_snapshot_path(segment.base_offset)]
+    renamed = []
+    for path in files:
+        if path is None:
+            continue
+        target = path.with_name(path.name + DELETED_SUFFIX)
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:
+            continue
+        renamed.append(target)
+    for path in renamed:
+        path.unlink(missing_ok=True)
+
+
+def remove_deleted_leftovers(partition_path: Path) -> int:
+    """``.deleted`` files an interrupted local deletion left behind."""
+    removed = 0
+    for path in partition_path.glob(f"*{DELETED_SUFFIX}"):
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed

@@ -1,0 +1,130 @@
+"""Expiry in both tiers (kts_resources/expiry.py), as Kafka's tiered-storage integration tests
+check it: records read back with fetch from each tier before and after. The log start offset is
+recorded first, remote segments go through the delete states, owned log dirs lose their expired
+local segments (only those safely remote), broker-owned ones are only reported on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kts_resources.copier import copy_log_dir
+from kts_resources.expiry import expire_partition, plan_partition, remove_deleted_leftovers
+from kts_resources.kafka.checkpoints import read_offset_checkpoint
+from kts_resources.kafka.logdir import LogDir
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.quotas import ManualClock
+from kts_resources.reader import OffsetOutOfRangeError, TieredLogReader
+from kts_resources.remote_log import RemoteLogSegmentState
+from kts_resources.remote_storage.factory import remote_storage_from_uri
+from kts_resources.tiers import locate_partitions
+
+TOPIC = "orders"
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
+
+
+@pytest.fixture
+def tiered(tmp_path, metadata_store):
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=11, topics=(TOPIC,), partitions=1, total_bytes=300 * 1024, segment_bytes=32 * 1024,
+                                    messages_per_second=10.0, transactional_producers=0))
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    tip = next(iter(metadata_store.partitions()))
+    return root, storage, tip
+
+
+def located(root: Path, owned: bool):
+    key = f"{TOPIC}-0"
+    found, _ = locate_partitions([root], [key], owned_log_dirs=[root] if owned else [])
+    return found[key]
+
+
+def consumable(reader: TieredLogReader, start: int) -> tuple[int, int]:
+    """(records read from the remote tier, from the local log) fetching from ``start`` to the end."""
+    part = reader.partition(TOPIC, 0)
+    remote = local = 0
+    position = start
+    while position < part.high_watermark:
+        result = part.fetch(position, 1 << 20)
+        for batch in result.batches:
+            n = sum(1 for r in result.records if batch.header.base_offset <= r.offset <= batch.header.last_offset)
+            remote, local = (remote + n, local) if batch.remote else (remote, local + n)
+        position = result.next_offset
+    return remote, local
+
+
+def test_delete_segments_by_retention_time_in_both_tiers(tiered, metadata_store):
+    """Kafka's DeleteSegmentsByRetentionTimeTest, counted per tier with fetch."""
+    root, storage, tip = tiered
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+    assert len(finished) >= 5
+    now = finished[3].max_timestamp_ms + 60_000
+    reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=root.parent / "home")
+    total = sum(consumable(reader, 0))
+
+    # Local retention first: the four oldest segments leave the owned local log, the remote tier keeps them.
+    metadata_store.set_topic_config(TOPIC, "local.retention.ms", now - finished[3].max_timestamp_ms - 1)
+    result = expire_partition(located(root, owned=True), tip, metadata_store, storage, clock=ManualClock(now))
+    assert result.local_deleted == [md.start_offset for md in finished[:4]] and result.remote_deleted == []
+    local_start = finished[4].start_offset
+    assert consumable(reader, 0) == (local_start, total - local_start)
+
+    # Then retention.ms takes the two oldest from the remote tier; the log start offset moves first.
+    metadata_store.set_topic_config(TOPIC, "retention.ms", now - finished[1].max_timestamp_ms)
+    plan = plan_partition(located(root, owned=True), tip, metadata_store, now_ms=now)
+    assert [e.start_offset for e in plan.remote.expired] == [md.start_offset for md in finished[:2]]
+    result = expire_partition(located(root, owned=True), tip, metadata_store, storage, clock=ManualClock(now))
+    new_start = finished[2].start_offset
+    assert result.log_start_offset == new_start == metadata_store.partition_state(tip).log_start_offset
+    assert result.remote_deleted == [md.start_offset for md in finished[:2]]
+    for md in finished[:2]:
+        assert metadata_store.segment(md.segment_id).state == DELETE_FINISHED
+        assert not any((p := storage.keys.parse(o.key)) and p.segment_id == md.segment_id.id for o in storage.list_objects())
+    assert read_offset_checkpoint(root / "log-start-offset-checkpoint")[TopicPartition(TOPIC, 0)] == new_start
+    with pytest.raises(OffsetOutOfRangeError):
+        reader.partition(TOPIC, 0).fetch(0)
+    # No transactions here, so every offset is a record.
+    assert consumable(reader, new_start) == (local_start - new_start, total - local_start)
+    # A second pass has nothing to do: the plan converged.
+    assert not plan_partition(located(root, owned=True), tip, metadata_store, now_ms=now).has_work
+
+
+def test_a_broker_owned_log_dir_is_only_reported_on(tiered, metadata_store):
+    root, storage, tip = tiered
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+    metadata_store.set_topic_config(TOPIC, "local.retention.ms", 1)
+    logs_before = sorted(p.name for p in (root / f"{TOPIC}-0").iterdir())
+    plan = plan_partition(located(root, owned=False), tip, metadata_store, now_ms=finished[-1].max_timestamp_ms + 10_000)
+    assert len(plan.local.expired) == len(finished)  # every copied segment may go...
+    result = expire_partition(located(root, owned=False), tip, metadata_store, storage,
+                              clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
+    assert result.local_deleted == [] and result.remote_deleted == []  # ...but the broker deletes them
+    assert sorted(p.name for p in (root / f"{TOPIC}-0").iterdir()) == logs_before
+
+
+def test_local_retention_never_takes_a_segment_that_is_not_remote(tiered, metadata_store):
+    root, storage, tip = tiered
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+    metadata_store.set_topic_config(TOPIC, "local.retention.ms", 1)
+    # More data rolls more segments, not copied yet.
+    simulate(root, SimulationConfig(seed=12, topics=(TOPIC,), partitions=1, total_bytes=100 * 1024, segment_bytes=32 * 1024,
+                                    messages_per_second=10.0, transactional_producers=0))
+    segments = located(root, owned=True).partition.segments()
+    assert len(segments) > len(finished) + 1
+    result = expire_partition(located(root, owned=True), tip, metadata_store, storage,
+                              clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
+    assert result.local_deleted == [md.start_offset for md in finished]
+    left = [s.base_offset for s in located(root, owned=True).partition.segments()]
+    assert left == [s.base_offset for s in segments[len(finished):]]
+    assert metadata_store.partition_state(tip).log_start_offset == 0  # local retention never moves it
+
+
+def test_deleted_leftovers_of_an_interrupted_local_delete_are_removed(tmp_path):
+    (tmp_path / "00000000000000000000.log.deleted").write_bytes(b"x")
+    (tmp_path / "00000000000000000100.log").write_bytes(b"")
+    assert remove_deleted_leftovers(tmp_path) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["00000000000000000100.log"]
