@@ -769,6 +769,10 @@ def add_simulate_parser(sub) -> None:
             kind, metavar = float, "X"
         elif isinstance(default, int):
             kind, metavar = int, "N"
+        elif isinstance(default, str):
+            from kts_resources.kafka.simulate import TIMESTAMP_PROFILES
+
+            kind, metavar = str, "|".join(TIMESTAMP_PROFILES)
         else:
             kind, metavar = str, "A,B"
             default = ",".join(default)

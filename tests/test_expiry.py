@@ -128,3 +128,22 @@ def test_deleted_leftovers_of_an_interrupted_local_delete_are_removed(tmp_path):
     (tmp_path / "00000000000000000100.log").write_bytes(b"")
     assert remove_deleted_leftovers(tmp_path) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["00000000000000000100.log"]
+
+
+def test_a_segment_without_timestamps_ages_by_its_file_modification_time(tmp_path):
+    """KIP-33: no timestamps (an empty time index, or only a zero-filled preallocated tail) → the
+    .log's mtime is the segment's largest timestamp, as Kafka's LogSegment.largestTimestamp says."""
+    import os
+    import struct
+
+    from kts_resources.expiry import largest_timestamp
+    from kts_resources.kafka.logdir import SegmentFiles
+
+    log, index, timeindex = (tmp_path / f"{0:020d}{s}" for s in (".log", ".index", ".timeindex"))
+    log.write_bytes(b"x" * 10)
+    timeindex.write_bytes(b"\0" * 24)
+    os.utime(log, ns=(1_600_000_000_123_000_000, 1_600_000_000_123_000_000))
+    segment = SegmentFiles(0, log, index, timeindex, None, active=False, next_base_offset=10)
+    assert largest_timestamp(segment) == 1_600_000_000_123
+    timeindex.write_bytes(struct.pack(">qi", 1_700_000_000_000, 4) + struct.pack(">qi", 1_700_000_000_500, 9) + b"\0" * 12)
+    assert largest_timestamp(segment) == 1_700_000_000_500

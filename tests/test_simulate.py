@@ -543,3 +543,31 @@ def test_bad_options_are_rejected_with_a_readable_message(options, message):
 def test_topics_and_codecs_accept_comma_separated_text():
     config = SimulationConfig(topics="a.b,c-d", codecs="gzip,zstd")
     assert config.topics == ("a.b", "c-d") and config.codecs == ("gzip", "zstd")
+
+
+@pytest.mark.parametrize("profile", ["old", "future", "shuffled"])
+def test_timestamp_profiles_shape_create_time_for_retention_scenarios(tmp_path, profile):
+    """--timestamps: month-old backfills, clock-skewed producers a day ahead, late data hours
+    behind; segment.ms rolls on the record timestamps (KIP-33), so future stamps roll early."""
+    from kts_resources.kafka.records import read_records
+    from kts_resources.kafka.simulate import TIMESTAMP_PROFILES
+
+    config = SimulationConfig(seed=4, topics=("t",), partitions=1, total_bytes=96 * 1024, codecs=("none",),
+                              messages_per_second=100.0, timestamps=profile, segment_ms=3_600_000)
+    summary = simulate(tmp_path, config)
+    stamps = [(h.base_offset, h.max_timestamp) for log in sorted((tmp_path / "t-0").glob("*.log"))
+              for h, _ in read_records(log.read_bytes()) if not h.is_control and h.timestamp_type == 0]  # CreateTime
+    _p, low, high = TIMESTAMP_PROFILES[profile]
+    clock_start, clock_end = summary.start_time_ms, summary.end_time_ms
+    if profile == "old":
+        assert all(ts < clock_end + low + 60_000 for _o, ts in stamps)
+    elif profile == "future":
+        assert any(ts > clock_end + 60_000 for _o, ts in stamps)
+        assert len(list((tmp_path / "t-0").glob("*.log"))) > 1  # a day-ahead stamp rolls the segment
+    else:
+        assert any(ts < clock_start - 1_000 or ts < prev - 1_000 for (_o, prev), (_p2, ts) in zip(stamps, stamps[1:]))
+
+
+def test_an_unknown_timestamp_profile_is_refused():
+    with pytest.raises(ValueError, match="timestamps: 'weird' is not one of steady, old, future, shuffled"):
+        SimulationConfig(timestamps="weird")

@@ -103,6 +103,7 @@ class SimulationConfig:
     # Shape of the data.
     log_append_time_ratio: float = 0.05
     out_of_order_ratio: float = 0.03  # CreateTime up to two minutes behind the clock
+    timestamps: str = "steady"  # a TIMESTAMP_PROFILES name: how CreateTime relates to the clock
     leader_epoch_change_ratio: float = 0.002  # per batch, per partition
     null_key_ratio: float = 0.1  # per record
     tombstone_ratio: float = 0.02  # per keyed record
@@ -150,6 +151,8 @@ class SimulationConfig:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)}")
         if self.transactional_producers > IDEMPOTENT_PRODUCER_ID_BASE - TRANSACTIONAL_PRODUCER_ID_BASE:
             raise ValueError(f"transactional_producers must be at most {IDEMPOTENT_PRODUCER_ID_BASE - TRANSACTIONAL_PRODUCER_ID_BASE}")
+        if self.timestamps not in TIMESTAMP_PROFILES:
+            raise ValueError(f"timestamps: {self.timestamps!r} is not one of {', '.join(TIMESTAMP_PROFILES)}")
         if not self.messages_per_second > 0:
             raise ValueError(f"messages_per_second must be positive, not {self.messages_per_second}")
         for f in fields(self):
@@ -180,6 +183,17 @@ class SimulationConfig:
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
+_HOUR_MS = 3_600_000
+
+# How producers stamp CreateTime against the simulated clock, for retention scenarios (KIP-33):
+# each profile gives (probability, lowest, highest offset from the clock in ms) per batch, on top of
+# out_of_order_ratio's small lags.
+TIMESTAMP_PROFILES: dict[str, tuple[float, int, int]] = {
+    "steady": (0.0, 0, 0),
+    "old": (1.0, -30 * 24 * _HOUR_MS, -30 * 24 * _HOUR_MS),  # backfilled data: a month old on arrival
+    "future": (0.05, 60_000, 24 * _HOUR_MS),  # clock-skewed producers, up to a day ahead
+    "shuffled": (0.3, -6 * _HOUR_MS, -1_000),  # late data, up to six hours behind
+}
 
 # Upper (and lower) bounds of the numeric options, checked before any work starts: a simulation
 # is a test fixture, so each bound is far past any useful run yet keeps a typo (99999999999
@@ -476,6 +490,9 @@ class _Simulation:
             base_timestamp = max(0, now - rng.randint(1_000, 120_000))
         else:
             base_timestamp = now
+        probability, low, high = TIMESTAMP_PROFILES[c.timestamps]
+        if probability and rng.random() < probability:
+            base_timestamp = max(0, base_timestamp + rng.randint(low, high))
         self.clock += template.record_count * self.interval
         if producer is None:
             batch = template.stamp(base_timestamp, NO_PRODUCER_ID, -1, -1, False)
