@@ -130,7 +130,7 @@ def plan_partition(
 ) -> PartitionRetention:
     """The partition's retention plan now (``located``: None when it is in no log dir)."""
     config = RetentionConfig.from_topic_config(store.topic_configs(tip.topic), tip.topic)
-    finished = store.list_remote_log_segments(tip, states={FINISHED})
+    summary = store.finished_summary(tip)
     state = store.partition_state(tip)
     if located is not None:
         segments = located.partition.segments() if segments is None else segments
@@ -142,16 +142,18 @@ def plan_partition(
     else:
         segments, hw, checkpointed, local_epochs = [], None, None, []
     local_start = segments[0].base_offset if segments else -1
-    remote_start = min((md.start_offset for md in finished), default=-1)
     start = log_start_offset(checkpointed=checkpointed, local_log_start_offset=local_start,
-                             remote_log_start_offset=remote_start, recorded=state.log_start_offset if finished else -1)
-    lineage = leader_epoch_lineage(local_epochs, finished, start)
+                             remote_log_start_offset=summary.start_offset,
+                             recorded=state.log_start_offset if summary.segments else -1)
+    lineage = leader_epoch_lineage(local_epochs, summary.epoch_starts, start)
     closed, active_size = local_segments(segments)
     highest_copied = state.highest_copied_offset
     # UnifiedLog.onlyLocalLogSegmentsSize: segments from the highest copied offset on, the active one included.
     only_local = sum(s.size_bytes for s in closed if s.base_offset >= highest_copied) + active_size
-    remote = plan_remote_retention(finished, log_start_offset=start, lineage=lineage, only_local_bytes=only_local,
-                                   config=config, now_ms=now_ms)
+    left_behind = store.finished_segments_before_epoch(tip, lineage[0].epoch) if lineage else []
+    remote = plan_remote_retention(store.iter_finished_segments(tip), log_start_offset=start, lineage=lineage,
+                                   only_local_bytes=only_local, config=config, now_ms=now_ms,
+                                   remote_bytes=summary.bytes, left_behind=left_behind)
     local = plan_local_retention(closed, active_size_bytes=active_size, high_watermark=-1 if hw is None else hw,
                                  highest_copied_offset=highest_copied, log_start_offset=max(start, remote.log_start_offset),
                                  config=config, now_ms=now_ms)

@@ -53,7 +53,14 @@ from kts_resources.remote_log import (
     RemoteResourceNotFoundError,
     TopicIdPartition,
 )
-from kts_resources.tiers import LocatedPartition, active_log_end_offset, leader_epoch_lineage, locate_partitions, log_start_offset
+from kts_resources.tiers import (
+    LocatedPartition,
+    active_log_end_offset,
+    leader_epoch_lineage,
+    locate_partitions,
+    log_start_offset,
+    remote_epoch_starts,
+)
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -326,7 +333,7 @@ class PartitionReader:
                 path = self.located.partition.leader_epoch_checkpoint_path
                 if path.exists():
                     local = read_leader_epoch_checkpoint(path)
-            self._lineage = leader_epoch_lineage(local, self.finished, self.log_start_offset)
+            self._lineage = leader_epoch_lineage(local, remote_epoch_starts(self.finished), self.log_start_offset)
         return self._lineage
 
     def epoch_for(self, offset: int) -> int:

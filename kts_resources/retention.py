@@ -26,7 +26,7 @@ segments need not be copied first, as in Kafka.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kts_resources.kafka.checkpoints import EpochEntry
@@ -89,6 +89,8 @@ class LocalSegment:
 class RemotePlan:
     expired: list[Expired] = field(default_factory=list)
     log_start_offset: int = -1  # the new log start offset (unchanged when nothing moves it)
+    # The largest timestamp of the oldest segment kept (−1: none): retention.ms takes it, and the
+    # rest after it, once now − this ≥ retention.ms.
     oldest_retained_timestamp: int = -1
 
     @property
@@ -107,31 +109,42 @@ class LocalPlan:
 
 
 def plan_remote_retention(
-    segments: Sequence[RemoteLogSegmentMetadata],
+    segments: Iterable[RemoteLogSegmentMetadata],
     *,
     log_start_offset: int,
     lineage: Sequence[EpochEntry],
     only_local_bytes: int,
     config: RetentionConfig,
     now_ms: int,
+    remote_bytes: int | None = None,
+    left_behind: Sequence[RemoteLogSegmentMetadata] | None = None,
 ) -> RemotePlan:
-    """What the remote tier should drop (``segments``: the partition's COPY_SEGMENT_FINISHED ones)."""
-    ordered = sorted(segments, key=lambda md: (md.start_offset, md.end_offset))
+    """What the remote tier should drop. ``segments``: the partition's COPY_SEGMENT_FINISHED
+    segments by start offset — read only up to the first one kept, so a lazy iterator over a
+    million rows costs what expires. ``remote_bytes`` (their total) and ``left_behind`` (those whose
+    epochs all precede the lineage) are computed from ``segments`` when not given."""
     first_epoch = lineage[0].epoch if lineage else None
-    expired: list[Expired] = []
-    orphaned = [md for md in ordered if first_epoch is not None and md.segment_leader_epochs
-                and max(md.segment_leader_epochs) < first_epoch]
-    for md in orphaned:
-        expired.append(Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_LINEAGE, md))
-    in_lineage = [md for md in ordered if md not in orphaned]
+
+    def behind(md: RemoteLogSegmentMetadata) -> bool:
+        return first_epoch is not None and bool(md.segment_leader_epochs) and max(md.segment_leader_epochs) < first_epoch
+
+    if remote_bytes is None or left_behind is None:
+        segments = sorted(segments, key=lambda md: (md.start_offset, md.end_offset))
+        remote_bytes = sum(md.segment_size_in_bytes for md in segments)
+        left_behind = [md for md in segments if behind(md)]
+    expired = [Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_LINEAGE, md) for md in left_behind]
+    skip = {md.segment_id for md in left_behind}
 
     breach = None
     if config.retention_bytes >= 0:
-        breach = only_local_bytes + sum(md.segment_size_in_bytes for md in in_lineage) - config.retention_bytes
+        in_lineage_bytes = remote_bytes - sum(md.segment_size_in_bytes for md in left_behind)
+        breach = only_local_bytes + in_lineage_bytes - config.retention_bytes
     cleanup_until = now_ms - config.retention_ms if config.retention_ms >= 0 else None
     new_start = log_start_offset
-    kept_from = len(in_lineage)
-    for i, md in enumerate(in_lineage):
+    next_kept_timestamp = -1
+    for md in segments:
+        if md.segment_id in skip or behind(md):
+            continue
         size = md.segment_size_in_bytes
         if breach is not None and breach - size >= 0:
             breach -= size
@@ -143,14 +156,12 @@ def plan_remote_retention(
         elif md.end_offset < log_start_offset:
             reason = BY_LOG_START_OFFSET
         else:
-            kept_from = i
+            next_kept_timestamp = md.max_timestamp_ms
             break
         expired.append(Expired(md.start_offset, md.end_offset, size, reason, md))
         if reason in (BY_SIZE, BY_TIME):
             new_start = max(new_start, md.end_offset + 1)
-    kept = in_lineage[kept_from:]
-    oldest = min((md.max_timestamp_ms for md in kept), default=-1)
-    return RemotePlan(expired, new_start, oldest)
+    return RemotePlan(expired, new_start, next_kept_timestamp)
 
 
 def plan_local_retention(

@@ -198,16 +198,23 @@ def truncate_from_start(lineage: Sequence[EpochEntry], start_offset: int) -> lis
     return kept
 
 
-def leader_epoch_lineage(local: Sequence[EpochEntry], finished: Iterable[RemoteLogSegmentMetadata],
-                         log_start_offset: int) -> list[EpochEntry]:
-    """The partition's leader-epoch lineage (Kafka's leader-epoch cache): the local
-    leader-epoch-checkpoint, led by the remote segments' epochs below where it starts (a partition
-    whose local log is gone or was moved keeps them only there), truncated at the log start offset."""
-    remote: dict[int, int] = {}
+def remote_epoch_starts(finished: Iterable[RemoteLogSegmentMetadata]) -> dict[int, int]:
+    """Each leader epoch's first offset over remote segments (the store answers the same for a
+    partition's finished segments with ``finished_summary``)."""
+    starts: dict[int, int] = {}
     for md in finished:
         for epoch, start in md.segment_leader_epochs.items():
-            remote[epoch] = min(start, remote.get(epoch, start))
-    earlier = [EpochEntry(e, s) for e, s in sorted(remote.items(), key=lambda kv: kv[1])
+            starts[epoch] = min(start, starts.get(epoch, start))
+    return starts
+
+
+def leader_epoch_lineage(local: Sequence[EpochEntry], remote_epochs: "dict[int, int]",
+                         log_start_offset: int) -> list[EpochEntry]:
+    """The partition's leader-epoch lineage (Kafka's leader-epoch cache): the local
+    leader-epoch-checkpoint, led by the remote segments' epochs (``remote_epochs``: epoch → first
+    offset) below where it starts — a partition whose local log is gone or was moved keeps them only
+    there — truncated at the log start offset."""
+    earlier = [EpochEntry(e, s) for e, s in sorted(remote_epochs.items(), key=lambda kv: kv[1])
                if not local or (s < local[0].start_offset and e < local[0].epoch)]
     return truncate_from_start([*earlier, *local], log_start_offset)
 

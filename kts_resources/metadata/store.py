@@ -122,6 +122,17 @@ class PartitionState:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishedSummary:
+    """Aggregates over a partition's COPY_SEGMENT_FINISHED segments (−1 offsets: there are none)."""
+
+    segments: int
+    bytes: int
+    start_offset: int
+    end_offset: int
+    epoch_starts: dict[int, int]  # leader epoch → its first offset in the finished segments
+
+
+@dataclass(frozen=True, slots=True)
 class LostOffsetRange:
     """Offsets ``start_offset``..``end_offset`` (inclusive) of a partition, deleted locally before
     they reached the remote tier; open until acknowledged."""
@@ -543,6 +554,63 @@ class RemoteLogMetadataStore:
         stmt = self._segments_query(sa.select(SEGMENTS), tip, leader_epoch, states).order_by(
             SEGMENTS.c.start_offset, SEGMENTS.c.created_at, SEGMENTS.c.segment_id
         )
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all())
+        return [_to_metadata(row, tip) for row in rows]
+
+    def finished_summary(self, tip: TopicIdPartition) -> "FinishedSummary":
+        """Aggregates over the partition's COPY_SEGMENT_FINISHED segments, answered from indexes
+        (no row is shipped): how many, their bytes, the lowest start and highest end offset, and
+        each leader epoch's first offset in them — what retention and the reader need of a
+        partition with a million remote segments without listing them."""
+        finished = S.COPY_SEGMENT_FINISHED.name
+
+        def work(conn: Connection, _attempt: int) -> FinishedSummary:
+            count, size, low, high = conn.execute(
+                sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(SEGMENTS.c.size_bytes), 0),
+                          sa.func.min(SEGMENTS.c.start_offset), sa.func.max(SEGMENTS.c.end_offset))
+                .where(*_partition_key(SEGMENTS, tip), SEGMENTS.c.state == finished)).one()
+            epochs = conn.execute(
+                sa.select(EPOCHS.c.leader_epoch, sa.func.min(EPOCHS.c.start_offset))
+                .join(SEGMENTS, SEGMENTS.c.segment_id == EPOCHS.c.segment_id)
+                .where(*_partition_key(EPOCHS, tip), SEGMENTS.c.state == finished)
+                .group_by(EPOCHS.c.leader_epoch)).all()
+            return FinishedSummary(int(count), int(size), -1 if low is None else low, -1 if high is None else high,
+                                   {int(e): int(start) for e, start in epochs})
+
+        return self._tx(work)
+
+    def iter_finished_segments(self, tip: TopicIdPartition, *, page_size: int = 5000) -> Iterator[RemoteLogSegmentMetadata]:
+        """The partition's COPY_SEGMENT_FINISHED segments by start offset, a page at a time (keyset
+        pagination on the partition/state/start index), so a caller that stops early — retention
+        stops at the first segment it keeps — reads only what it looked at. ``custom_metadata`` is
+        left out (the delete procedure reads the row afresh)."""
+        finished = S.COPY_SEGMENT_FINISHED.name
+        columns = [SEGMENTS.c[name] for name in ("segment_id", "start_offset", "end_offset", "max_timestamp_ms",
+                                                  "size_bytes", "leader_epochs", "broker_id", "event_timestamp_ms")]
+        after: tuple[int, uuid.UUID] | None = None
+        while True:
+            stmt = (sa.select(*columns).where(*_partition_key(SEGMENTS, tip), SEGMENTS.c.state == finished)
+                    .order_by(SEGMENTS.c.start_offset, SEGMENTS.c.segment_id).limit(page_size))
+            if after is not None:
+                stmt = stmt.where(sa.tuple_(SEGMENTS.c.start_offset, SEGMENTS.c.segment_id) > sa.tuple_(*after))
+            rows = self._tx(lambda conn, _: conn.execute(stmt).all())
+            for row in rows:
+                yield RemoteLogSegmentMetadata(
+                    segment_id=RemoteLogSegmentId(tip, row.segment_id), start_offset=row.start_offset,
+                    end_offset=row.end_offset, max_timestamp_ms=row.max_timestamp_ms, broker_id=row.broker_id,
+                    event_timestamp_ms=row.event_timestamp_ms, segment_size_in_bytes=row.size_bytes,
+                    segment_leader_epochs={int(e): o for e, o in row.leader_epochs.items()}, state=S.COPY_SEGMENT_FINISHED)
+            if len(rows) < page_size:
+                return
+            after = (rows[-1].start_offset, rows[-1].segment_id)
+
+    def finished_segments_before_epoch(self, tip: TopicIdPartition, epoch: int) -> list[RemoteLogSegmentMetadata]:
+        """COPY_SEGMENT_FINISHED segments whose leader epochs are all below ``epoch`` (left behind
+        by an unclean election when ``epoch`` is the lineage's earliest), by start offset."""
+        newer = sa.select(EPOCHS.c.segment_id).where(EPOCHS.c.segment_id == SEGMENTS.c.segment_id, EPOCHS.c.leader_epoch >= epoch)
+        stmt = (sa.select(SEGMENTS).where(*_partition_key(SEGMENTS, tip), SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name,
+                                          ~sa.exists(newer))
+                .order_by(SEGMENTS.c.start_offset, SEGMENTS.c.segment_id))
         rows = self._tx(lambda conn, _: conn.execute(stmt).all())
         return [_to_metadata(row, tip) for row in rows]
 
