@@ -14,10 +14,14 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
 )
 
 from kts_assets.assets.copy import remote_segments
+from kts_assets.assets.remote_index import remote_log_index
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
+from kts_resources import remote_index_cache as index_cache
+from kts_resources import settings
 from kts_resources.inventory import inventory_path
+from kts_resources.remote_index_check import check_partition_index
 from kts_resources.lost_ranges import describe, detect_lost_ranges
 from kts_resources.remote_storage.base import RemoteStorageError, stored_objects
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
@@ -253,4 +257,26 @@ def copy_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: Kafka
                        _per_partition(kafka_log_dirs, keys, judge), blocking=True)
 
 
-asset_checks = [offset_invariants, local_segments_crc_clean, remote_segments_in_bucket, no_uncopied_segment_lost, copy_completed]
+@dg.asset_check(asset=remote_log_index, partitions_def=topic_partitions,
+                description="Every COPY_SEGMENT_FINISHED segment is covered by the remote log index exactly once, its entries "
+                            "contiguous from the segment's start to its end offset; every entry's CRC holds and both indexes "
+                            "point at entries.")
+def remote_log_index_covers_finished_segments(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
+                                              metadata_store: MetadataStoreResource) -> Iterator:
+    store = metadata_store.store()
+    home = settings.kts_home()
+
+    def judge(loc: LocatedPartition) -> Verdict:
+        tip = topic_id_partition(loc.partition, store)
+        finished = finished_segments(tip, store)
+        if tip is None or not finished:
+            return True, {"indexed_segments": 0}, "nothing remote"
+        problems, entries = check_partition_index(index_cache.cache_directory(home, tip), finished)
+        metadata = {"indexed_segments": len(finished), "index_entries": entries, "problems": len(problems)}
+        return not problems, metadata, "; ".join(problems[:5]) or f"{len(finished)} segments covered by {entries} entries"
+
+    yield from _report(context, remote_log_index.key, "remote_log_index_covers_finished_segments",
+                       _per_partition(kafka_log_dirs, _partition_keys(context), judge))
+
+
+asset_checks = [remote_log_index_covers_finished_segments, offset_invariants, local_segments_crc_clean, remote_segments_in_bucket, no_uncopied_segment_lost, copy_completed]

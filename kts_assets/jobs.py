@@ -6,14 +6,15 @@ partitions_def is deprecated.
 
 import dagster as dg
 
-from kts_assets.assets import local_segments, remote_segments
+from kts_assets.assets import local_segments, remote_log_index, remote_segments
 
 COPY_JOB_NAME = "copy_job"
 
 copy_job = dg.define_asset_job(
     COPY_JOB_NAME,
-    selection=[local_segments, remote_segments],
-    description="Scan the partitions' local segments with Spark, then copy the eligible ones to the remote tier.",
+    selection=[local_segments, remote_segments, remote_log_index],
+    description="Scan the partitions' local segments with Spark, copy the eligible ones to the remote tier, then bring "
+                "the remote log index up to the finished segments.",
     # One process per run, as `kts sync` runs it: the inventory step and its CRC check share one
     # Spark session (each step process of the multiprocess executor started a JVM of its own, which
     # made daemon runs ~4x slower than `kts sync`); the copy parallelises partitions in threads anyway.

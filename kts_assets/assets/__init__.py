@@ -1,6 +1,7 @@
-"""kts's assets, each partitioned by topic-partition: the local inventory and the remote tier."""
+"""kts's assets, each partitioned by topic-partition: the local inventory, the remote tier and its index."""
 
 from kts_assets.assets.copy import remote_segments
+from kts_assets.assets.remote_index import remote_log_index
 from kts_assets.assets.segments import local_segments
 
-__all__ = ["local_segments", "remote_segments"]
+__all__ = ["local_segments", "remote_log_index", "remote_segments"]

@@ -1,0 +1,153 @@
+"""``remote_log_index``: the seeds' remoteLogIndex / remoteOffsetIndex / remoteTimeIndex of each
+partition, brought up to the store's COPY_SEGMENT_FINISHED segments after every copy.
+
+Spark reads the batch headers of the segments not indexed yet (one task per segment); the driver
+lays the entries out into files under ``KTS_HOME/remote-log-index/`` and ships what changed to the
+remote tier (``kts_resources.remote_index_cache``).
+"""
+
+import uuid
+
+import dagster as dg
+
+from kts_assets.assets.copy import remote_segments
+from kts_assets.assets.reporting import OWNERS, record_run_totals
+from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
+from kts_assets.partitions import topic_partitions
+from kts_assets.run_hygiene import record_run_worker
+from kts_assets.sizes import human_bytes
+from kts_resources import remote_index as ri
+from kts_resources import remote_index_cache as index_cache
+from kts_resources import settings
+from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
+from kts_resources.tiers import finished_segments, locate_partitions, topic_id_partition
+
+# Bumped when the index files' layout or the RDI change meaning.
+REMOTE_INDEX_CODE_VERSION = "1"
+
+
+class RemoteLogIndexConfig(dg.Config):
+    """Run config of ``remote_log_index`` (sensor and schedule runs take the defaults)."""
+
+    chunk_bytes: int = ri.DEFAULT_CHUNK_BYTES  # an entry covers whole batches up to this many bytes
+    rotate_bytes: int = ri.DEFAULT_ROTATE_BYTES  # a remoteLogIndex file is rotated past this size
+    rotate_ms: int = ri.DEFAULT_ROTATE_MS  # ... or when its records span more than this much time
+    rebuild: bool = False  # True: re-read every segment and lay the files out afresh
+
+
+@dg.asset(
+    partitions_def=topic_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    deps=[remote_segments],
+    pool="spark",
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+    kinds={"spark", "s3", "postgres"},
+    group_name="tiering",
+    owners=OWNERS,
+    code_version=REMOTE_INDEX_CODE_VERSION,
+    description=(
+        "The seeds' remote log index of each partition: remoteLogIndex entries (whole batches of one remote "
+        "segment, 1 MiB chunks, each naming its object and byte range) with remoteOffsetIndex and "
+        "remoteTimeIndex, for every COPY_SEGMENT_FINISHED segment. Kept under `KTS_HOME/remote-log-index/` and "
+        "shipped beside the segments, so a fetch of tiered data is one ranged GET."
+    ),
+)
+def remote_log_index(
+    context: dg.AssetExecutionContext,
+    pyspark: KtsPySparkResource,
+    kafka_log_dirs: KafkaLogDirsResource,
+    metadata_store: MetadataStoreResource,
+    remote_tier: RemoteTierResource,
+    config: RemoteLogIndexConfig,
+) -> dg.MaterializeResult:
+    from kts_resources.spark_index import EntriesTask, segment_entries_job
+
+    record_run_worker(context)
+    keys = list(context.partition_keys)
+    located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
+    fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
+    store = metadata_store.store()
+    storage = remote_tier.storage()
+    home = settings.kts_home()
+
+    # What each partition has, and the segments Spark must read.
+    work = {}
+    tasks: list[EntriesTask] = []
+    owner: list[str] = []
+    for key, loc in located.items():
+        tip = topic_id_partition(loc.partition, store)
+        finished = finished_segments(tip, store)
+        if tip is None:
+            context.add_asset_metadata({"index_entries": 0, "indexed_segments": 0, "index_failed": 0,
+                                        "note": "nothing copied yet"}, partition_key=key)
+            continue
+        directory = index_cache.cache_directory(home, tip)
+        cached = set() if config.rebuild else index_cache.cached_segment_ids(directory)
+        local = {s.base_offset: s.log for s in loc.partition.segments()}
+        for md in finished:
+            if md.segment_id.id not in cached:
+                tasks.append(EntriesTask(str(md.segment_id.id), md.start_offset, md.end_offset, md.segment_size_in_bytes,
+                                         storage.segment_object_keys(md)["log"],
+                                         str(local[md.start_offset]) if md.start_offset in local else None))
+                owner.append(key)
+        work[key] = (tip, finished, directory)
+    for key in missing:
+        context.log.warning(f"{key}: in none of the log dirs; its remote log index is not built")
+
+    results = segment_entries_job(pyspark.spark_session, tasks, remote_uri=remote_tier.uri(),
+                                  endpoint_url=remote_tier.endpoint_url(), chunk_bytes=config.chunk_bytes) if tasks else []
+    errors: dict[str, list[str]] = {}
+    for task_index, segment_id, entries, error in results:
+        key = owner[task_index]
+        tip, _finished, directory = work[key]
+        if error is not None:
+            errors.setdefault(key, []).append(f"segment {tasks[task_index].start_offset}: {error}")
+            continue
+        index_cache.store_segment_entries(directory, uuid.UUID(segment_id), entries)
+
+    failed = []
+    totals = {"entries": 0}
+    for key, (tip, finished, directory) in work.items():
+        if key in errors:
+            failed.append(key)
+            message = "; ".join(errors[key][:5])
+            context.log.error(f"{key}: remote log index not built: {message}")
+            context.add_asset_metadata({"index_failed": 1, "index_error": one_line(message)}, partition_key=key)
+            continue
+        try:
+            build = index_cache.build_partition_index(
+                directory, finished, lambda md: _not_cached(md), rotate_bytes=config.rotate_bytes,
+                rotate_ms=config.rotate_ms, fresh=config.rebuild)
+            index_cache.publish(directory, storage, tip, build)
+        except Exception as e:  # noqa: BLE001 - one partition's failure is its own
+            failed.append(key)
+            context.log.error(f"{key}: remote log index not built: {e}")
+            context.add_asset_metadata({"index_failed": 1, "index_error": one_line(str(e))}, partition_key=key)
+            continue
+        totals["entries"] += build.entries
+        context.add_asset_metadata({
+            "index_entries": build.entries,
+            "indexed_segments": build.segments,
+            "indexed_bytes": build.bytes_indexed,
+            "index_bytes": build.index_bytes,
+            "index_file_sets": build.file_sets,
+            "new_segments": len([t for t, k in zip(tasks, owner) if k == key]),
+            "files_written": len(build.written),
+            "files_removed": len(build.removed),
+            "index_failed": 0,
+            "size": f"{human_bytes(build.bytes_indexed)} indexed by {human_bytes(build.index_bytes)} of index",
+            "index_dir": dg.MetadataValue.path(str(directory)),
+        }, partition_key=key)
+    if work and len(failed) == len(work):
+        raise dg.Failure(f"the remote log index failed for every partition of the run: {', '.join(failed[:20])}")
+    context.log.info(f"remote log index: {len(tasks)} segments read, {totals['entries']} entries "
+                     f"over {len(work)} partitions ({len(failed)} failed)")
+    record_run_totals(context, {"partitions_in_run": len(keys), "index_partitions_failed": len(failed),
+                                "index_segments_read": len(tasks)})
+    return dg.MaterializeResult()
+
+
+def _not_cached(md) -> list:
+    """Every segment's entries were read by Spark and cached before the build; one that is not
+    (its task failed) fails the partition, never a half index."""
+    raise RuntimeError(f"segment {md.start_offset} ({md.segment_id.id}) has no entries: its read failed")

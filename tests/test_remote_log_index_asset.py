@@ -1,0 +1,85 @@
+"""``remote_log_index`` through Dagster: after a copy, Spark reads each finished segment's batch
+headers once, the partition's index files land under KTS_HOME and in the remote tier, the check
+finds every finished segment covered exactly once; later runs read only new segments, deleted
+segments roll out, and a damaged file fails the check."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from kts_assets.assets import local_segments, remote_log_index, remote_segments
+from kts_assets.checks import remote_log_index_covers_finished_segments
+from kts_resources import remote_index as ri
+from kts_resources import remote_index_cache as index_cache
+from kts_resources.copier import delete_remote_log_segment
+from kts_resources.metadata.store import RemoteLogMetadataStore
+from kts_resources.quotas import SystemClock
+from kts_resources.remote_log import RemoteLogSegmentState
+from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+from .test_assets import instance, kts_home, log_dir, partition_metadata, pipeline_resources, simulate_log_dir  # noqa: F401
+
+pytestmark = pytest.mark.spark
+KEY = "orders-0"
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+def _run(instance, resources, *assets):
+    return dg.materialize([local_segments, remote_segments, remote_log_index, *assets], partition_key=KEY,
+                          instance=instance, resources=resources, raise_on_error=False)
+
+
+def _check_results(result) -> list:
+    return [e for e in result.get_asset_check_evaluations() if e.check_name == "remote_log_index_covers_finished_segments"]
+
+
+def test_the_index_covers_every_finished_segment_locally_and_in_the_tier(log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
+    result = _run(instance, resources, remote_log_index_covers_finished_segments)
+    assert result.success
+    md = partition_metadata(result, "remote_log_index")[KEY]
+    store = RemoteLogMetadataStore.from_url(pg_url)
+    tip = next(t for t in store.partitions() if t.topic_partition.dir_name == KEY)
+    finished = store.list_remote_log_segments(tip, states={FINISHED})
+    assert md["indexed_segments"] == len(finished) == md["new_segments"] > 2
+    assert md["indexed_bytes"] == sum(m.segment_size_in_bytes for m in finished)
+    directory = index_cache.cache_directory(kts_home, tip)
+    assert directory.is_relative_to(kts_home) and ri.file_set_offsets(directory)
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    shipped = {o.key.rsplit("/", 1)[1] for o in storage.list_objects(storage.keys.remote_index_prefix(tip))}
+    assert shipped == {p.name for p in directory.iterdir() if ri.file_base_offset(p.name) is not None}
+    [check] = _check_results(result)
+    assert check.passed, check.description
+
+    # A second run after nothing new reads no segment; after a segment is deleted, it rolls out.
+    again = _run(instance, resources)
+    assert partition_metadata(again, "remote_log_index")[KEY]["new_segments"] == 0
+    delete_remote_log_segment(store, storage, finished[0], SystemClock())
+    rolled = dg.materialize([remote_log_index, remote_log_index_covers_finished_segments], partition_key=KEY,
+                            instance=instance, resources=resources)
+    md = partition_metadata(rolled, "remote_log_index")[KEY]
+    assert md["indexed_segments"] == len(finished) - 1 and md["new_segments"] == 0
+    loaded = [ri.load_file_set(directory, b) for b in ri.file_set_offsets(directory)]
+    assert finished[0].segment_id.id not in {e.segment_id for e in ri.iter_entries(loaded)}
+    assert _check_results(rolled)[0].passed
+    store.close()
+
+
+def test_a_damaged_index_file_fails_the_check_naming_file_and_position(log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
+    assert _run(instance, resources).success
+    store = RemoteLogMetadataStore.from_url(pg_url)
+    tip = next(t for t in store.partitions() if t.topic_partition.dir_name == KEY)
+    store.close()
+    directory = index_cache.cache_directory(kts_home, tip)
+    log_index = directory / f"{ri.file_set_offsets(directory)[0]:020d}.remoteLogIndex"
+    data = bytearray(log_index.read_bytes())
+    data[20] ^= 0xFF
+    log_index.write_bytes(bytes(data))
+    result = dg.materialize([local_segments, remote_segments, remote_log_index, remote_log_index_covers_finished_segments],
+                            instance=instance, resources=resources, raise_on_error=False, tags={"dagster/partition": KEY},
+                            selection=dg.AssetSelection.checks(remote_log_index_covers_finished_segments))
+    [check] = _check_results(result)
+    assert not check.passed
+    assert str(log_index) in check.description and "byte 0: remoteLogIndex entry CRC" in check.description
