@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,15 @@ from typing import TYPE_CHECKING
 from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_leader_epoch_checkpoint, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import SegmentFiles
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
-from kts_resources.retention import LocalPlan, LocalSegment, RemotePlan, RetentionConfig, plan_local_retention, plan_remote_retention
+from kts_resources.retention import (
+    LocalPlan,
+    LocalSegment,
+    RemotePlan,
+    RetentionConfig,
+    plan_local_retention,
+    plan_remote_retention,
+    segment_uuid_text,
+)
 from kts_resources.tiers import LocatedPartition, leader_epoch_lineage, log_start_offset
 
 if TYPE_CHECKING:
@@ -150,7 +159,9 @@ def plan_partition(
     highest_copied = state.highest_copied_offset
     # UnifiedLog.onlyLocalLogSegmentsSize: segments from the highest copied offset on, the active one included.
     only_local = sum(s.size_bytes for s in closed if s.base_offset >= highest_copied) + active_size
-    left_behind = store.finished_segments_before_epoch(tip, lineage[0].epoch) if lineage else []
+    # Segments left behind an unclean election can only exist if some remote epoch precedes the lineage.
+    behind = lineage and summary.epoch_starts and min(summary.epoch_starts) < lineage[0].epoch
+    left_behind = store.finished_segments_before_epoch(tip, lineage[0].epoch) if behind else []
     remote = plan_remote_retention(store.iter_finished_segments(tip), log_start_offset=start, lineage=lineage,
                                    only_local_bytes=only_local, config=config, now_ms=now_ms,
                                    remote_bytes=summary.bytes, left_behind=left_behind)
@@ -194,7 +205,9 @@ def expire_partition(
             # First: the data below it is unreadable from now on, whatever happens next.
             result.log_start_offset = store.update_log_start_offset(tip, plan.new_log_start_offset)
         for expired in plan.remote.expired:
-            delete_remote_log_segment(store, storage, expired.metadata, clock)
+            segment = store.segment(uuid.UUID(segment_uuid_text(expired.metadata)))
+            if segment is not None:
+                delete_remote_log_segment(store, storage, segment, clock)
             result.remote_deleted.append(expired.start_offset)
             result.remote_bytes_deleted += expired.size_bytes
         if located is not None and located.owned:

@@ -133,7 +133,7 @@ def plan_remote_retention(
         remote_bytes = sum(md.segment_size_in_bytes for md in segments)
         left_behind = [md for md in segments if behind(md)]
     expired = [Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_LINEAGE, md) for md in left_behind]
-    skip = {md.segment_id for md in left_behind}
+    skip = {segment_uuid_text(md) for md in left_behind}
 
     breach = None
     if config.retention_bytes >= 0:
@@ -143,7 +143,7 @@ def plan_remote_retention(
     new_start = log_start_offset
     next_kept_timestamp = -1
     for md in segments:
-        if md.segment_id in skip or behind(md):
+        if segment_uuid_text(md) in skip:
             continue
         size = md.segment_size_in_bytes
         if breach is not None and breach - size >= 0:
@@ -162,6 +162,11 @@ def plan_remote_retention(
         if reason in (BY_SIZE, BY_TIME):
             new_start = max(new_start, md.end_offset + 1)
     return RemotePlan(expired, new_start, next_kept_timestamp)
+
+
+def segment_uuid_text(md) -> str:
+    """A segment's UUID as text, whether ``md`` is RemoteLogSegmentMetadata or the store's slim row."""
+    return str(getattr(md.segment_id, "id", md.segment_id))
 
 
 def plan_local_retention(

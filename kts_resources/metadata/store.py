@@ -31,7 +31,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -119,6 +119,34 @@ class PartitionState:
     log_start_offset: int = 0
     highest_copied_offset: int = -1
     delete_state: RemotePartitionDeleteState | None = None
+
+
+class FinishedSegmentRow(NamedTuple):
+    """A COPY_SEGMENT_FINISHED segment as retention reads it (``segment_id``: its UUID as text;
+    making a million UUID objects would cost more than the rest of the plan)."""
+
+    segment_id: str
+    start_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    segment_size_in_bytes: int
+
+
+# Each leader epoch's first offset in the partition's offset maps ("referenced" rows are finished
+# segments' epochs): walk the distinct epochs one index probe at a time, then one probe for each
+# epoch's lowest start offset, both on the partial "_lookup" index.
+_EPOCH_STARTS_SQL = """
+WITH RECURSIVE e(epoch) AS (
+    SELECT min(leader_epoch) FROM remote_segment_leader_epochs WHERE topic_id = :t AND partition = :p AND referenced
+  UNION ALL
+    SELECT (SELECT min(leader_epoch) FROM remote_segment_leader_epochs
+            WHERE topic_id = :t AND partition = :p AND referenced AND leader_epoch > e.epoch)
+    FROM e WHERE e.epoch IS NOT NULL
+)
+SELECT epoch, (SELECT min(start_offset) FROM remote_segment_leader_epochs
+               WHERE topic_id = :t AND partition = :p AND referenced AND leader_epoch = e.epoch)
+FROM e WHERE epoch IS NOT NULL
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,10 +586,11 @@ class RemoteLogMetadataStore:
         return [_to_metadata(row, tip) for row in rows]
 
     def finished_summary(self, tip: TopicIdPartition) -> "FinishedSummary":
-        """Aggregates over the partition's COPY_SEGMENT_FINISHED segments, answered from indexes
-        (no row is shipped): how many, their bytes, the lowest start and highest end offset, and
-        each leader epoch's first offset in them — what retention and the reader need of a
-        partition with a million remote segments without listing them."""
+        """Aggregates over the partition's COPY_SEGMENT_FINISHED segments without shipping their
+        rows: how many, their bytes, the lowest start and highest end offset, and each leader
+        epoch's first offset in the epochs' offset maps (a loose index scan over the partial
+        "_lookup" index: a few probes per epoch, however many segments) — what retention and the
+        reader need of a partition with a million remote segments."""
         finished = S.COPY_SEGMENT_FINISHED.name
 
         def work(conn: Connection, _attempt: int) -> FinishedSummary:
@@ -569,40 +598,30 @@ class RemoteLogMetadataStore:
                 sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(SEGMENTS.c.size_bytes), 0),
                           sa.func.min(SEGMENTS.c.start_offset), sa.func.max(SEGMENTS.c.end_offset))
                 .where(*_partition_key(SEGMENTS, tip), SEGMENTS.c.state == finished)).one()
-            epochs = conn.execute(
-                sa.select(EPOCHS.c.leader_epoch, sa.func.min(EPOCHS.c.start_offset))
-                .join(SEGMENTS, SEGMENTS.c.segment_id == EPOCHS.c.segment_id)
-                .where(*_partition_key(EPOCHS, tip), SEGMENTS.c.state == finished)
-                .group_by(EPOCHS.c.leader_epoch)).all()
+            epochs = conn.execute(sa.text(_EPOCH_STARTS_SQL), {"t": tip.topic_id, "p": tip.partition}).all()
             return FinishedSummary(int(count), int(size), -1 if low is None else low, -1 if high is None else high,
                                    {int(e): int(start) for e, start in epochs})
 
         return self._tx(work)
 
-    def iter_finished_segments(self, tip: TopicIdPartition, *, page_size: int = 5000) -> Iterator[RemoteLogSegmentMetadata]:
-        """The partition's COPY_SEGMENT_FINISHED segments by start offset, a page at a time (keyset
-        pagination on the partition/state/start index), so a caller that stops early — retention
-        stops at the first segment it keeps — reads only what it looked at. ``custom_metadata`` is
-        left out (the delete procedure reads the row afresh)."""
-        finished = S.COPY_SEGMENT_FINISHED.name
-        columns = [SEGMENTS.c[name] for name in ("segment_id", "start_offset", "end_offset", "max_timestamp_ms",
-                                                  "size_bytes", "leader_epochs", "broker_id", "event_timestamp_ms")]
-        after: tuple[int, uuid.UUID] | None = None
-        while True:
-            stmt = (sa.select(*columns).where(*_partition_key(SEGMENTS, tip), SEGMENTS.c.state == finished)
-                    .order_by(SEGMENTS.c.start_offset, SEGMENTS.c.segment_id).limit(page_size))
-            if after is not None:
-                stmt = stmt.where(sa.tuple_(SEGMENTS.c.start_offset, SEGMENTS.c.segment_id) > sa.tuple_(*after))
-            rows = self._tx(lambda conn, _: conn.execute(stmt).all())
-            for row in rows:
-                yield RemoteLogSegmentMetadata(
-                    segment_id=RemoteLogSegmentId(tip, row.segment_id), start_offset=row.start_offset,
-                    end_offset=row.end_offset, max_timestamp_ms=row.max_timestamp_ms, broker_id=row.broker_id,
-                    event_timestamp_ms=row.event_timestamp_ms, segment_size_in_bytes=row.size_bytes,
-                    segment_leader_epochs={int(e): o for e, o in row.leader_epochs.items()}, state=S.COPY_SEGMENT_FINISHED)
-            if len(rows) < page_size:
-                return
-            after = (rows[-1].start_offset, rows[-1].segment_id)
+    def iter_finished_segments(self, tip: TopicIdPartition, *, page_size: int = 20_000) -> Iterator["FinishedSegmentRow"]:
+        """The partition's COPY_SEGMENT_FINISHED segments by start offset, streamed from a
+        server-side cursor ``page_size`` rows at a time, so a caller that stops early — retention
+        stops at the first segment it keeps — reads only what it looked at. Slim rows: what
+        retention asks of a segment (the delete procedure reads the whole row afresh)."""
+        raw = self._engine.raw_connection()
+        try:
+            cursor = raw.cursor(name=f"kts_finished_{uuid.uuid4().hex[:8]}")
+            cursor.itersize = page_size
+            cursor.execute(
+                "SELECT segment_id::text, start_offset, end_offset, max_timestamp_ms, size_bytes FROM remote_segments "
+                "WHERE topic_id = %s AND partition = %s AND state = %s ORDER BY start_offset",  # the index order: no sort
+                (str(tip.topic_id), tip.partition, S.COPY_SEGMENT_FINISHED.name))
+            yield from map(FinishedSegmentRow._make, cursor)
+            cursor.close()
+        finally:
+            raw.rollback()
+            raw.close()
 
     def finished_segments_before_epoch(self, tip: TopicIdPartition, epoch: int) -> list[RemoteLogSegmentMetadata]:
         """COPY_SEGMENT_FINISHED segments whose leader epochs are all below ``epoch`` (left behind
