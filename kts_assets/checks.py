@@ -15,6 +15,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
 
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.remote_index import remote_log_index
+from kts_assets.assets.retention import retention_state
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
@@ -279,4 +280,25 @@ def remote_log_index_covers_finished_segments(context: dg.AssetCheckExecutionCon
                        _per_partition(kafka_log_dirs, _partition_keys(context), judge))
 
 
-asset_checks = [remote_log_index_covers_finished_segments, offset_invariants, local_segments_crc_clean, remote_segments_in_bucket, no_uncopied_segment_lost, copy_completed]
+@dg.asset_check(asset=retention_state, partitions_def=topic_partitions, blocking=True,
+                description="The partition's latest retention pass completed: its plan was made and every deletion it asked for "
+                            "went through. Otherwise it fails with the cause, and fails its run.")
+def retention_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource) -> Iterator:
+    keys = _partition_keys(context)
+    records = _latest_records(context.instance, retention_state.key, keys)
+
+    def judge(loc: LocatedPartition) -> Verdict:
+        record = records.get(loc.key)
+        if record is None or record.asset_materialization is None:
+            return True, {"retention_failed": 0}, "no retention pass recorded yet"
+        metadata = record.asset_materialization.metadata
+        failed = metadata.get("retention_failed")
+        if failed is None or not failed.value:
+            return True, {"retention_failed": 0, "run_id": record.run_id}, "the retention pass completed"
+        error = metadata.get("retention_error")
+        return False, {"retention_failed": 1, "run_id": record.run_id}, one_line(error.value if error is not None else "retention failed")
+
+    yield from _report(context, retention_state.key, "retention_completed", _per_partition(kafka_log_dirs, keys, judge), blocking=True)
+
+
+asset_checks = [retention_completed, remote_log_index_covers_finished_segments, offset_invariants, local_segments_crc_clean, remote_segments_in_bucket, no_uncopied_segment_lost, copy_completed]

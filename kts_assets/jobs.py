@@ -6,19 +6,28 @@ partitions_def is deprecated.
 
 import dagster as dg
 
-from kts_assets.assets import local_segments, remote_log_index, remote_segments
+from kts_assets.assets import local_segments, remote_log_index, remote_segments, retention_state
 
 COPY_JOB_NAME = "copy_job"
+EXPIRY_JOB_NAME = "expiry_job"
 
 copy_job = dg.define_asset_job(
     COPY_JOB_NAME,
-    selection=[local_segments, remote_segments, remote_log_index],
-    description="Scan the partitions' local segments with Spark, copy the eligible ones to the remote tier, then bring "
-                "the remote log index up to the finished segments.",
+    selection=[local_segments, remote_segments, retention_state, remote_log_index],
+    description="Scan the partitions' local segments with Spark, copy the eligible ones to the remote tier, expire what "
+                "retention takes, then bring the remote log index up to the finished segments.",
     # One process per run, as `kts sync` runs it: the inventory step and its CRC check share one
     # Spark session (each step process of the multiprocess executor started a JVM of its own, which
     # made daemon runs ~4x slower than `kts sync`); the copy parallelises partitions in threads anyway.
     executor_def=dg.in_process_executor,
 )
 
-jobs = [copy_job]
+expiry_job = dg.define_asset_job(
+    EXPIRY_JOB_NAME,
+    selection=[retention_state, remote_log_index],
+    description="Expire what retention takes from the partitions (both tiers), then roll the deleted segments out of "
+                "the remote log index.",
+    executor_def=dg.in_process_executor,
+)
+
+jobs = [copy_job, expiry_job]

@@ -2,6 +2,7 @@
 
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.remote_index import remote_log_index
+from kts_assets.assets.retention import retention_state
 from kts_assets.assets.segments import local_segments
 
-__all__ = ["local_segments", "remote_log_index", "remote_segments"]
+__all__ = ["local_segments", "remote_log_index", "remote_segments", "retention_state"]

@@ -11,6 +11,7 @@ import uuid
 import dagster as dg
 
 from kts_assets.assets.copy import remote_segments
+from kts_assets.assets.retention import retention_state
 from kts_assets.assets.reporting import OWNERS, record_run_totals
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.partitions import topic_partitions
@@ -38,7 +39,7 @@ class RemoteLogIndexConfig(dg.Config):
 @dg.asset(
     partitions_def=topic_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=[remote_segments],
+    deps=[remote_segments, retention_state],  # after expiry, so deleted segments roll out at once
     pool="spark",
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
     kinds={"spark", "s3", "postgres"},

@@ -845,6 +845,10 @@ class RemoteLogMetadataStore:
 
     # -- events -----------------------------------------------------------------------------------
 
+    def latest_event_id(self) -> int:
+        """The newest event's id (0: none yet): where a reader of the event log starts."""
+        return int(self._tx(lambda conn, _: conn.execute(sa.select(sa.func.coalesce(sa.func.max(EVENTS.c.id), 0))).scalar_one()))
+
     def events(self, tip: TopicIdPartition | None = None, since_id: int = 0, limit: int | None = None) -> list[Event]:
         """Events after ``since_id`` (all, or one partition's), oldest first. IDs are assigned
         at insert, so under concurrent writers an ID can commit after a higher one: read with

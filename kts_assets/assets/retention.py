@@ -1,0 +1,118 @@
+"""``retention_state``: what retention takes from each partition, and taking it.
+
+Spark plans every partition of the run (``kts_resources.spark_retention``: the rules of
+``kts_resources.retention`` over the store's finished segments and the local segments); the driver
+then carries out the plans with something to expire (``kts_resources.expiry.expire_partition``:
+log start offset recorded first, remote segments through the delete states, local segments in
+owned log dirs). In broker-owned log dirs the local part is reported only.
+"""
+
+import dagster as dg
+
+from kts_assets.assets.copy import remote_segments
+from kts_assets.assets.reporting import OWNERS, record_run_totals
+from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
+from kts_assets.partitions import topic_partitions
+from kts_assets.run_hygiene import record_run_worker
+from kts_assets.sizes import human_bytes
+from kts_resources.expiry import expire_partition
+from kts_resources.quotas import SystemClock
+from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
+from kts_resources.tiers import locate_partitions, topic_id_partition
+
+RETENTION_CODE_VERSION = "1"
+
+
+class RetentionStateConfig(dg.Config):
+    """Run config of ``retention_state`` (sensor and schedule runs take the defaults)."""
+
+    dry_run: bool = False  # True: plan and report, delete nothing
+
+
+@dg.asset(
+    partitions_def=topic_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    deps=[remote_segments],
+    pool="spark",
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+    kinds={"spark", "s3", "postgres"},
+    group_name="retention",
+    owners=OWNERS,
+    code_version=RETENTION_CODE_VERSION,
+    description=(
+        "What retention takes from each partition, in Kafka's order — remote: retention.bytes over local-only plus "
+        "remote bytes, retention.ms on each segment's largest timestamp (KIP-33), the log start offset, segments "
+        "left behind an unclean election; local: local.retention.* for segments already remote — and taking it: "
+        "the log start offset recorded first, remote segments through DELETE_SEGMENT_STARTED → FINISHED, "
+        "owned log dirs' local segments removed (broker-owned ones only reported)."
+    ),
+)
+def retention_state(
+    context: dg.AssetExecutionContext,
+    pyspark: KtsPySparkResource,
+    kafka_log_dirs: KafkaLogDirsResource,
+    metadata_store: MetadataStoreResource,
+    remote_tier: RemoteTierResource,
+    config: RetentionStateConfig,
+) -> dg.MaterializeResult:
+    from kts_resources.spark_retention import plan_partitions_job
+
+    record_run_worker(context)
+    keys = list(context.partition_keys)
+    log_dirs, owned = kafka_log_dirs.paths(), kafka_log_dirs.owned_paths()
+    located, missing = locate_partitions(log_dirs, keys, owned_log_dirs=owned)
+    fail_if_no_partition_is_found(keys, missing, log_dirs)
+    clock = SystemClock()
+    plans = plan_partitions_job(pyspark.spark_session, keys, log_dirs=[str(p) for p in log_dirs],
+                                owned_log_dirs=[str(p) for p in owned], database_url=metadata_store.url(),
+                                now_ms=clock.now_ms())
+    store = metadata_store.store()
+    storage = remote_tier.storage()
+    failed: list[str] = []
+    totals = {"remote_segments_deleted": 0, "local_segments_deleted": 0}
+    for key in keys:
+        plan, error = plans.get(key, (None, "no plan came back"))
+        if error is not None or plan is None:
+            failed.append(key)
+            context.log.error(f"{key}: retention not planned: {error}")
+            context.add_asset_metadata({"retention_failed": 1, "retention_error": one_line(error or "")}, partition_key=key)
+            continue
+        if plan.get("nothing_remote"):
+            context.add_asset_metadata({"retention_failed": 0, "remote_segments_to_expire": 0, "local_segments_to_expire": 0,
+                                        "note": "nothing copied yet"}, partition_key=key)
+            continue
+        metadata: dict[str, object] = {k: v for k, v in plan.items() if isinstance(v, int) and not isinstance(v, bool)}
+        metadata.update({"retention_failed": 0, "owned_log_dir": plan["owned"], "remote_segments_deleted": 0,
+                         "remote_bytes_deleted": 0, "local_segments_deleted": 0, "local_bytes_deleted": 0})
+        loc = located.get(key)
+        if plan["has_work"] and not config.dry_run:
+            try:
+                tip = topic_id_partition(loc.partition, store) if loc is not None else None
+                if tip is None:
+                    raise RuntimeError("the partition's topic id is no longer known")
+                result = expire_partition(loc, tip, store, storage, clock=clock)
+            except Exception as e:  # noqa: BLE001 - one partition's failure is its own
+                failed.append(key)
+                context.log.error(f"{key}: expiry failed: {e}")
+                metadata.update({"retention_failed": 1, "retention_error": one_line(str(e))})
+                context.add_asset_metadata(metadata, partition_key=key)
+                continue
+            metadata.update({"remote_segments_deleted": len(result.remote_deleted), "remote_bytes_deleted": result.remote_bytes_deleted,
+                             "local_segments_deleted": len(result.local_deleted), "local_bytes_deleted": result.local_bytes_deleted,
+                             "log_start_offset": result.log_start_offset})
+            for line in result.local_kept:
+                context.log.warning(f"{key}: {line}")
+            totals["remote_segments_deleted"] += len(result.remote_deleted)
+            totals["local_segments_deleted"] += len(result.local_deleted)
+        metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes_to_expire']))} remote and "
+                            f"{human_bytes(int(metadata['local_bytes_to_expire']))} local past retention; "
+                            f"{human_bytes(int(metadata['remote_bytes_deleted']) + int(metadata['local_bytes_deleted']))} deleted")
+        if not plan["owned"] and plan["local_expired"]:
+            metadata["broker_may_delete"] = ", ".join(f"{a}..{b}" for a, b, _ in plan["local_expired"][:20])
+        context.add_asset_metadata(metadata, partition_key=key)
+    if keys and len(failed) == len(keys):
+        raise dg.Failure(f"retention failed for every partition of the run: {', '.join(failed[:20])}")
+    context.log.info(f"retention: {totals['remote_segments_deleted']} remote and {totals['local_segments_deleted']} local "
+                     f"segments deleted over {len(keys)} partitions ({len(failed)} failed)")
+    record_run_totals(context, {"partitions_in_run": len(keys), "retention_partitions_failed": len(failed), **totals})
+    return dg.MaterializeResult()

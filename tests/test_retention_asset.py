@@ -1,0 +1,103 @@
+"""``retention_state`` and ``expiry_job`` through Dagster, and the retention sensor: a copied
+partition whose two oldest segments pass retention.ms loses them from the remote tier (and, in an
+owned log dir, locally), with the plan's numbers as metadata; the sensor asks for runs only where
+there is something to expire, and a tick after which nothing changed plans nothing."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from kts_assets.assets import local_segments, remote_log_index, remote_segments, retention_state
+from kts_assets.checks import retention_completed
+from kts_assets.definitions import defs
+from kts_assets.sensors import retention as retention_module
+from kts_assets.sensors.retention import retention_sensor
+from kts_resources.metadata.store import RemoteLogMetadataStore
+from kts_resources.remote_log import RemoteLogSegmentState
+from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
+
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+
+from .test_assets import instance, kts_home, partition_metadata, pipeline_resources  # noqa: F401
+
+pytestmark = pytest.mark.spark
+KEY = "orders-0"
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    """Records 20 s apart, so segments' largest timestamps are minutes apart: retention.ms can fall between them."""
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=11, topics=("orders", "page.views"), partitions=2, total_bytes=160 * 1024,
+                                    segment_bytes=16 * 1024, messages_per_second=0.05))
+    return root
+
+
+def _retention_between(older, newer) -> int:
+    """retention.ms whose cutoff, now, falls halfway between two segments' largest timestamps."""
+    import time
+
+    return int(time.time() * 1000) - (older.max_timestamp_ms + newer.max_timestamp_ms) // 2
+
+
+def _finished(pg_url):
+    store = RemoteLogMetadataStore.from_url(pg_url)
+    tip = next(t for t in store.partitions() if t.topic_partition.dir_name == KEY)
+    return store, tip, sorted(store.list_remote_log_segments(tip, states={FINISHED}), key=lambda m: m.start_offset)
+
+
+def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote", owned=True)
+    assert dg.materialize([local_segments, remote_segments], partition_key=KEY, instance=instance, resources=resources).success
+    store, tip, finished = _finished(pg_url)
+    assert len(finished) >= 3
+    # retention.ms that puts exactly the two oldest segments' largest timestamps past it, now.
+    store.set_topic_config("orders", "retention.ms", _retention_between(finished[1], finished[2]))
+    result = dg.materialize([retention_state, remote_log_index, retention_completed], partition_key=KEY, instance=instance,
+                            resources=resources)
+    assert result.success
+    md = partition_metadata(result, "retention_state")[KEY]
+    assert md["remote_segments_to_expire"] == md["remote_segments_deleted"] == 2
+    assert md["log_start_offset"] == finished[2].start_offset == store.partition_state(tip).log_start_offset
+    assert md["local_segments_deleted"] == 2 and md["retention_failed"] == 0
+    assert "past retention" in md["size"]
+    assert [m.start_offset for m in store.list_remote_log_segments(tip, states={FINISHED})] == [m.start_offset for m in finished[2:]]
+    assert not (log_dir / KEY / f"{finished[0].start_offset:020d}.log").exists()
+    assert partition_metadata(result, "remote_log_index")[KEY]["indexed_segments"] == len(finished) - 2
+    [check] = [e for e in result.get_asset_check_evaluations() if e.check_name == "retention_completed"]
+    assert check.passed
+    store.close()
+
+
+def test_the_retention_sensor_requests_runs_only_where_something_expires(log_dir, pg_url, tmp_path, kts_home, instance, monkeypatch):  # noqa: F811
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
+    assert dg.materialize([local_segments, remote_segments], instance=instance, resources=resources,
+                          tags={"dagster/asset_partition_range_start": "orders-0",
+                                "dagster/asset_partition_range_end": "page.views-0"}).success
+    store, tip, finished = _finished(pg_url)
+    store.set_topic_config("orders", "retention.ms", _retention_between(finished[0], finished[1]))
+    store.set_topic_config("page.views", "retention.ms", -1)  # its 2023 records would pass the 7-day default
+    planned: list[str] = []
+    real = retention_module.plan_partition
+    monkeypatch.setattr(retention_module, "plan_partition", lambda loc, tip, *a, **k: planned.append(tip.topic_partition.dir_name) or real(loc, tip, *a, **k))
+    sensor_resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(log_dir)),
+                        "metadata_store": MetadataStoreResource(database_url=pg_url)}
+    with dg.build_sensor_context(instance=instance, resources=sensor_resources, definitions=defs) as context:
+        first = retention_sensor.evaluate_tick(context)
+    requested = [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in first.run_requests]
+    assert requested == [("orders-0", "orders-1")]  # page.views-0 keeps everything
+    assert sorted(planned) == ["orders-0", "orders-1", "page.views-0"]  # the first tick plans every partition
+    planned.clear()
+    with dg.build_sensor_context(instance=instance, resources=sensor_resources, cursor=first.cursor, definitions=defs) as context:
+        second = retention_sensor.evaluate_tick(context)
+    assert planned == [] and second.run_requests == []  # nothing changed, nothing due: no planning at all
+    store.close()
+
+
+def test_the_definitions_hold_retention_state_expiry_job_and_the_retention_sensor():
+    repo = defs.get_repository_def()
+    assert "retention_state" in {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert defs.resolve_job_def("expiry_job").name == "expiry_job"
+    assert "retention_sensor" in {s.name for s in repo.sensor_defs}
