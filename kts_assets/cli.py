@@ -816,9 +816,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulate_parser(sub)
     add_config_parser(sub)
+    from kts_assets.cli_admin import add_admin_parsers
     from kts_assets.cli_read import add_read_parsers
 
     add_read_parsers(sub)
+    add_admin_parsers(sub)
     add_services_parser(sub)
     p = sub.add_parser("sync", help="one full pass of the pipeline through Dagster: discover, inventory (Spark), copy")
     p.set_defaults(func=cmd_sync)

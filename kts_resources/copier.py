@@ -154,6 +154,11 @@ def copy_partition(
     if not config.copy_enabled(tp.topic):
         result.skipped = "tiering is off for this topic (internal, compacted, remote.storage.enable=false or remote.log.copy.disable=true)"
         return result
+    deleted = store.partition_state(tip).delete_state
+    if deleted is not None:
+        # `kts topic delete` (or delete-on-disable) removed its remote data: copying it again would undo that.
+        result.skipped = f"the partition's remote data was deleted ({deleted.name}); it is not copied again"
+        return result
     high_watermark = log_dir.high_watermark(tp)
     recovery_point = log_dir.recovery_point(tp)
     if high_watermark is None or recovery_point is None:
@@ -172,7 +177,8 @@ def copy_partition(
             high_watermark=high_watermark,
             recovery_point=recovery_point,
             log_start_offset=log_start_offset(checkpointed=log_dir.log_start_offset(tp),
-                                              local_log_start_offset=segments[0].base_offset if segments else -1),
+                                              local_log_start_offset=segments[0].base_offset if segments else -1,
+                                              recorded=store.partition_state(tip).log_start_offset),
             highest_copied_offset=store.partition_state(tip).highest_copied_offset,
         )
         lineage = partition.leader_epochs()

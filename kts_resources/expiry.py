@@ -153,7 +153,7 @@ def plan_partition(
     local_start = segments[0].base_offset if segments else -1
     start = log_start_offset(checkpointed=checkpointed, local_log_start_offset=local_start,
                              remote_log_start_offset=summary.start_offset,
-                             recorded=state.log_start_offset if summary.segments else -1)
+                             recorded=state.log_start_offset)
     lineage = leader_epoch_lineage(local_epochs, summary.epoch_starts, start)
     closed, active_size = local_segments(segments)
     highest_copied = state.highest_copied_offset

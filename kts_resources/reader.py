@@ -259,8 +259,7 @@ class PartitionReader:
             if self.tip is not None:
                 self.finished = sorted(store.list_remote_log_segments(self.tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED}),
                                        key=lambda md: md.start_offset)
-                if self.finished:
-                    recorded = store.partition_state(self.tip).log_start_offset
+                recorded = store.partition_state(self.tip).log_start_offset
         if located is None and not self.finished:
             raise UnknownPartitionError(f"{topic}-{partition}: the partition is in no log dir and has no data in the remote tier")
         self.highest_copied_offset = max(

@@ -303,7 +303,8 @@ def partition_tiers(
         log_start_offset=log_start_offset(
             checkpointed=log_dir.log_start_offset(tp), local_log_start_offset=local_start,
             remote_log_start_offset=remote_start,
-            recorded=state.log_start_offset if state is not None and finished else -1),
+            # The store's record (DeleteRecords, remote retention) holds even with nothing remote left.
+            recorded=state.log_start_offset if state is not None else -1),
         local_log_start_offset=local_start,
         high_watermark=-1 if hw is None else hw,
         log_end_offset=log_end_offset,

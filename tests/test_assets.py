@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kts_assets.assets import local_segments, remote_segments
+from kts_assets.assets import local_segments, remote_log_index, remote_segments, retention_state
 from kts_assets.definitions import defs
 from kts_assets.jobs import copy_job
 from kts_assets.partitions import topic_partitions
@@ -197,12 +197,13 @@ def test_copy_lag_counts_eligible_segments_not_yet_copied(log_dir, pg_url, tmp_p
 
 
 def test_one_run_scans_and_copies_many_partitions_in_one_spark_step(log_dir, pg_url, tmp_path, kts_home, instance):
-    job = dg.Definitions(assets=[local_segments, remote_segments], jobs=[copy_job],
+    job = dg.Definitions(assets=[local_segments, remote_segments, retention_state, remote_log_index], jobs=[copy_job],
                          resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote")).resolve_job_def("copy_job")
     result = job.execute_in_process(instance=instance, tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]})
     assert result.success
     steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"]
-    assert steps == ["local_segments", "remote_segments"]  # one step each, whatever the partition count
+    # One step each, whatever the partition count.
+    assert steps == ["local_segments", "remote_segments", "retention_state", "remote_log_index"]
     local = partition_metadata(result, "local_segments")
     remote = partition_metadata(result, "remote_segments")
     assert set(local) == set(remote) == set(KEYS)

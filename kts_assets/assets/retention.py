@@ -15,7 +15,9 @@ from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
+from kts_resources import settings
 from kts_resources.expiry import expire_partition
+from kts_resources.partition_admin import delete_on_disable_applies, delete_partition_remote_data
 from kts_resources.quotas import SystemClock
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import locate_partitions, topic_id_partition
@@ -77,6 +79,22 @@ def retention_state(
             context.log.error(f"{key}: retention not planned: {error}")
             context.add_asset_metadata({"retention_failed": 1, "retention_error": one_line(error or "")}, partition_key=key)
             continue
+        loc = located.get(key)
+        tip = topic_id_partition(loc.partition, store) if loc is not None else None
+        if tip is not None and not config.dry_run and delete_on_disable_applies(store, tip.topic):
+            # remote.storage.enable=false with remote.log.delete.on.disable=true: the remote data goes.
+            try:
+                done = delete_partition_remote_data(tip, store, storage, clock=clock, home=settings.kts_home())
+            except Exception as e:  # noqa: BLE001 - one partition's failure is its own
+                failed.append(key)
+                context.log.error(f"{key}: deleting the remote data on disable failed: {e}")
+                context.add_asset_metadata({"retention_failed": 1, "retention_error": one_line(str(e))}, partition_key=key)
+                continue
+            context.add_asset_metadata({"retention_failed": 0, "remote_segments_deleted": done.segments_deleted,
+                                        "note": "tiering disabled with remote.log.delete.on.disable: remote data deleted"},
+                                       partition_key=key)
+            totals["remote_segments_deleted"] += done.segments_deleted
+            continue
         if plan.get("nothing_remote"):
             context.add_asset_metadata({"retention_failed": 0, "remote_segments_to_expire": 0, "local_segments_to_expire": 0,
                                         "note": "nothing copied yet"}, partition_key=key)
@@ -84,10 +102,8 @@ def retention_state(
         metadata: dict[str, object] = {k: v for k, v in plan.items() if isinstance(v, int) and not isinstance(v, bool)}
         metadata.update({"retention_failed": 0, "owned_log_dir": plan["owned"], "remote_segments_deleted": 0,
                          "remote_bytes_deleted": 0, "local_segments_deleted": 0, "local_bytes_deleted": 0})
-        loc = located.get(key)
         if plan["has_work"] and not config.dry_run:
             try:
-                tip = topic_id_partition(loc.partition, store) if loc is not None else None
                 if tip is None:
                     raise RuntimeError("the partition's topic id is no longer known")
                 result = expire_partition(loc, tip, store, storage, clock=clock)

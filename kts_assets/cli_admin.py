@@ -1,0 +1,86 @@
+"""`kts delete-records` and `kts topic delete`: Kafka's DeleteRecords and topic deletion on kts's
+tiers (kts_resources.partition_admin), with one clear line for bad input."""
+
+from __future__ import annotations
+
+from kts_assets.cli import EXIT_USAGE, CommandError, bounded, print_json
+
+
+def _tip(store, topic: str, partition: int):
+    from kts_resources.kafka.partition import TopicPartition, topic_name_problem
+    from kts_resources.remote_log import TopicIdPartition
+
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise CommandError(f"topic {topic!r}: {problem}", EXIT_USAGE)
+    topic_id = store.topic_id(topic)
+    if topic_id is None:
+        raise CommandError(f"topic {topic!r} is not known to the metadata store (kts sync has not seen it)")
+    return TopicIdPartition(topic_id, TopicPartition(topic, partition))
+
+
+def cmd_delete_records(args) -> int:
+    """Move the partition's log start offset to ``--before``; the next expiry deletes below it."""
+    from kts_assets.cli import _metadata_store
+    from kts_resources import settings
+    from kts_resources.partition_admin import DeleteRecordsError, delete_records
+    from kts_resources.tiers import locate_partitions
+
+    store = _metadata_store()
+    try:
+        tip = _tip(store, args.topic, args.partition)
+        key = tip.topic_partition.dir_name
+        located, _ = locate_partitions(settings.log_dirs(), [key], owned_log_dirs=settings.owned_log_dirs())
+        start = delete_records(located.get(key), tip, store, args.before)
+    except DeleteRecordsError as e:
+        raise CommandError(str(e)) from None
+    finally:
+        store.close()
+    if args.json:
+        print_json({"topic": args.topic, "partition": args.partition, "log_start_offset": start})
+    else:
+        print(f"{args.topic}-{args.partition}: log start offset {start}; records below it are no longer readable "
+              f"and the next expiry (kts sync, or the retention sensor's run) deletes their segments")
+    return 0
+
+
+def cmd_topic_delete(args) -> int:
+    """Delete every remote segment and remote log index file of the topic, through the partition delete states."""
+    from kts_assets.cli import _metadata_store
+    from kts_resources import settings
+    from kts_resources.partition_admin import delete_topic_remote_data
+    from kts_resources.quotas import SystemClock
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+    store = _metadata_store()
+    storage = remote_storage_from_uri(settings.remote_uri())
+    try:
+        results = delete_topic_remote_data(args.topic, store, storage, clock=SystemClock(), home=settings.kts_home())
+    except KeyError:
+        raise CommandError(f"topic {args.topic!r} is not known to the metadata store") from None
+    finally:
+        storage.close()
+        store.close()
+    segments = sum(r.segments_deleted for r in results)
+    if args.json:
+        print_json({"topic": args.topic, "partitions": len(results), "segments_deleted": segments,
+                    "index_files_deleted": sum(r.index_files_deleted for r in results)})
+    else:
+        print(f"{args.topic}: remote data of {len(results)} partitions deleted ({segments} segments); "
+              f"DELETE_PARTITION_FINISHED. kts no longer copies it.")
+    return 0
+
+
+def add_admin_parsers(sub) -> None:
+    p = sub.add_parser("delete-records", help="Kafka's DeleteRecords: move a partition's log start offset; expiry deletes below it")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", type=bounded(int, 0, 2**31 - 1))
+    p.add_argument("--before", required=True, type=bounded(int, 0, 2**63 - 1), metavar="OFFSET")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_delete_records)
+    p = sub.add_parser("topic", help="topic-level actions: delete (its remote data, through the partition delete states)")
+    topic_sub = p.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    d = topic_sub.add_parser("delete", help="delete the topic's remote data and remote log index; kts stops copying it")
+    d.add_argument("topic", metavar="TOPIC")
+    d.add_argument("--json", action="store_true", help="print JSON")
+    d.set_defaults(func=cmd_topic_delete)

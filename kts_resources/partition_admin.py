@@ -1,0 +1,155 @@
+"""Kafka's DeleteRecords and topic deletion, and the tiering switches, on kts's two tiers.
+
+DeleteRecords moves the partition's log start offset (recorded in the store under the partition
+lock, so reads stop below it at once; in owned log dirs also the log-start-offset-checkpoint and
+the leader-epoch-checkpoint, truncated from the start as Kafka's cache is). The next expiry removes
+the segments below it (``kts_resources.expiry``: the log start offset breach).
+
+Topic deletion (and ``remote.storage.enable=false`` with ``remote.log.delete.on.disable=true``)
+walks each partition through DELETE_PARTITION_MARKED → DELETE_PARTITION_STARTED → every remote
+segment through the one delete procedure, the partition's remote log index files removed from the
+tier and from ``KTS_HOME`` → DELETE_PARTITION_FINISHED. Each step is idempotent: a run that died
+half-way is finished by the next.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kts_resources.kafka.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
+    write_leader_epoch_checkpoint,
+    write_offset_checkpoint,
+)
+from kts_resources.remote_log import RemoteLogSegmentState, RemotePartitionDeleteState, TopicIdPartition
+from kts_resources.tiers import LocatedPartition, log_start_offset, truncate_from_start
+
+if TYPE_CHECKING:
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+    from kts_resources.quotas import Clock
+    from kts_resources.remote_storage.base import RemoteStorageManager
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+class DeleteRecordsError(ValueError):
+    """A DeleteRecords request Kafka would refuse (an offset above the high watermark)."""
+
+
+def current_log_start_offset(located: LocatedPartition | None, tip: TopicIdPartition, store: "RemoteLogMetadataStore") -> tuple[int, int]:
+    """(the partition's log start offset, its high watermark; −1 when unknown)."""
+    summary = store.finished_summary(tip)
+    state = store.partition_state(tip)
+    if located is not None:
+        tp = located.partition.topic_partition
+        segments = located.partition.segments()
+        local_start = segments[0].base_offset if segments else -1
+        checkpointed = located.log_dir.log_start_offset(tp)
+        hw = located.log_dir.high_watermark(tp)
+    else:
+        local_start, checkpointed, hw = -1, None, summary.end_offset + 1 if summary.segments else -1
+    start = log_start_offset(checkpointed=checkpointed, local_log_start_offset=local_start,
+                             remote_log_start_offset=summary.start_offset, recorded=state.log_start_offset)
+    return start, -1 if hw is None else hw
+
+
+def delete_records(located: LocatedPartition | None, tip: TopicIdPartition, store: "RemoteLogMetadataStore",
+                   before: int, *, lock_timeout_s: float | None = 30.0) -> int:
+    """Kafka's DeleteRecords: offsets below ``before`` stop being part of the log. Returns the log
+    start offset after it (unchanged when ``before`` is at or below it)."""
+    if before < 0:
+        raise DeleteRecordsError(f"{tip.topic_partition}: offset {before} is negative")
+    with store.partition_lock(tip, timeout_s=lock_timeout_s):
+        start, hw = current_log_start_offset(located, tip, store)
+        if hw >= 0 and before > hw:
+            raise DeleteRecordsError(f"{tip.topic_partition}: offset {before} is above the high watermark {hw} "
+                                     f"(Kafka answers OFFSET_OUT_OF_RANGE)")
+        if before <= start:
+            return start
+        new = store.update_log_start_offset(tip, before)
+        if located is not None and located.owned:
+            _checkpoint_log_start(located, new)
+    return new
+
+
+def _checkpoint_log_start(located: LocatedPartition, start: int) -> None:
+    """In an owned log dir, the broker's own records of a moved log start offset."""
+    tp = located.partition.topic_partition
+    checkpoint = located.log_dir.path / LOG_START_OFFSET_CHECKPOINT
+    offsets = read_offset_checkpoint(checkpoint) if checkpoint.exists() else {}
+    if offsets.get(tp, -1) < start:
+        offsets[tp] = start
+        write_offset_checkpoint(checkpoint, offsets)
+    epochs = located.partition.leader_epoch_checkpoint_path
+    if epochs.exists():
+        write_leader_epoch_checkpoint(epochs, truncate_from_start(read_leader_epoch_checkpoint(epochs), start))
+
+
+@dataclass
+class RemoteDataDeletion:
+    """What deleting a partition's remote data did."""
+
+    tip: TopicIdPartition
+    segments_deleted: int = 0
+    index_files_deleted: int = 0
+    states: list[str] = field(default_factory=list)
+
+
+def delete_partition_remote_data(tip: TopicIdPartition, store: "RemoteLogMetadataStore", storage: "RemoteStorageManager",
+                                 *, clock: "Clock", home: Path | None, lock_timeout_s: float | None = 30.0) -> RemoteDataDeletion:
+    """Every remote segment of the partition and its remote log index, through the partition
+    delete states (idempotent: a finished deletion is a no-op, an interrupted one continues)."""
+    from kts_resources.copier import delete_remote_log_segment
+    from kts_resources.remote_index_cache import cache_directory
+
+    result = RemoteDataDeletion(tip)
+    with store.partition_lock(tip, timeout_s=lock_timeout_s):
+        state = store.partition_state(tip).delete_state
+        if state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED and not store.list_remote_log_segments(tip):
+            return result
+        for target in (RemotePartitionDeleteState.DELETE_PARTITION_MARKED, RemotePartitionDeleteState.DELETE_PARTITION_STARTED):
+            if _before(store.partition_state(tip).delete_state, target):
+                store.put_partition_delete_state(tip, target)
+                result.states.append(target.name)
+        for md in store.list_remote_log_segments(tip):  # every state but DELETE_SEGMENT_FINISHED
+            delete_remote_log_segment(store, storage, md, clock)
+            result.segments_deleted += 1
+        prefix = storage.keys.remote_index_prefix(tip)
+        keys = [o.key for o in storage.list_objects(prefix)]
+        storage.delete_objects(keys)
+        result.index_files_deleted = len(keys)
+        if home is not None:
+            shutil.rmtree(cache_directory(home, tip), ignore_errors=True)
+        store.put_partition_delete_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
+        result.states.append(RemotePartitionDeleteState.DELETE_PARTITION_FINISHED.name)
+    return result
+
+
+_ORDER = [None, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
+          RemotePartitionDeleteState.DELETE_PARTITION_FINISHED]
+
+
+def _before(current: RemotePartitionDeleteState | None, target: RemotePartitionDeleteState) -> bool:
+    return _ORDER.index(current) < _ORDER.index(target)
+
+
+def delete_topic_remote_data(topic: str, store: "RemoteLogMetadataStore", storage: "RemoteStorageManager", *,
+                             clock: "Clock", home: Path | None) -> list[RemoteDataDeletion]:
+    """Every partition of ``topic`` (its current topic id) through :func:`delete_partition_remote_data`."""
+    topic_id = store.topic_id(topic)
+    if topic_id is None:
+        raise KeyError(topic)
+    return [delete_partition_remote_data(tip, store, storage, clock=clock, home=home)
+            for tip in store.partitions() if tip.topic_id == topic_id]
+
+
+def delete_on_disable_applies(store: "RemoteLogMetadataStore", topic: str) -> bool:
+    """``remote.storage.enable=false`` with ``remote.log.delete.on.disable=true``: the topic's
+    remote data is to be deleted (Kafka's tiering switch-off with deletion)."""
+    config = store.topic_configs(topic)
+    return config.is_set("remote.storage.enable") and not config.remote_storage_enable and config.remote_log_delete_on_disable

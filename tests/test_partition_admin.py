@@ -1,0 +1,187 @@
+"""DeleteRecords, topic deletion and the tiering switches (kts_resources/partition_admin.py), as
+Kafka's tiered-storage integration tests check them: record counts read back per tier with fetch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kts_resources import remote_index_cache as index_cache
+from kts_resources.copier import copy_log_dir, copy_partition
+from kts_resources.expiry import expire_partition
+from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
+from kts_resources.kafka.logdir import LogDir
+from kts_resources.kafka.records import NewRecord, build_batch
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.partition_admin import (
+    DeleteRecordsError,
+    delete_on_disable_applies,
+    delete_partition_remote_data,
+    delete_records,
+    delete_topic_remote_data,
+)
+from kts_resources.quotas import ManualClock, SystemClock
+from kts_resources.reader import OffsetOutOfRangeError, TieredLogReader
+from kts_resources.remote_log import RemoteLogSegmentState, RemotePartitionDeleteState
+from kts_resources.remote_storage.factory import remote_storage_from_uri
+from kts_resources.tiers import locate_partitions
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+T = 1_700_000_000_000
+
+
+def located(root, key, owned=True):
+    found, _ = locate_partitions([root], [key], owned_log_dirs=[root] if owned else [])
+    return found[key]
+
+
+def per_tier(reader: TieredLogReader, topic: str, start: int) -> tuple[int, int]:
+    """(records fetched from the remote tier, from the local log) reading from ``start`` to the end."""
+    part = reader.partition(topic, 0)
+    remote = local = 0
+    position = start
+    while position < part.high_watermark:
+        result = part.fetch(position, 1 << 20)
+        for batch in result.batches:
+            n = sum(1 for r in result.records if batch.header.base_offset <= r.offset <= batch.header.last_offset)
+            remote, local = (remote + n, local) if batch.remote else (remote, local + n)
+        position = result.next_offset
+    return remote, local
+
+
+@pytest.fixture
+def two_epochs(tmp_path, metadata_store):
+    """Kafka's DeleteSegmentsByLogStartOffsetBreach shape: 5 segments of 2 one-record batches,
+    written under leader epoch 0 then (a leader change) epoch 1, the first four copied and gone locally."""
+    root = tmp_path / "logs"
+    with BrokerLogDir(root, LogConfig(segment_bytes=1 << 20)) as log_dir:
+        log = log_dir.partition("topicA", 0)
+        for i in range(10):
+            log.append(build_batch([NewRecord(T + i, f"k{i}".encode(), f"v{i}".encode())], base_offset=0),
+                       leader_epoch=0 if i < 5 else 1)
+            if i % 2 == 1 and i < 9:
+                log.roll()
+        log.update_high_watermark(10)
+        log.flush()
+        log_dir.checkpoint()
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    tip = next(iter(metadata_store.partitions()))
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda m: m.start_offset)
+    assert [(m.start_offset, m.end_offset) for m in finished] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    for md in finished:
+        for f in (root / "topicA-0").glob(f"{md.start_offset:020d}.*"):
+            f.unlink()
+    reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")
+    return root, storage, tip, finished, reader
+
+
+def test_delete_records_across_a_leader_change_then_expiry_removes_what_is_below(two_epochs, metadata_store):
+    root, storage, tip, finished, reader = two_epochs
+    assert per_tier(reader, "topicA", 0) == (8, 2)
+    assert delete_records(located(root, "topicA-0"), tip, metadata_store, 5) == 5
+    # Unreadable at once, before any object is deleted.
+    with pytest.raises(OffsetOutOfRangeError):
+        reader.partition("topicA", 0).fetch(4)
+    assert reader.offsets("topicA", 0, "earliest").offset == 5
+    assert per_tier(reader, "topicA", 5) == (3, 2)
+    result = expire_partition(located(root, "topicA-0"), tip, metadata_store, storage, clock=ManualClock(T + 100))
+    assert result.remote_deleted == [0, 2]  # [4, 5] holds offset 5: it stays
+    assert [m.start_offset for m in metadata_store.list_remote_log_segments(tip, states={FINISHED})] == [4, 6]
+    assert per_tier(reader, "topicA", 5) == (3, 2)
+    # Below the current start is a no-op; above the high watermark is refused, as Kafka does.
+    assert delete_records(located(root, "topicA-0"), tip, metadata_store, 3) == 5
+    with pytest.raises(DeleteRecordsError, match="above the high watermark 10"):
+        delete_records(located(root, "topicA-0"), tip, metadata_store, 11)
+
+
+def test_delete_topic_removes_every_remote_object_and_index_and_stops_copies(two_epochs, metadata_store, tmp_path):
+    root, storage, tip, finished, reader = two_epochs
+    home = tmp_path / "home"
+    directory = index_cache.cache_directory(home, tip)
+    build = index_cache.build_partition_index(directory, finished, lambda md: index_cache.read_segment_entries(storage, md))
+    index_cache.publish(directory, storage, tip, build)
+    [done] = delete_topic_remote_data("topicA", metadata_store, storage, clock=SystemClock(), home=home)
+    assert done.segments_deleted == 4 and done.index_files_deleted == 3
+    assert list(storage.list_objects()) == [] and not directory.exists()
+    assert metadata_store.partition_state(tip).delete_state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+    assert [e.new_state for e in metadata_store.events(tip) if e.kind == "PARTITION_DELETE_STATE_CHANGED"] == [
+        "DELETE_PARTITION_MARKED", "DELETE_PARTITION_STARTED", "DELETE_PARTITION_FINISHED"]
+    # Running it again is a no-op, and the copier no longer copies the partition.
+    assert delete_topic_remote_data("topicA", metadata_store, storage, clock=SystemClock(), home=home)[0].segments_deleted == 0
+    again = copy_partition(located(root, "topicA-0").partition, LogDir(root), metadata_store, storage)
+    assert again.copied == [] and "deleted" in again.skipped
+
+
+@pytest.fixture
+def simulated(tmp_path, metadata_store):
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=8, topics=("orders",), partitions=1, total_bytes=120 * 1024, segment_bytes=24 * 1024,
+                                    transactional_producers=0))
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    return root, storage
+
+
+def test_disabling_tiering_with_delete_on_disable_deletes_the_remote_data(simulated, metadata_store):
+    root, storage = simulated
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    tip = next(iter(metadata_store.partitions()))
+    assert not delete_on_disable_applies(metadata_store, "orders")
+    metadata_store.set_topic_config("orders", "remote.log.delete.on.disable", "true")
+    metadata_store.set_topic_config("orders", "remote.storage.enable", "false")
+    assert delete_on_disable_applies(metadata_store, "orders")
+    done = delete_partition_remote_data(tip, metadata_store, storage, clock=SystemClock(), home=None)
+    assert done.segments_deleted > 0 and list(storage.list_objects()) == []
+
+
+def test_copy_disable_stops_copies_but_keeps_reads(simulated, metadata_store, tmp_path):
+    root, storage = simulated
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    tip = next(iter(metadata_store.partitions()))
+    first = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda m: m.start_offset)[0]
+    metadata_store.set_topic_config("orders", "remote.log.copy.disable", "true")
+    simulate(root, SimulationConfig(seed=9, topics=("orders",), partitions=1, total_bytes=60 * 1024, segment_bytes=24 * 1024,
+                                    transactional_producers=0))
+    result = copy_partition(located(root, "orders-0").partition, LogDir(root), metadata_store, storage)
+    assert result.copied == [] and "copy.disable" in result.skipped
+    for f in (root / "orders-0").glob(f"{first.start_offset:020d}.*"):
+        f.unlink()  # local retention took the copied segment: reads of it go to the remote tier
+    reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")
+    remote, local = per_tier(reader, "orders", 0)
+    assert remote > 0 and local > 0
+
+
+def test_enabling_tiering_on_an_existing_topic_copies_its_history(simulated, metadata_store):
+    root, storage = simulated
+    partition = located(root, "orders-0").partition
+    metadata_store.ensure_topic("orders", partition.metadata().topic_id, {"remote.storage.enable": "false"})
+    assert copy_partition(partition, LogDir(root), metadata_store, storage).copied == []
+    metadata_store.set_topic_config("orders", "remote.storage.enable", "true")
+    copied = copy_partition(partition, LogDir(root), metadata_store, storage).copied
+    assert copied and copied[0].start_offset == partition.segments()[0].base_offset
+
+
+def kts(env, *args):
+    return subprocess.run([sys.executable, "-m", "kts_assets.cli", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_cli_deletes_records_and_topics_with_one_line_errors(simulated, metadata_store, pg_url, tmp_path):
+    root, storage = simulated
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(root), "KTS_HOME": str(tmp_path / "home"),
+           "KTS_REMOTE_URI": (tmp_path / "remote").as_uri()}
+    ok = kts(env, "delete-records", "orders", "0", "--before", "5", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["log_start_offset"] == 5
+    for args, message in [(("delete-records", "orders", "0", "--before", "99999999"), "above the high watermark"),
+                          (("delete-records", "nosuch", "0", "--before", "1"), "not known to the metadata store"),
+                          (("topic", "delete", "nosuch"), "not known to the metadata store")]:
+        bad = kts(env, *args)
+        assert bad.returncode == 1 and message in bad.stderr and "Traceback" not in bad.stderr
+    deleted = kts(env, "topic", "delete", "orders", "--json")
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout)["segments_deleted"] > 0 and list(storage.list_objects()) == []
