@@ -6,7 +6,7 @@ partitions_def is deprecated.
 
 import dagster as dg
 
-from kts_assets.assets import local_segments, remote_log_index, remote_segments, retention_state
+from kts_assets.assets import hourly_record_counts, local_segments, remote_log_index, remote_segments, retention_state
 
 COPY_JOB_NAME = "copy_job"
 EXPIRY_JOB_NAME = "expiry_job"
@@ -30,4 +30,11 @@ expiry_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
-jobs = [copy_job, expiry_job]
+backfill_job = dg.define_asset_job(
+    "backfill_job",
+    selection=[hourly_record_counts],
+    description="Example backfill: per-hour record counts of partitions, read from both tiers with Spark (read_tiered).",
+    executor_def=dg.in_process_executor,
+)
+
+jobs = [copy_job, expiry_job, backfill_job]

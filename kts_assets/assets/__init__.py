@@ -1,8 +1,9 @@
 """kts's assets, each partitioned by topic-partition: the local inventory, the remote tier and its index."""
 
+from kts_assets.assets.backfill import hourly_record_counts
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.remote_index import remote_log_index
 from kts_assets.assets.retention import retention_state
 from kts_assets.assets.segments import local_segments
 
-__all__ = ["local_segments", "remote_log_index", "remote_segments", "retention_state"]
+__all__ = ["hourly_record_counts", "local_segments", "remote_log_index", "remote_segments", "retention_state"]

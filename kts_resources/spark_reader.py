@@ -1,0 +1,198 @@
+"""The tiered log as a Spark DataFrame, for backfills that should not touch the brokers.
+
+    from kts_resources.spark_reader import read_tiered
+    df = read_tiered(spark, "orders", [0, 1], start=0, end=None)                      # offsets
+    df = read_tiered(spark, "orders", None, start=t0_ms, end=t1_ms, by="timestamp")    # every partition, by time
+
+Columns: topic, partition, offset, timestamp, timestamp_type, key, value, headers
+(array<struct<key, value>>), leader_epoch — what ``kts fetch`` returns, control batches and (with
+``read_committed``) aborted transactions left out. The driver resolves the range of each partition
+(timestamps through ListOffsets, KIP-33), then splits it into tasks along the remote segments'
+remote log index entries (a few MiB of whole batches each) and the local segments, so executors
+fetch chunks side by side, each through the same reader as ``kts fetch`` (one ranged GET per
+chunk). DataFrame APIs only (``range`` + ``mapInArrow``): it runs on Spark Connect as on a
+classic session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kts_resources.reader import READ_COMMITTED, READ_UNCOMMITTED, TieredLogReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+TASK_BYTES = 4 * 1024 * 1024  # a task reads about this much
+COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch")
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """Where executors find the tiers: what ``TieredLogReader.from_environment`` resolves on the driver."""
+
+    log_dirs: list[str]
+    remote_uri: str
+    s3_endpoint_url: str | None
+    database_url: str
+    home: str
+
+    @classmethod
+    def from_environment(cls) -> "ReaderConfig":
+        from kts_resources import settings
+        from kts_resources.metadata.database import database_url
+
+        return cls([str(p) for p in settings.log_dirs()], settings.remote_uri(), settings.s3_endpoint_url(),
+                   database_url(), str(settings.kts_home()))
+
+    def reader(self) -> TieredLogReader:
+        from kts_resources.metadata.store import RemoteLogMetadataStore
+        from kts_resources.remote_storage.factory import remote_storage_from_uri, s3_client
+
+        store = RemoteLogMetadataStore.from_url(self.database_url, migrate=False)
+        client = s3_client(self.s3_endpoint_url) if self.remote_uri.startswith("s3://") else None
+        rsm = remote_storage_from_uri(self.remote_uri, client=client)
+        reader = TieredLogReader(log_dirs=[Path(p) for p in self.log_dirs], store=store, rsm=rsm, home=Path(self.home))
+        reader._owned = [store, rsm]
+        return reader
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """Offsets [start, end) of one partition: one task's fetch loop."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def schema():
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    header = StructType([StructField("key", StringType(), False), StructField("value", BinaryType(), True)])
+    return StructType([
+        StructField("topic", StringType(), False), StructField("partition", IntegerType(), False),
+        StructField("offset", LongType(), False), StructField("timestamp", LongType(), False),
+        StructField("timestamp_type", IntegerType(), False), StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True), StructField("headers", ArrayType(header), False),
+        StructField("leader_epoch", IntegerType(), False),
+    ])
+
+
+def plan_tasks(reader: TieredLogReader, topic: str, partitions: Sequence[int] | None, start: int, end: int | None, *,
+               by: str = "offset", isolation: str = READ_UNCOMMITTED, task_bytes: int = TASK_BYTES) -> list[ReadTask]:
+    """The tasks covering ``[start, end)`` (offsets, or timestamps with ``by="timestamp"``) of each
+    partition: remote parts cut along the remote log index entries (whole segments when the index
+    does not cover them), local parts along local segments."""
+    from kts_resources import remote_index as ri
+
+    if by not in ("offset", "timestamp"):
+        raise ValueError(f"by={by!r}: expected 'offset' or 'timestamp'")
+    if partitions is None:
+        partitions = _partitions_of(reader, topic)
+    tasks: list[ReadTask] = []
+    for p in partitions:
+        part = reader.partition(topic, p)
+        limit = part.fetch_limit(isolation)
+        if by == "timestamp":
+            first = part.offsets(start, isolation).offset
+            if first < 0:
+                continue
+            last = limit if end is None else part.offsets(end, isolation).offset
+            lo, hi = first, limit if last < 0 else last
+        else:
+            lo, hi = max(start, part.log_start_offset), limit if end is None else min(end, limit)
+        if lo >= hi:
+            continue
+        cuts: list[int] = []
+        entries = []
+        if part.index_dir is not None:
+            try:
+                entries = list(ri.iter_entries(ri.load_file_set(part.index_dir, b) for b in ri.file_set_offsets(part.index_dir)))
+            except ri.RemoteIndexFormatError:
+                entries = []
+        finished_ids = {md.segment_id.id for md in part.finished}
+        size = 0
+        for e in entries:
+            if e.segment_id in finished_ids:
+                size += e.data_length
+                if size >= task_bytes:
+                    cuts.append(e.last_offset + 1)
+                    size = 0
+        cuts += [md.start_offset for md in part.finished] + [s.base_offset for s in part.segments]
+        bounds = sorted({lo, hi, *(c for c in cuts if lo < c < hi)})
+        tasks += [ReadTask(topic, p, a, b) for a, b in zip(bounds, bounds[1:])]
+    return tasks
+
+
+def _partitions_of(reader: TieredLogReader, topic: str) -> list[int]:
+    from kts_resources.tiers import log_dir_partitions
+
+    found = {loc.partition.partition for loc in log_dir_partitions(reader.log_dirs) if loc.partition.topic == topic}
+    if reader.store is not None:
+        found.update(tip.partition for tip in reader.store.partitions() if tip.topic == topic)
+    return sorted(found)
+
+
+def read_task(reader: TieredLogReader, task: ReadTask, isolation: str, max_bytes: int = TASK_BYTES) -> list[dict]:
+    """The records of one task as rows (what an executor does)."""
+    part = reader.partition(task.topic, task.partition)
+    rows = []
+    position = task.start
+    while position < task.end:
+        result = part.fetch(position, max_bytes, isolation)
+        for r in result.records:
+            if r.offset >= task.end:
+                break
+            rows.append({"topic": task.topic, "partition": task.partition, "offset": r.offset, "timestamp": r.timestamp,
+                         "timestamp_type": r.timestamp_type, "key": r.key, "value": r.value,
+                         "headers": [{"key": k, "value": v} for k, v in r.headers], "leader_epoch": r.leader_epoch})
+        if result.next_offset <= position or result.throttled:
+            if result.throttled:
+                raise RuntimeError(f"{task.topic}-{task.partition}: the remote fetch quota holds reads back at offset {position}")
+            break
+        position = result.next_offset
+    return rows
+
+
+def read_tiered(spark: "SparkSession", topic: str, partitions: Sequence[int] | None, start: int, end: int | None = None, *,
+                by: str = "offset", isolation: str = READ_UNCOMMITTED, config: ReaderConfig | None = None,
+                task_bytes: int = TASK_BYTES) -> "DataFrame":
+    """The records of ``topic``'s ``partitions`` (None: all) in ``[start, end)`` as a DataFrame
+    (see the module docstring). ``config``: where the tiers are (default: this process's
+    environment, as `kts fetch` resolves it)."""
+    if isolation not in (READ_UNCOMMITTED, READ_COMMITTED):
+        raise ValueError(f"isolation {isolation!r}: expected {READ_UNCOMMITTED} or {READ_COMMITTED}")
+    config = config or ReaderConfig.from_environment()
+    with config.reader() as reader:
+        tasks = plan_tasks(reader, topic, partitions, start, end, by=by, isolation=isolation, task_bytes=task_bytes)
+    if not tasks:
+        return spark.createDataFrame([], schema())
+    plain = asdict(config)
+    task_tuples = [(t.topic, t.partition, t.start, t.end) for t in tasks]
+
+    def run(batches):
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        arrow = to_arrow_schema(schema())
+        with ReaderConfig(**plain).reader() as executor_reader:
+            for batch in batches:
+                for i in batch.column(0).to_pylist():
+                    rows = read_task(executor_reader, ReadTask(*task_tuples[i]), isolation, task_bytes)
+                    if rows:
+                        yield pa.RecordBatch.from_pylist(rows, schema=arrow)
+
+    return spark.range(0, len(tasks), 1, numPartitions=len(tasks)).mapInArrow(run, schema())
