@@ -17,9 +17,12 @@ $(VENV)/.installed: pyproject.toml .ci/setup
 
 # Simulate a broker's log dir, tier it with one pass of the Dagster pipeline, then inspect it.
 demo: setup
-	$(KTS) simulate --log-dir $(DEMO_DIR) --seed 7 --topics orders,page.views,user-events --partitions 2 --total-bytes 24MiB --segment-bytes 1MiB
+	# Records stamped from an hour ago: Kafka's default 7-day retention keeps them.
+	$(KTS) simulate --log-dir $(DEMO_DIR) --seed 7 --topics orders,page.views,user-events --partitions 2 --total-bytes 24MiB --segment-bytes 1MiB --start-time-ms $$(( $$(date +%s) * 1000 - 3600000 ))
 	$(KTS) sync
 	$(KTS) status
+	$(KTS) offsets orders 0 --latest-tiered
+	$(KTS) fetch orders 0 --offset 0 --max-bytes 1024 | tail -n 1
 	$(KTS) segments $(DEMO_DIR)/orders-0
 	$(KTS) index verify $(DEMO_DIR)/orders-0/00000000000000000000.log
 	$(KTS) dump $(DEMO_DIR)/orders-0/00000000000000000000.log --records | head -n 20

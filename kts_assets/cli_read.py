@@ -83,7 +83,10 @@ def cmd_broker_config(args) -> int:
     from kts_assets.cli import _metadata_store
     from kts_resources.quotas import QuotaConfig, QuotaConfigError
 
-    known = QuotaConfig().to_properties()
+    from kts_resources.retention import BROKER_RETENTION_DEFAULTS
+
+    quota_keys = QuotaConfig().to_properties()
+    known = {**quota_keys, **BROKER_RETENTION_DEFAULTS}
     store = _metadata_store()
     try:
         if args.action == "set":
@@ -93,8 +96,12 @@ def cmd_broker_config(args) -> int:
                 key, value = key.strip(), value.strip()
                 if not eq or key not in known:
                     raise CommandError(f"{assignment!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}", EXIT_USAGE)
+                if key in BROKER_RETENTION_DEFAULTS:
+                    lowest = BROKER_RETENTION_DEFAULTS[key]
+                    if not value.lstrip("-").isdigit() or int(value) < lowest:
+                        raise CommandError(f"Invalid value {value!r} for configuration {key}: a whole number ≥ {lowest}", EXIT_USAGE)
                 pending[key] = value
-            QuotaConfig.from_properties(pending)  # all or nothing: validate before storing any
+            QuotaConfig.from_properties({k: v for k, v in pending.items() if k in quota_keys})  # all or nothing
             for key, value in pending.items():
                 store.set_broker_config(key, value)
         elif args.action == "delete":
@@ -103,7 +110,8 @@ def cmd_broker_config(args) -> int:
                     raise CommandError(f"{key!r} is not one of {', '.join(sorted(known))}", EXIT_USAGE)
                 store.set_broker_config(key, None)
         stored = store.broker_configs()
-        config = QuotaConfig.from_properties(stored).to_properties()
+        config = {**QuotaConfig.from_properties({k: v for k, v in stored.items() if k in quota_keys}).to_properties(),
+                  **{k: int(stored.get(k, "-1" if k.startswith("log.retention") else "-2")) for k in BROKER_RETENTION_DEFAULTS}}
     except QuotaConfigError as e:
         raise CommandError(str(e), EXIT_USAGE) from None
     finally:
@@ -143,8 +151,9 @@ def add_read_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help='print {"offset": N, "leader_epoch": E}')
     p.set_defaults(func=cmd_offsets)
 
-    p = sub.add_parser("broker-config", help="the KIP-956 quota settings every kts process shares "
-                                             "(remote.log.manager.copy/fetch.*), kept in the metadata store")
+    p = sub.add_parser("broker-config", help="broker-level settings every kts process shares, kept in the metadata store: "
+                                             "the KIP-956 quotas (remote.log.manager.copy/fetch.*) and the retention "
+                                             "defaults of topics that do not set their own (log.retention.ms, …)")
     action = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     g = action.add_parser("get", help="print them")
     s = action.add_parser("set", help="e.g. remote.log.manager.fetch.max.bytes.per.second=10485760")

@@ -138,7 +138,7 @@ def plan_partition(
     segments: Sequence[SegmentFiles] | None = None,
 ) -> PartitionRetention:
     """The partition's retention plan now (``located``: None when it is in no log dir)."""
-    config = RetentionConfig.from_topic_config(store.topic_configs(tip.topic), tip.topic)
+    config = RetentionConfig.from_topic_config(store.topic_configs(tip.topic), tip.topic, store.broker_configs())
     summary = store.finished_summary(tip)
     state = store.partition_state(tip)
     if located is not None:

@@ -26,7 +26,7 @@ segments need not be copied first, as in Kafka.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kts_resources.kafka.checkpoints import EpochEntry
@@ -51,17 +51,35 @@ class RetentionConfig:
     copy_enabled: bool = True
 
     @classmethod
-    def from_topic_config(cls, config, topic: str) -> "RetentionConfig":
-        """From a metadata.topic_config.TopicConfig."""
+    def from_topic_config(cls, config, topic: str, broker: Mapping[str, str] | None = None) -> "RetentionConfig":
+        """From a metadata.topic_config.TopicConfig; a key the topic does not set falls back to
+        the broker-level default (``log.retention.ms`` etc., as ``kts broker-config`` stores them),
+        then to Kafka's default — as a topic's config falls back to the broker's in Kafka."""
+        broker = broker or {}
+
+        def resolved(key: str, broker_key: str, value: int) -> int:
+            return value if config.is_set(key) or broker_key not in broker else int(broker[broker_key])
+
+        retention_ms = resolved("retention.ms", "log.retention.ms", config.retention_ms)
+        retention_bytes = resolved("retention.bytes", "log.retention.bytes", config.retention_bytes)
+        local_ms = resolved("local.retention.ms", "log.local.retention.ms", config.local_retention_ms)
+        local_bytes = resolved("local.retention.bytes", "log.local.retention.bytes", config.local_retention_bytes)
         copy_enabled = config.copy_enabled(topic)
+        if not copy_enabled:  # the local log keeps the topic's retention.*, as Kafka falls back to it
+            local_ms, local_bytes = retention_ms, retention_bytes
         return cls(
-            retention_ms=config.retention_ms,
-            retention_bytes=config.retention_bytes,
-            # Copy disabled: the local log keeps the topic's retention.*, as Kafka falls back to it.
-            local_retention_ms=config.effective_local_retention_ms if copy_enabled else config.retention_ms,
-            local_retention_bytes=config.effective_local_retention_bytes if copy_enabled else config.retention_bytes,
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            local_retention_ms=retention_ms if local_ms == SAME_AS_RETENTION else local_ms,
+            local_retention_bytes=retention_bytes if local_bytes == SAME_AS_RETENTION else local_bytes,
             copy_enabled=copy_enabled,
         )
+
+
+# Broker-level retention defaults kts keeps in the store (Kafka's names), and their lowest values.
+BROKER_RETENTION_DEFAULTS = {"log.retention.ms": -1, "log.retention.bytes": -1,
+                             "log.local.retention.ms": -2, "log.local.retention.bytes": -2}
+SAME_AS_RETENTION = -2
 
 
 @dataclass(frozen=True)

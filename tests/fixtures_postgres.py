@@ -69,6 +69,11 @@ def pg_template(pg_admin_url: str) -> Iterator[str]:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     engine = database.create_engine(_with_database(pg_admin_url, name), poolclass=sa.pool.NullPool)
     database.migrate(engine)
+    with engine.begin() as conn:
+        # Simulated records carry a fixed 2023 clock (reproducible runs), which Kafka's default
+        # 7-day retention would expire on every copy pass. Test databases keep data unless a test
+        # sets retention on its topic (the topic's config wins over this broker-level default).
+        conn.exec_driver_sql("INSERT INTO broker_configs (name, value) VALUES ('log.retention.ms', '-1')")
     engine.dispose()  # CREATE DATABASE … TEMPLATE needs the template free of connections
     try:
         yield name
