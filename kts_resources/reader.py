@@ -118,13 +118,24 @@ class FetchedRecord:
                 "headers": [[k, b64(v)] for k, v in self.headers]}
 
 
-@dataclass(slots=True)
 class FetchedBatch:
-    """One whole batch as stored, and which tier it came from."""
+    """One whole batch as stored, and which tier it came from. ``buffer`` is the chunk it was read
+    in (``header.position`` is its place there): a fetch slices nothing it does not have to."""
 
-    header: BatchHeader
-    data: bytes
-    remote: bool
+    __slots__ = ("header", "buffer", "remote")
+
+    def __init__(self, header: BatchHeader, buffer: bytes, remote: bool):
+        self.header, self.buffer, self.remote = header, buffer, remote
+
+    @property
+    def size(self) -> int:
+        return self.header.size
+
+    @property
+    def data(self) -> bytes:
+        """The batch's bytes alone."""
+        position = self.header.position
+        return self.buffer[position:position + self.header.size]
 
 
 @dataclass
@@ -158,7 +169,7 @@ class FetchResult:
             while i < len(pending) and pending[i].first_offset <= h.last_offset:
                 aborting.add(pending[i].producer_id)
                 i += 1
-            records = decode_batch(batch.data, _at_zero(h))
+            records = decode_batch(batch.buffer, h)
             if h.is_control:
                 if records and h.producer_id in aborting and parse_control_record(records[0]).type == CONTROL_ABORT:
                     aborting.discard(h.producer_id)
@@ -173,15 +184,6 @@ class FetchResult:
     def to_json(self) -> dict:
         """ARCHITECTURE.md's fetch contract."""
         return {"records": [r.to_json() for r in self.records], "next_offset": self.next_offset, "throttled": self.throttled}
-
-
-def _at_zero(h: BatchHeader) -> BatchHeader:
-    """The header as if its batch started at byte 0 (a FetchedBatch holds just its own bytes)."""
-    if h.position == 0:
-        return h
-    return BatchHeader(0, h.base_offset, h.batch_length, h.partition_leader_epoch, h.magic, h.crc, h.attributes,
-                       h.last_offset_delta, h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
-                       h.base_sequence, h.record_count, h.crc_ok)
 
 
 @dataclass(frozen=True)
@@ -368,20 +370,20 @@ class PartitionReader:
                 batches = chunk.batches
             else:
                 batches = self._local_fetch(position, max_bytes - used if result.batches else max_bytes)
-            taken = 0
+            taken, full = 0, False
             for batch in batches:
                 if batch.header.last_offset < position:
                     continue
-                if batch.header.next_offset > limit and (batch.header.base_offset >= limit or isolation == READ_COMMITTED
-                                                         or batch.header.next_offset > self.high_watermark):
-                    break
-                if result.batches and used + len(batch.data) > max_bytes:
+                # Whole batches below the bound only, and (past the first) within max_bytes: a
+                # batch left out ends the fetch — reading on would fetch the same chunk again.
+                if batch.header.next_offset > limit or (result.batches and used + batch.size > max_bytes):
+                    full = True
                     break
                 result.batches.append(batch)
-                used += len(batch.data)
+                used += batch.size
                 taken += 1
                 position = batch.header.next_offset
-            if not taken:
+            if not taken or full:
                 break
         result.next_offset = position
         if isolation == READ_COMMITTED and result.batches:
@@ -415,7 +417,7 @@ class PartitionReader:
                         raise ReadError(f"{seg.log}: byte {start + h.position}: batch at offset {h.base_offset} fails its CRC")
                     if h.last_offset < from_offset:
                         continue
-                    yield h, bytes(data[h.position:h.position + h.size])
+                    yield h, data
                     if max_bytes is not None:
                         max_bytes -= h.size
                         if max_bytes <= 0:
@@ -436,7 +438,7 @@ class PartitionReader:
                     if not h.crc_ok:
                         raise ReadError(f"{seg.log}: byte {start}: batch at offset {h.base_offset} fails its CRC")
                     if h.last_offset >= from_offset:
-                        yield h, bytes(data[:h.size])
+                        yield h, data
                         if max_bytes is not None:
                             max_bytes -= h.size
                             if max_bytes <= 0:
@@ -454,7 +456,7 @@ class PartitionReader:
         out: list[FetchedBatch] = []
         for seg in self.segments[i:]:
             for h, data in self._local_batches(seg, offset, max_bytes):
-                out.append(FetchedBatch(_at_zero(h), data, remote=False))
+                out.append(FetchedBatch(h, data, remote=False))
                 max_bytes -= len(data)
             if max_bytes <= 0 or out:
                 break
@@ -513,14 +515,16 @@ class PartitionReader:
         if first.last_offset < offset or first.segment_id != md.segment_id.id:
             return []
         chosen = [first]
-        total = first.data_length
+        # ``offset`` may sit anywhere in the first entry: take the following entries of the same
+        # segment until max_bytes fit after any point of it, so one ranged GET serves the fetch.
+        beyond_first = 0
         for _pos, entry in fs.entries[i + 1:]:
             prev = chosen[-1]
-            if (entry.segment_id != first.segment_id or entry.rdi.position != prev.rdi.position + prev.data_length
-                    or total + entry.data_length > max_bytes):
+            if (beyond_first >= max_bytes or entry.segment_id != first.segment_id
+                    or entry.rdi.position != prev.rdi.position + prev.data_length):
                 break
             chosen.append(entry)
-            total += entry.data_length
+            beyond_first += entry.data_length
         return chosen
 
     def _read_entries(self, entries: Sequence[ri.RemoteLogIndexEntry], md: RemoteLogSegmentMetadata) -> _RemoteChunk:
@@ -575,7 +579,7 @@ class PartitionReader:
         if scan.invalid is not None:
             raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {base_position + scan.invalid.position}: "
                                          f"{scan.invalid.reason}")
-        return [FetchedBatch(_at_zero(h), bytes(data[h.position:h.position + h.size]), remote=True) for h in scan.batches]
+        return [FetchedBatch(h, data, remote=True) for h in scan.batches]
 
     # --- transactions ---
 
@@ -660,7 +664,7 @@ class PartitionReader:
             h = b.header
             if h.last_offset < floor or h.max_timestamp < timestamp or h.is_control:
                 continue
-            for r in decode_batch(b.data, h):
+            for r in decode_batch(b.buffer, h):
                 if r.offset >= floor and r.timestamp >= timestamp:
                     return OffsetAnswer(r.offset, h.partition_leader_epoch, r.timestamp)
         return None
@@ -680,7 +684,7 @@ class PartitionReader:
             end = seg.next_base_offset if seg.next_base_offset is not None else self.log_end_offset
             if end <= floor:
                 continue
-            batches = (FetchedBatch(_at_zero(h), d, remote=False) for h, d in self._local_batches(seg, max(floor, seg.base_offset)))
+            batches = (FetchedBatch(h, d, remote=False) for h, d in self._local_batches(seg, max(floor, seg.base_offset)))
             found = self._scan_for_timestamp(batches, timestamp, floor)
             if found is not None:
                 return found
@@ -729,7 +733,7 @@ class PartitionReader:
                 if h.is_control:
                     continue
                 if best is None or h.max_timestamp > best.timestamp:
-                    for r in decode_batch(d, _at_zero(h)):
+                    for r in decode_batch(d, h):
                         if r.offset < limit and (best is None or r.timestamp > best.timestamp):
                             best = OffsetAnswer(r.offset, h.partition_leader_epoch, r.timestamp)
         for ts, _kind, md in sorted(candidates, key=lambda c: c[0], reverse=True):

@@ -146,25 +146,33 @@ def _partitions_of(reader: TieredLogReader, topic: str) -> list[int]:
     return sorted(found)
 
 
-def read_task(reader: TieredLogReader, task: ReadTask, isolation: str, max_bytes: int = TASK_BYTES) -> list[dict]:
-    """The records of one task as rows (what an executor does)."""
+def read_task(reader: TieredLogReader, task: ReadTask, isolation: str, max_bytes: int = TASK_BYTES) -> dict[str, list]:
+    """The records of one task as columns (what an executor does)."""
     part = reader.partition(task.topic, task.partition)
-    rows = []
+    columns: dict[str, list] = {name: [] for name in COLUMNS}
+    offsets, timestamps, types, keys, values, headers, epochs = (columns[n] for n in (
+        "offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch"))
     position = task.start
     while position < task.end:
         result = part.fetch(position, max_bytes, isolation)
+        if result.throttled:
+            raise RuntimeError(f"{task.topic}-{task.partition}: the remote fetch quota holds reads back at offset {position}")
         for r in result.records:
             if r.offset >= task.end:
                 break
-            rows.append({"topic": task.topic, "partition": task.partition, "offset": r.offset, "timestamp": r.timestamp,
-                         "timestamp_type": r.timestamp_type, "key": r.key, "value": r.value,
-                         "headers": [{"key": k, "value": v} for k, v in r.headers], "leader_epoch": r.leader_epoch})
-        if result.next_offset <= position or result.throttled:
-            if result.throttled:
-                raise RuntimeError(f"{task.topic}-{task.partition}: the remote fetch quota holds reads back at offset {position}")
+            offsets.append(r.offset)
+            timestamps.append(r.timestamp)
+            types.append(r.timestamp_type)
+            keys.append(r.key)
+            values.append(r.value)
+            headers.append([{"key": k, "value": v} for k, v in r.headers])
+            epochs.append(r.leader_epoch)
+        if result.next_offset <= position:
             break
         position = result.next_offset
-    return rows
+    columns["topic"] = [task.topic] * len(offsets)
+    columns["partition"] = [task.partition] * len(offsets)
+    return columns
 
 
 def read_tiered(spark: "SparkSession", topic: str, partitions: Sequence[int] | None, start: int, end: int | None = None, *,
@@ -191,8 +199,8 @@ def read_tiered(spark: "SparkSession", topic: str, partitions: Sequence[int] | N
         with ReaderConfig(**plain).reader() as executor_reader:
             for batch in batches:
                 for i in batch.column(0).to_pylist():
-                    rows = read_task(executor_reader, ReadTask(*task_tuples[i]), isolation, task_bytes)
-                    if rows:
-                        yield pa.RecordBatch.from_pylist(rows, schema=arrow)
+                    columns = read_task(executor_reader, ReadTask(*task_tuples[i]), isolation, task_bytes)
+                    if columns["offset"]:
+                        yield pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in arrow], schema=arrow)
 
     return spark.range(0, len(tasks), 1, numPartitions=len(tasks)).mapInArrow(run, schema())
