@@ -318,17 +318,20 @@ def _open_subdirectory(fd: int, name: str, create_mode: int | None) -> int:
 
 
 def _pread_exactly(fd: int, offset: int, length: int) -> bytes:
-    buf = bytearray(length)
-    view = memoryview(buf)
-    got = 0
+    """``length`` bytes from ``offset`` (fewer if the file ends first): one read into a fresh bytes
+    object in the common case, no zero-filled buffer and no copy."""
+    data = os.pread(fd, length, offset)
+    if len(data) == length or not data:
+        return data
+    parts = [data]
+    got = len(data)
     while got < length:
-        n = os.preadv(fd, [view[got:]], offset + got)
-        if n == 0:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
             break  # the file shrank meanwhile: return what is there
-        got += n
-    view.release()
-    del buf[got:]
-    return bytes(buf)
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 class _PreadReader(RangeReader):
