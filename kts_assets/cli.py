@@ -389,6 +389,14 @@ def cmd_simulate(args) -> int:
               f"to {len(summary.partitions)} partitions under {log_dir}")
         print(f"segments rolled {summary.segments_rolled}, deleted {summary.segments_deleted}; transactions committed "
               f"{summary.transactions_committed}, aborted {summary.transactions_aborted}; leader epoch changes {summary.leader_epoch_changes}")
+    import time
+
+    week_ms = 7 * 24 * 3600 * 1000
+    if summary.end_time_ms < time.time() * 1000 - week_ms:
+        # Reproducible runs use a fixed clock; say what Kafka's default retention will make of it.
+        print(f"simulate: note: the records are stamped up to {summary.end_time_ms} ms since the epoch, over 7 days ago: "
+              f"Kafka's default retention.ms (7 days) expires them in kts sync's retention step; pass --start-time-ms, or "
+              f"set retention.ms (kts config set) or log.retention.ms (kts broker-config set)", file=sys.stderr)
     return 0
 
 

@@ -104,6 +104,8 @@ def _assert_remote_tier_mirrors_eligible_segments(root: Path, store, storage) ->
             assert storage.fetch_index(md, IndexType.OFFSET) == segment.offset_index.read_bytes()
             assert storage.fetch_index(md, IndexType.TIMESTAMP) == segment.time_index.read_bytes()
             referenced.update(storage.segment_object_keys(md).values())
+        # The partition's remote log index files (shipped by the pipeline's remote_log_index) are referenced too.
+        referenced.update(obj.key for obj in storage.list_objects(storage.keys.remote_index_prefix(tip)))
         unfinished = [md for md in store.list_remote_log_segments(tip) if md.state is not FINISHED and md.state is not RemoteLogSegmentState.DELETE_SEGMENT_FINISHED]
         assert unfinished == []
     listed = {obj.key for obj in storage.list_objects()}

@@ -31,7 +31,8 @@ def _finished(store, log_dir) -> dict[str, list[int]]:
 
 
 def _tick_and_run(instance, resources, cursor):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"kafka_log_dirs": resources["kafka_log_dirs"]})
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={
+        "kafka_log_dirs": resources["kafka_log_dirs"], "metadata_store": resources["metadata_store"]})
     result = segment_roll_sensor.evaluate_tick(context)
     job = defs.resolve_job_def("copy_job")
     for request in result.run_requests:
