@@ -16,7 +16,9 @@ stats every one of them. Then, best of N with the page cache warm:
   (at most MAX_RUNS_PER_TICK runs; the rest wait for later ticks) + copy-lag observations (at most
   MAX_LAG_OBSERVATIONS_PER_TICK), one store query;
 - "idle tick": ``evaluate_tick`` with the cursor of every partition requested and its lag
-  reported, nothing new (the steady state).
+  reported, nothing new (the steady state);
+- "retention idle": the retention sensor's tick with every partition planned and none due, no new
+  event in the store (its steady state: no partition is planned).
 
 Each is reported in seconds, as a share of the 60 s budget, and as a ratio to the scandir baseline
 measured in the same run. Prints a table; writes JSON (default bench/results/sensor_tick.json).
@@ -37,7 +39,8 @@ import dagster as dg
 from benchlib import add_json_argument, bench_database, write_json
 
 from kts_assets.partitions import topic_partitions
-from kts_assets.sensors import segment_roll_sensor
+from kts_assets.sensors import retention_sensor, segment_roll_sensor
+from kts_assets.sensors.retention import _encode as encode_retention_cursor
 from kts_assets.sensors.cursor import encode_cursor
 from kts_assets.sensors.roll import LAG_BYTES, LAG_SEGMENTS, MAX_LAG_OBSERVATIONS_PER_TICK, copy_lags, survey_log_dirs
 from kts_resources.kafka.checkpoints import write_offset_checkpoint
@@ -107,6 +110,13 @@ def measure(partitions: int, segments: int, repeats: int) -> dict:
             context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
             return segment_roll_sensor.evaluate_tick(context)
 
+        def retention_tick(cursor):
+            context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+            return retention_sensor.evaluate_tick(context)
+
+        # The retention sensor's steady state: every partition planned, none due for a year, no new event.
+        retention_steady = encode_retention_cursor(0, {key: int(time.time() * 1000) + 365 * 86_400_000 for key in keys}, set())
+
         scandir_all(root, keys)  # warm the page cache and the dentry cache
         # The steady state: every partition's eligible segment already requested, its lag reported.
         survey = survey_log_dirs([root], keys)
@@ -115,7 +125,7 @@ def measure(partitions: int, segments: int, repeats: int) -> dict:
                                                  LAG_BYTES: {k: b for k, (_, b) in lags.items()}})
         # Interleaved rounds, so that a busy neighbour slows every measurement alike.
         timings: dict[str, float] = {"scandir": float("inf"), "survey": float("inf"),
-                                     "first_tick": float("inf"), "idle_tick": float("inf")}
+                                     "first_tick": float("inf"), "idle_tick": float("inf"), "retention_idle": float("inf")}
         first = idle = None
         for _ in range(repeats):
             for name, fn in (("scandir", lambda: scandir_all(root, keys)),
@@ -127,6 +137,9 @@ def measure(partitions: int, segments: int, repeats: int) -> dict:
                     first = result
             elapsed, idle = best_of(1, lambda: tick(steady))
             timings["idle_tick"] = min(timings["idle_tick"], elapsed)
+            elapsed, retention_idle = best_of(1, lambda: retention_tick(retention_steady))
+            timings["retention_idle"] = min(timings["retention_idle"], elapsed)
+            assert retention_idle.run_requests == []
         assert first is not None and idle is not None
         assert sum(int(r.tags["kts/partitions_requested"]) for r in first.run_requests) <= partitions
         assert idle.run_requests == [] and not idle.asset_events
@@ -149,7 +162,7 @@ def print_table(results: list[dict]) -> None:
     print(f"{'partitions':>10}  {'measurement':<12} {'seconds':>9}  {'of 60 s':>8}  {'vs scandir':>10}")
     print("-" * 56)
     for r in results:
-        for name in ("scandir", "survey", "first_tick", "idle_tick"):
+        for name in ("scandir", "survey", "first_tick", "idle_tick", "retention_idle"):
             seconds = r["seconds"][name]
             share = "" if name == "scandir" else f"{100 * seconds / TICK_BUDGET_S:7.3f}%"
             ratio = "(baseline)" if name == "scandir" else f"{r['ratio_vs_scandir'][name]:10.2f}"
