@@ -147,3 +147,47 @@ def test_a_segment_without_timestamps_ages_by_its_file_modification_time(tmp_pat
     assert largest_timestamp(segment) == 1_600_000_000_123
     timeindex.write_bytes(struct.pack(">qi", 1_700_000_000_000, 4) + struct.pack(">qi", 1_700_000_000_500, 9) + b"\0" * 12)
     assert largest_timestamp(segment) == 1_700_000_000_500
+
+
+def test_delete_segments_by_retention_size(tiered, metadata_store):
+    """Kafka's DeleteSegmentsByRetentionSizeTest: retention.bytes over local-only plus remote bytes
+    deletes the oldest remote segments while what stays is at least the limit."""
+    root, storage, tip = tiered
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+    segments = located(root, owned=True).partition.segments()
+    only_local = sum(s.log.stat().st_size for s in segments if s.base_offset > finished[-1].end_offset)
+    remote = sum(md.segment_size_in_bytes for md in finished)
+    # A limit that keeps all but the two oldest remote segments.
+    limit = only_local + remote - finished[0].segment_size_in_bytes - finished[1].segment_size_in_bytes
+    metadata_store.set_topic_config(TOPIC, "retention.bytes", limit)
+    metadata_store.set_topic_config(TOPIC, "retention.ms", -1)
+    reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=root.parent / "home")
+    total = sum(consumable(reader, 0))
+    result = expire_partition(located(root, owned=False), tip, metadata_store, storage, clock=ManualClock(10**13))
+    assert result.remote_deleted == [finished[0].start_offset, finished[1].start_offset]
+    new_start = finished[2].start_offset
+    assert sum(consumable(reader, new_start)) == total - new_start
+
+
+def test_roll_and_offload_copies_each_rolled_segment_and_serves_it_after_local_deletion(tmp_path, metadata_store):
+    """Kafka's RollAndOffloadActiveSegmentTest: segments rolled since the last pass are offloaded by
+    the next one; once local retention took them, their records come from the remote tier."""
+    root = tmp_path / "logs"
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    config = dict(seed=13, topics=(TOPIC,), partitions=1, segment_bytes=32 * 1024, transactional_producers=0)
+    simulate(root, SimulationConfig(total_bytes=100 * 1024, **config))
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    tip = next(iter(metadata_store.partitions()))
+    first = len(metadata_store.list_remote_log_segments(tip, states={FINISHED}))
+    simulate(root, SimulationConfig(total_bytes=100 * 1024, **config))  # more rolls
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+    assert len(finished) > first
+    metadata_store.set_topic_config(TOPIC, "local.retention.ms", 1)
+    result = expire_partition(located(root, owned=True), tip, metadata_store, storage,
+                              clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
+    assert result.local_deleted == [md.start_offset for md in finished]
+    reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")
+    remote, local = consumable(reader, 0)
+    assert remote == finished[-1].end_offset + 1  # every offloaded record, now only in the remote tier
+    assert remote + local == reader.partition(TOPIC, 0).high_watermark
