@@ -1,6 +1,7 @@
 """Is a partition's remote log index whole? The rule the asset check and the index-rebuild sensor
-share: every COPY_SEGMENT_FINISHED segment covered exactly once, its entries contiguous from its
-start offset to its end offset (byte ranges too), every file set valid (entry CRCs, both indexes)."""
+share: every COPY_SEGMENT_FINISHED segment covered exactly once — its entries' byte ranges
+contiguous from byte 0 to the segment's size, their offsets within the segment's — and every
+file set valid (entry CRCs, both indexes)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ def check_partition_index(directory: Path, finished: Sequence[RemoteLogSegmentMe
             continue
         entries += len(found)
         found.sort(key=lambda e: (e.first_offset, e.rdi.position))
-        if found[0].first_offset != md.start_offset:
-            problems.append(f"{where}: its entries start at offset {found[0].first_offset}")
-        if found[-1].last_offset != md.end_offset and found[-1].last_offset > md.end_offset:
-            problems.append(f"{where}: its entries end at offset {found[-1].last_offset}")
+        # A segment's first batch may start after its base offset (records removed by compaction
+        # or a transaction marker's gap): the bytes, not the offsets, must be covered from 0.
+        if found[0].first_offset < md.start_offset or found[-1].last_offset > md.end_offset:
+            problems.append(f"{where}: its entries cover offsets {found[0].first_offset}..{found[-1].last_offset}, "
+                            f"outside the segment")
         position = 0
         for a in found:
             if a.rdi.position != position:

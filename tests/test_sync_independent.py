@@ -58,6 +58,7 @@ STATUS_FIELDS = (
 SEGMENT_SUFFIXES = {"log", "index", "timeindex", "snapshot", "leader-epoch-checkpoint"}
 S3_PREFIX = "indep/tier"
 _ID = r"[A-Za-z0-9_-]{22}"
+_INDEX_OBJECT = re.compile(r"[A-Za-z0-9._-]+/(0|[1-9][0-9]*)/remote-log-index/[0-9]{20}\.remote(Log|Offset|Time)Index")
 _OBJECT = re.compile(rf"(?P<dir>[A-Za-z0-9._-]+)/(?P<partition>0|[1-9][0-9]*)/(?P<start>[0-9]{{20}})-(?P<segment_id>{_ID})\.(?P<suffix>[a-z-]+)")
 
 
@@ -201,6 +202,8 @@ def remote_segments(objects: dict[str, bytes]) -> dict[tuple[str, str, int], dic
     keys alone; every key must have the documented layout."""
     grouped: dict = {}
     for key, body in objects.items():
+        if _INDEX_OBJECT.fullmatch(key):
+            continue  # the partition's remote log index files (the remote_log_index asset ships them)
         m = _OBJECT.fullmatch(key)
         assert m, f"object {key!r} does not have the layout <topic>-<topic id>/<partition>/<start>-<segment id>.<suffix>"
         directory = m["dir"]
