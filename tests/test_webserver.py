@@ -312,25 +312,33 @@ def test_the_kts_code_location_loads_without_error(webserver):
     }
 
 
-def test_the_asset_graph_is_local_segments_feeding_remote_segments_in_the_tiering_group(webserver):
+TIERING = ["local_segments", "remote_log_index", "remote_segments", "retention_state"]  # copy_job's assets
+ALL_ASSETS = sorted([*TIERING, "hourly_record_counts"])
+
+
+def test_the_asset_graph_is_inventory_copy_then_retention_and_the_remote_log_index(webserver):
     nodes = _by_key(webserver.graphql(ASSET_GRAPH)["assetNodes"])
-    assert sorted(nodes) == ["local_segments", "remote_segments"]
-    local, remote = nodes["local_segments"], nodes["remote_segments"]
-    assert local["dependencyKeys"] == [] and local["dependedByKeys"] == [{"path": ["remote_segments"]}]
-    assert remote["dependencyKeys"] == [{"path": ["local_segments"]}] and remote["dependedByKeys"] == []
-    for node in (local, remote):
-        assert node["groupName"] == "tiering"
-        assert "copy_job" in node["jobNames"]
-        assert node["backfillPolicy"] == {"policyType": "SINGLE_RUN"}  # one run, one Spark JVM, many partitions
-    assert {"spark", "kafka", "parquet"} <= set(local["kinds"])
-    assert {"kafka", "s3"} <= set(remote["kinds"])
+    assert sorted(nodes) == ALL_ASSETS
+    deps = {name: sorted(k["path"][0] for k in node["dependencyKeys"]) for name, node in nodes.items()}
+    assert deps == {"local_segments": [], "remote_segments": ["local_segments"], "retention_state": ["remote_segments"],
+                    "remote_log_index": ["remote_segments", "retention_state"], "hourly_record_counts": []}
+    groups = {name: node["groupName"] for name, node in nodes.items()}
+    assert groups == {"local_segments": "tiering", "remote_segments": "tiering", "remote_log_index": "tiering",
+                      "retention_state": "retention", "hourly_record_counts": "backfills"}
+    for name in TIERING:
+        assert "copy_job" in nodes[name]["jobNames"], name
+        assert nodes[name]["backfillPolicy"] == {"policyType": "SINGLE_RUN"}  # one run, one Spark JVM, many partitions
+    assert {"expiry_job"} <= set(nodes["retention_state"]["jobNames"])
+    assert "backfill_job" in nodes["hourly_record_counts"]["jobNames"]
+    assert {"spark", "kafka", "parquet"} <= set(nodes["local_segments"]["kinds"])
+    assert {"kafka", "s3"} <= set(nodes["remote_segments"]["kinds"])
 
 
 def test_both_assets_are_partitioned_by_topic_partitions_holding_exactly_the_log_dirs_partitions(webserver):
     on_disk = sorted(p.name for p in webserver.log_dirs.iterdir() if p.is_dir())
     assert on_disk == EXPECTED_KEYS  # the simulation wrote what it was asked to
     nodes = _by_key(webserver.graphql(PARTITIONS_QUERY)["assetNodes"])
-    assert sorted(nodes) == ["local_segments", "remote_segments"]
+    assert sorted(nodes) == ALL_ASSETS
     for name, node in nodes.items():
         assert node["isPartitioned"], name
         assert node["partitionDefinition"]["type"] == "DYNAMIC", name
@@ -346,8 +354,10 @@ def test_each_asset_lists_its_asset_checks_partitioned_like_it(webserver):
     expected = {
         "local_segments": {"local_segments_crc_clean"},
         "remote_segments": {"offset_invariants", "remote_segments_in_bucket", "no_uncopied_segment_lost", "copy_completed"},
+        "retention_state": {"retention_completed"},
+        "remote_log_index": {"remote_log_index_covers_finished_segments"},
     }
-    nodes = _by_key(webserver.graphql(CHECKS)["assetNodes"])
+    nodes = {k: v for k, v in _by_key(webserver.graphql(CHECKS)["assetNodes"]).items() if v["hasAssetChecks"]}
     assert sorted(nodes) == sorted(expected)
     for name, node in nodes.items():
         assert node["hasAssetChecks"], name
@@ -367,7 +377,9 @@ def test_the_repository_has_the_copy_job_both_sensors_and_the_reconcile_schedule
     assert repository["__typename"] == "Repository", repository
     assert "copy_job" in {job["name"] for job in repository["jobs"]}
     sensors = {s["name"]: s for s in repository["sensors"]}
-    assert sorted(sensors) == ["dead_run_sensor", "partition_discovery_sensor", "segment_roll_sensor"]
+    assert sorted(sensors) == ["dead_run_sensor", "partition_discovery_sensor", "retention_sensor", "segment_roll_sensor"]
+    assert sensors["retention_sensor"]["targets"] == [{"pipelineName": "expiry_job"}]
+    assert {"copy_job", "expiry_job", "backfill_job"} <= {job["name"] for job in repository["jobs"]}
     assert all(s["defaultStatus"] == "RUNNING" for s in sensors.values())
     assert sensors["partition_discovery_sensor"]["minIntervalSeconds"] == 30
     assert sensors["segment_roll_sensor"]["targets"] == [{"pipelineName": "copy_job"}]
@@ -413,7 +425,8 @@ def test_every_job_sensor_schedule_resource_and_asset_has_a_markdown_safe_descri
                  for kind in ("jobs", "sensors", "schedules", "allTopLevelResourceDetails")
                  for item in repository[kind] if not item["name"].startswith("__")}
     described.update({f"asset {'/'.join(n['assetKey']['path'])}": n["description"] for n in data["assetNodes"]})
-    assert {"sensors partition_discovery_sensor", "sensors segment_roll_sensor", "jobs copy_job",
+    assert {"sensors partition_discovery_sensor", "sensors segment_roll_sensor", "jobs copy_job", "jobs expiry_job",
+            "sensors retention_sensor", "asset retention_state", "asset remote_log_index",
             "schedules reconcile_schedule", "allTopLevelResourceDetails pyspark",
             "allTopLevelResourceDetails metadata_store"} <= set(described)
     for name, description in described.items():
@@ -431,8 +444,8 @@ def test_the_assets_carry_owners_kinds_and_code_versions(webserver):
 
 
 def test_one_sync_shows_every_partition_of_both_assets_materialized(webserver):
-    nodes = _by_key(webserver.graphql(MATERIALIZATIONS)["assetNodes"])
-    assert sorted(nodes) == ["local_segments", "remote_segments"]
+    nodes = {k: v for k, v in _by_key(webserver.graphql(MATERIALIZATIONS)["assetNodes"]).items() if k in TIERING}
+    assert sorted(nodes) == TIERING  # kts sync runs copy_job: the example backfill is not part of it
     for name, node in nodes.items():
         statuses = node["assetPartitionStatuses"]
         assert statuses["__typename"] == "DefaultPartitionStatuses", name
@@ -444,15 +457,15 @@ def test_one_sync_shows_every_partition_of_both_assets_materialized(webserver):
 
 def test_every_check_passed_in_the_sync_run(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
-    checks = [c for node in nodes.values() for c in node["assetChecksOrError"]["checks"]]
-    assert len(checks) == 5
+    checks = [c for node in nodes.values() if node["assetChecksOrError"].get("checks") for c in node["assetChecksOrError"]["checks"]]
+    assert len(checks) == 7
     assert all(c["executionForLatestMaterialization"] == {"status": "SUCCEEDED"} for c in checks), checks
 
 
 def test_every_check_shows_passed_for_every_partition_after_one_sync(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
-    checks = [c for node in nodes.values() for c in node["assetChecksOrError"]["checks"]]
-    assert len(checks) == 5
+    checks = [c for node in nodes.values() if node["assetChecksOrError"].get("checks") for c in node["assetChecksOrError"]["checks"]]
+    assert len(checks) == 7
     for check in checks:
         statuses = check["partitionStatuses"]
         assert statuses["__typename"] == "AssetCheckDefaultPartitionStatuses", check

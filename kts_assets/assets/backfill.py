@@ -28,6 +28,7 @@ HOUR_MS = 3_600_000
     kinds={"spark", "parquet"},
     group_name="backfills",
     owners=OWNERS,
+    code_version="1",
     description=(
         "Example backfill: records per hour of each partition's whole log, read from both tiers with "
         "`read_tiered` (the remote tier's part fetched by executors in parallel, one ranged GET per chunk), "
