@@ -389,8 +389,6 @@ def cmd_simulate(args) -> int:
               f"to {len(summary.partitions)} partitions under {log_dir}")
         print(f"segments rolled {summary.segments_rolled}, deleted {summary.segments_deleted}; transactions committed "
               f"{summary.transactions_committed}, aborted {summary.transactions_aborted}; leader epoch changes {summary.leader_epoch_changes}")
-    import time
-
     week_ms = 7 * 24 * 3600 * 1000
     if summary.end_time_ms < time.time() * 1000 - week_ms:
         # Reproducible runs use a fixed clock; say what Kafka's default retention will make of it.

@@ -10,7 +10,7 @@ from kts_resources import remote_index_cache as index_cache
 from kts_resources.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.reader import READ_COMMITTED, READ_UNCOMMITTED, TieredLogReader
+from kts_resources.reader import READ_COMMITTED, READ_UNCOMMITTED
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.spark import build_spark_session
