@@ -199,6 +199,9 @@ def expire_partition(
     with store.partition_lock(tip, timeout_s=lock_timeout_s):
         if located is not None and located.owned:
             remove_deleted_leftovers(located.partition.path)
+        # A delete an earlier pass started and did not finish (killed, or the tier failed) goes first.
+        for md in store.list_remote_log_segments(tip, states={RemoteLogSegmentState.DELETE_SEGMENT_STARTED}):
+            delete_remote_log_segment(store, storage, md, clock)
         plan = plan_partition(located, tip, store, now_ms=clock.now_ms())
         result = ExpiryResult(tip, plan.new_log_start_offset)
         if plan.new_log_start_offset > plan.log_start_offset or plan.remote.expired:

@@ -191,3 +191,40 @@ def test_roll_and_offload_copies_each_rolled_segment_and_serves_it_after_local_d
     remote, local = consumable(reader, 0)
     assert remote == finished[-1].end_offset + 1  # every offloaded record, now only in the remote tier
     assert remote + local == reader.partition(TOPIC, 0).high_watermark
+
+
+@pytest.mark.parametrize("crash_at", ["after-log-start", "after-started", "mid-objects", "mid-local"])
+def test_a_sigkill_at_any_step_of_expiry_is_finished_by_the_next_pass(tiered, metadata_store, pg_url, tmp_path, crash_at):
+    """Killed at any step, the expiry leaves a state a rerun converges from: what it meant to delete
+    is gone from both tiers, nothing it meant to keep is lost, nothing is orphaned."""
+    import os
+    import subprocess
+    import sys
+
+    root, storage, tip = tiered
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+    now = finished[1].max_timestamp_ms + 1
+    metadata_store.set_topic_config(TOPIC, "retention.ms", 1)  # the two oldest are past it at `now`
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_REMOTE_URI": storage.location()}
+    repo = Path(__file__).resolve().parent.parent
+
+    def driver(*extra):
+        return subprocess.run([sys.executable, "-m", "tests.expiry_driver", str(root), TOPIC, str(now), *extra],
+                              cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+
+    crashed = driver(crash_at)
+    assert crashed.returncode == -9, crashed.stderr
+    assert metadata_store.partition_state(tip).log_start_offset == finished[2].start_offset  # recorded first, always
+    rerun = driver()
+    assert rerun.returncode == 0, rerun.stderr
+    assert [m.start_offset for m in metadata_store.list_remote_log_segments(tip, states={FINISHED})] == \
+        [m.start_offset for m in finished[2:]]
+    assert metadata_store.list_remote_log_segments(tip, states={RemoteLogSegmentState.DELETE_SEGMENT_STARTED}) == []
+    gone = {md.segment_id.id for md in finished[:2]}
+    assert not any((p := storage.keys.parse(o.key)) and p.segment_id in gone for o in storage.list_objects())
+    assert not list((root / f"{TOPIC}-0").glob("*.deleted"))
+    assert not plan_partition(located(root, owned=True), tip, metadata_store, now_ms=now).has_work
+    reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")
+    part = reader.partition(TOPIC, 0)
+    assert part.log_start_offset == finished[2].start_offset
+    assert sum(consumable(reader, part.log_start_offset)) == part.high_watermark - part.log_start_offset
