@@ -22,7 +22,11 @@ def _reader():
         rsm = remote_storage_from_uri(settings.remote_uri())
     except ValueError as e:
         raise CommandError(f"KTS_REMOTE_URI: {e}", EXIT_USAGE) from None
-    reader = TieredLogReader(log_dirs=settings.log_dirs(), store=store, rsm=rsm, home=settings.kts_home(), fetch_quota=quota)
+    from kts_resources.chunk_cache import ChunkCache
+
+    home = settings.kts_home()
+    reader = TieredLogReader(log_dirs=settings.log_dirs(), store=store, rsm=rsm, home=home, fetch_quota=quota,
+                             chunk_cache=ChunkCache(home / "chunk-cache"))
     reader._owned = [store, rsm]
     return reader
 

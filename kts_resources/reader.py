@@ -63,6 +63,7 @@ from kts_resources.tiers import (
 )
 
 if TYPE_CHECKING:
+    from kts_resources.chunk_cache import ChunkCache
     from kts_resources.metadata.store import RemoteLogMetadataStore
     from kts_resources.quotas import FetchQuotaManager
     from kts_resources.remote_storage.base import RemoteStorageManager
@@ -226,8 +227,10 @@ class PartitionReader:
         rsm: "RemoteStorageManager | None",
         index_dir: Path | None,
         fetch_quota: "FetchQuotaManager | None" = None,
+        chunk_cache: "ChunkCache | None" = None,
     ) -> None:
         self.topic, self.partition = topic, partition
+        self.chunk_cache = chunk_cache
         self.located = located
         self.store, self.rsm = store, rsm
         self.fetch_quota = fetch_quota
@@ -390,6 +393,40 @@ class PartitionReader:
             result.aborted = self.aborted_transactions(offset, position)
         return result
 
+    def replay(self, start: int, end: int | None = None, *, chunk_bytes: int = 8 * 1024 * 1024,
+               isolation: str = READ_UNCOMMITTED) -> Iterator[FetchedBatch]:
+        """Every batch from the one holding ``start`` up to ``end`` (default: the fetchable end),
+        across remote segments and into the local log. While the caller works on one chunk the next
+        is fetched in a background thread (one chunk ahead); a fetch's error surfaces when the caller
+        reaches its chunk. A throttled remote read (fetch quota) waits for the quota, as a consumer
+        would back off."""
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        end = self.fetch_limit(isolation) if end is None else min(end, self.fetch_limit(isolation))
+        if start >= end:
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-prefetch") as pool:
+            pending = pool.submit(self.fetch, start, chunk_bytes, isolation)
+            position = start
+            while True:
+                result = pending.result()
+                if result.throttled:
+                    time.sleep(max(0.05, (self.fetch_quota.manager.throttle_time_ms() if self.fetch_quota else 0) / 1000))
+                    pending = pool.submit(self.fetch, position, chunk_bytes, isolation)
+                    continue
+                if result.next_offset <= position:
+                    return
+                position = result.next_offset
+                if position < end:
+                    pending = pool.submit(self.fetch, position, chunk_bytes, isolation)  # the next chunk, while this one is used
+                for batch in result.batches:
+                    if batch.header.base_offset >= end:
+                        return
+                    yield batch
+                if position >= end:
+                    return
+
     # --- the local tier ---
 
     def _segment_index(self, offset: int) -> int:
@@ -515,26 +552,39 @@ class PartitionReader:
         if first.last_offset < offset or first.segment_id != md.segment_id.id:
             return []
         chosen = [first]
-        # ``offset`` may sit anywhere in the first entry: take the following entries of the same
-        # segment until max_bytes fit after any point of it, so one ranged GET serves the fetch.
-        beyond_first = 0
+        # At an entry's first offset (a sequential reader always is), entries are taken while they
+        # fit max_bytes, so nothing read is left over. Elsewhere ``offset`` may sit anywhere in the
+        # first entry: the following entries of the segment are taken until max_bytes fit after
+        # any point of it, so one ranged GET still serves the fetch.
+        aligned = first.first_offset == offset
+        taken = first.data_length if aligned else 0
         for _pos, entry in fs.entries[i + 1:]:
             prev = chosen[-1]
-            if (beyond_first >= max_bytes or entry.segment_id != first.segment_id
-                    or entry.rdi.position != prev.rdi.position + prev.data_length):
+            if (entry.segment_id != first.segment_id or entry.rdi.position != prev.rdi.position + prev.data_length
+                    or (aligned and taken + entry.data_length > max_bytes) or (not aligned and taken >= max_bytes)):
                 break
             chosen.append(entry)
-            beyond_first += entry.data_length
+            taken += entry.data_length
         return chosen
 
     def _read_entries(self, entries: Sequence[ri.RemoteLogIndexEntry], md: RemoteLogSegmentMetadata) -> _RemoteChunk:
         first = entries[0]
+        key, position = first.rdi.key, first.rdi.position
         length = sum(e.data_length for e in entries)
-        data = self._ranged_get(first.rdi.key, first.rdi.position, length)
+        cached = self.chunk_cache.get(key, position, length) if self.chunk_cache is not None else None
+        if cached is not None:
+            try:
+                return _RemoteChunk(self._checked_batches(cached, key, position), 0, len(cached))
+            except RemoteDataCorruptError:
+                self.chunk_cache.discard(key, position, length)  # damaged on this disk: read the tier again
+        data = self._ranged_get(key, position, length)
         if len(data) != length:
-            raise RemoteDataCorruptError(f"{self.rsm.location(first.rdi.key)}: byte {first.rdi.position}: the remote log index "
+            raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {position}: the remote log index "
                                          f"says {length} bytes are there, the object gave {len(data)}")
-        return _RemoteChunk(self._checked_batches(data, first.rdi.key, first.rdi.position), 1, len(data))
+        batches = self._checked_batches(data, key, position)
+        if self.chunk_cache is not None:
+            self.chunk_cache.put(key, position, length, data)
+        return _RemoteChunk(batches, 1, len(data))
 
     def _read_by_segment_index(self, offset: int, md: RemoteLogSegmentMetadata, max_bytes: int) -> _RemoteChunk:
         """Kafka's own path: the segment's offset index (one request, cached), then the segment."""
@@ -762,11 +812,13 @@ class TieredLogReader:
         rsm: "RemoteStorageManager | None",
         home: Path | None = None,
         fetch_quota: "FetchQuotaManager | None" = None,
+        chunk_cache: "ChunkCache | None" = None,
     ) -> None:
         self.log_dirs = list(log_dirs)
         self.store, self.rsm = store, rsm
         self.home = home
         self.fetch_quota = fetch_quota
+        self.chunk_cache = chunk_cache
         self._lock = threading.Lock()
         self._owned: list = []
 
@@ -782,7 +834,11 @@ class TieredLogReader:
         store = RemoteLogMetadataStore.from_env()
         rsm = remote_storage_from_uri(settings.remote_uri())
         quota = fetch_quota_manager(store.quota_config(), store.engine)
-        reader = cls(log_dirs=settings.log_dirs(), store=store, rsm=rsm, home=settings.kts_home(), fetch_quota=quota)
+        from kts_resources.chunk_cache import ChunkCache
+
+        home = settings.kts_home()
+        reader = cls(log_dirs=settings.log_dirs(), store=store, rsm=rsm, home=home, fetch_quota=quota,
+                     chunk_cache=ChunkCache(home / "chunk-cache"))
         reader._owned = [store, rsm]
         return reader
 
@@ -809,7 +865,7 @@ class TieredLogReader:
         key = TopicPartition(topic, partition).dir_name
         located, _missing = locate_partitions(self.log_dirs, [key])
         reader = PartitionReader(topic, partition, located=located.get(key), store=self.store, rsm=self.rsm,
-                                 index_dir=None, fetch_quota=self.fetch_quota)
+                                 index_dir=None, fetch_quota=self.fetch_quota, chunk_cache=self.chunk_cache)
         if reader.tip is not None and self.home is not None:
             reader.index_dir = index_cache.cache_directory(self.home, reader.tip)
             if self.rsm is not None and reader.finished:

@@ -1,0 +1,112 @@
+"""A size-bounded on-disk cache of remote chunks (the byte ranges a fetch reads with one GET),
+under ``KTS_HOME/chunk-cache``, shared by every process on the machine.
+
+Each chunk is one file named by a digest of (object key, position, length). Writes go to a
+temporary name and are renamed into place, so a reader sees a whole chunk or none; a hit touches
+the file's modification time, which is the recency eviction goes by: when the files pass
+``max_bytes``, the least recently used go first. No lock is held across processes: a chunk another
+process evicts between listing and reading is a miss, and two processes filling the same chunk
+write the same bytes. A cached chunk is not trusted more than the tier: the reader CRC-checks its
+batches as it does a fresh one, and drops a chunk that fails (``discard``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
+# Eviction looks at the directory after this many bytes were added since it last did.
+_CHECK_EVERY_BYTES = 32 * 1024 * 1024
+
+
+class ChunkCache:
+    def __init__(self, directory: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
+        if max_bytes <= 0:
+            raise ValueError(f"chunk cache size {max_bytes} is not positive")
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self.hits = self.misses = 0
+        self._added = 0
+        self._lock = threading.Lock()
+
+    def _path(self, key: str, position: int, length: int) -> Path:
+        digest = hashlib.sha256(f"{key}\0{position}\0{length}".encode()).hexdigest()
+        return self.directory / digest[:2] / digest
+
+    def get(self, key: str, position: int, length: int) -> bytes | None:
+        path = self._path(key, position, length)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            os.utime(path)  # recency for eviction
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        if len(data) != length:  # not ours to trust
+            self.discard(key, position, length)
+            self.misses += 1
+            return None
+        self.hits += 1
+        return data
+
+    def put(self, key: str, position: int, length: int, data: bytes) -> None:
+        if len(data) != length or length > self.max_bytes:
+            return
+        path = self._path(key, position, length)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        with self._lock:
+            self._added += length
+            check = self._added >= min(_CHECK_EVERY_BYTES, self.max_bytes // 4 or 1)
+            if check:
+                self._added = 0
+        if check:
+            self.evict()
+
+    def discard(self, key: str, position: int, length: int) -> None:
+        self._path(key, position, length).unlink(missing_ok=True)
+
+    def size(self) -> int:
+        return sum(size for _path, size, _mtime in self._files())
+
+    def _files(self) -> list[tuple[Path, int, float]]:
+        out = []
+        try:
+            subdirs = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            return out
+        for sub in subdirs:
+            if not sub.is_dir():
+                continue
+            try:
+                entries = list(os.scandir(sub.path))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:
+                    continue  # evicted by another process meanwhile
+                out.append((Path(entry.path), st.st_size, st.st_mtime))
+        return out
+
+    def evict(self) -> int:
+        """Remove least recently used chunks until the cache is within ``max_bytes``; returns how many."""
+        files = self._files()
+        total = sum(size for _p, size, _m in files)
+        removed = 0
+        for path, size, _mtime in sorted(files, key=lambda f: f[2]):
+            if total <= self.max_bytes:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+            removed += 1
+        return removed
