@@ -398,6 +398,16 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def _remote_storage():
+    from kts_resources import settings
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+    try:
+        return remote_storage_from_uri(settings.remote_uri())
+    except ValueError as e:
+        raise CommandError(f"KTS_REMOTE_URI: {e}", EXIT_USAGE) from None
+
+
 def _metadata_store():
     from kts_resources.metadata.database import MetadataStoreMisconfigured
     from kts_resources.metadata.embedded import EmbeddedPostgresError
@@ -654,6 +664,19 @@ def _sync(args) -> int:
         sync.run_batch(job, instance, batch, run_config, outcome, sync.say_to_stderr)
     # The roll sensor need not ask again for what this pass copied (failed partitions it still will).
     advance_roll_cursor(instance, {key: offset for key, offset in eligible.items() if key not in outcome.failed})
+    # Topics no kts has seen in a log dir for the grace period lose their remote data, as a deletion would.
+    from kts_resources.partition_admin import delete_topics_gone_from_log_dirs
+    from kts_resources.quotas import SystemClock
+
+    store = _metadata_store()
+    storage = _remote_storage()
+    try:
+        for topic in delete_topics_gone_from_log_dirs(store, storage, {k.rpartition("-")[0] for k in keys},
+                                                      clock=SystemClock(), home=settings.kts_home()):
+            report([f"{topic}: in no log dir of any kts for the grace period (kts.topic.absence.grace.ms): "
+                    f"its remote data is deleted, DELETE_PARTITION_FINISHED"])
+    finally:
+        storage.close()
     # The totals are what `kts status` reports now, computed by the same function.
     with_lost = _status_rows_and_lost()
     rows = [row for row, _ in with_lost]

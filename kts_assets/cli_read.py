@@ -87,10 +87,12 @@ def cmd_broker_config(args) -> int:
     from kts_assets.cli import _metadata_store
     from kts_resources.quotas import QuotaConfig, QuotaConfigError
 
+    from kts_resources.partition_admin import DEFAULT_TOPIC_ABSENCE_GRACE_MS, TOPIC_ABSENCE_GRACE_KEY
     from kts_resources.retention import BROKER_RETENTION_DEFAULTS
 
     quota_keys = QuotaConfig().to_properties()
-    known = {**quota_keys, **BROKER_RETENTION_DEFAULTS}
+    lowest = {**BROKER_RETENTION_DEFAULTS, TOPIC_ABSENCE_GRACE_KEY: -1}
+    known = {**quota_keys, **lowest}
     store = _metadata_store()
     try:
         if args.action == "set":
@@ -100,10 +102,9 @@ def cmd_broker_config(args) -> int:
                 key, value = key.strip(), value.strip()
                 if not eq or key not in known:
                     raise CommandError(f"{assignment!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}", EXIT_USAGE)
-                if key in BROKER_RETENTION_DEFAULTS:
-                    lowest = BROKER_RETENTION_DEFAULTS[key]
-                    if not value.lstrip("-").isdigit() or int(value) < lowest:
-                        raise CommandError(f"Invalid value {value!r} for configuration {key}: a whole number ≥ {lowest}", EXIT_USAGE)
+                if key in lowest:
+                    if not value.lstrip("-").isdigit() or int(value) < lowest[key]:
+                        raise CommandError(f"Invalid value {value!r} for configuration {key}: a whole number ≥ {lowest[key]}", EXIT_USAGE)
                 pending[key] = value
             QuotaConfig.from_properties({k: v for k, v in pending.items() if k in quota_keys})  # all or nothing
             for key, value in pending.items():
@@ -115,7 +116,8 @@ def cmd_broker_config(args) -> int:
                 store.set_broker_config(key, None)
         stored = store.broker_configs()
         config = {**QuotaConfig.from_properties({k: v for k, v in stored.items() if k in quota_keys}).to_properties(),
-                  **{k: int(stored.get(k, "-1" if k.startswith("log.retention") else "-2")) for k in BROKER_RETENTION_DEFAULTS}}
+                  **{k: int(stored.get(k, "-1" if k.startswith("log.retention") else "-2")) for k in BROKER_RETENTION_DEFAULTS},
+                  TOPIC_ABSENCE_GRACE_KEY: int(stored.get(TOPIC_ABSENCE_GRACE_KEY, DEFAULT_TOPIC_ABSENCE_GRACE_MS))}
     except QuotaConfigError as e:
         raise CommandError(str(e), EXIT_USAGE) from None
     finally:

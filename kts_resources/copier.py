@@ -150,6 +150,7 @@ def copy_partition(
         result.skipped = f"{partition.path}: {e}; the partition is not copied"
         log.warning("%s", result.skipped)
         return result
+    store.mark_topics_seen([tp.topic])  # a topic some kts still copies is not gone (partition_admin)
     config = store.topic_configs(tp.topic)
     if not config.copy_enabled(tp.topic):
         result.skipped = "tiering is off for this topic (internal, compacted, remote.storage.enable=false or remote.log.copy.disable=true)"

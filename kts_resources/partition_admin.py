@@ -153,3 +153,29 @@ def delete_on_disable_applies(store: "RemoteLogMetadataStore", topic: str) -> bo
     remote data is to be deleted (Kafka's tiering switch-off with deletion)."""
     config = store.topic_configs(topic)
     return config.is_set("remote.storage.enable") and not config.remote_storage_enable and config.remote_log_delete_on_disable
+
+
+# How long no kts process may have seen a topic in any log dir before its remote data goes, as
+# Kafka's topic deletion would take it (kts's own setting, kept with the broker configs).
+TOPIC_ABSENCE_GRACE_KEY = "kts.topic.absence.grace.ms"
+DEFAULT_TOPIC_ABSENCE_GRACE_MS = 7 * 24 * 3600 * 1000
+
+
+def delete_topics_gone_from_log_dirs(store: "RemoteLogMetadataStore", storage: "RemoteStorageManager",
+                                     present_topics: set[str], *, clock: "Clock", home: Path | None) -> list[str]:
+    """Mark ``present_topics`` (every topic in this process's log dirs) as seen, then delete the
+    remote data of topics no kts process sharing the store has seen for the grace period
+    (``kts broker-config set kts.topic.absence.grace.ms=…``; −1 turns this off). Every copy pass
+    marks its topics seen too, so a partition reassigned to another broker's log dir is not taken
+    for a deletion while a kts beside that broker copies it."""
+    import datetime as dt
+
+    store.mark_topics_seen(present_topics)
+    grace_ms = int(store.broker_configs().get(TOPIC_ABSENCE_GRACE_KEY, DEFAULT_TOPIC_ABSENCE_GRACE_MS))
+    if grace_ms < 0:
+        return []
+    cutoff = dt.datetime.fromtimestamp((clock.now_ms() - grace_ms) / 1000, tz=dt.timezone.utc)
+    gone = [t for t in store.topics_unseen_since(cutoff) if t not in present_topics]
+    for topic in gone:
+        delete_topic_remote_data(topic, store, storage, clock=clock, home=home)
+    return gone

@@ -185,3 +185,31 @@ def test_the_cli_deletes_records_and_topics_with_one_line_errors(simulated, meta
     deleted = kts(env, "topic", "delete", "orders", "--json")
     assert deleted.returncode == 0, deleted.stderr
     assert json.loads(deleted.stdout)["segments_deleted"] > 0 and list(storage.list_objects()) == []
+
+
+def test_a_topic_no_kts_has_seen_for_the_grace_period_loses_its_remote_data(tmp_path, metadata_store):
+    """A topic gone from every log dir (of every kts sharing the store) for the grace period is
+    deleted as `kts topic delete` would; one still seen — here or by another kts's copy — is not."""
+    import datetime as dt
+
+    from kts_resources.partition_admin import delete_topics_gone_from_log_dirs
+
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=8, topics=("orders", "clicks"), partitions=1, total_bytes=120 * 1024,
+                                    segment_bytes=24 * 1024, transactional_producers=0))
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    copy_log_dir(LogDir(root), metadata_store, storage)  # the copy marks both topics seen now
+    week_later = ManualClock(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000) + 8 * 24 * 3600 * 1000)
+    metadata_store.set_broker_config("kts.topic.absence.grace.ms", "-1")
+    assert delete_topics_gone_from_log_dirs(metadata_store, storage, {"orders"}, clock=week_later, home=None) == []
+    metadata_store.set_broker_config("kts.topic.absence.grace.ms", None)  # the 7-day default
+    # Seen just now (this call marks "orders"), so a day later nothing is due yet.
+    tomorrow = ManualClock(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000) + 24 * 3600 * 1000)
+    assert delete_topics_gone_from_log_dirs(metadata_store, storage, {"orders"}, clock=tomorrow, home=None) == []
+    assert delete_topics_gone_from_log_dirs(metadata_store, storage, {"orders"}, clock=week_later, home=None) == ["clicks"]
+    clicks = next(t for t in metadata_store.partitions() if t.topic == "clicks")
+    orders = next(t for t in metadata_store.partitions() if t.topic == "orders")
+    assert metadata_store.partition_state(clicks).delete_state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+    assert metadata_store.partition_state(orders).delete_state is None
+    assert metadata_store.list_remote_log_segments(orders, states={FINISHED})
+    assert delete_topics_gone_from_log_dirs(metadata_store, storage, {"orders"}, clock=week_later, home=None) == []

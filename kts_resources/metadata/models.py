@@ -42,6 +42,8 @@ class Topic(Base):
     topic_id: Mapped[uuid.UUID] = mapped_column(unique=True)
     # Only the overrides, as strings, as Kafka keeps topic configs; defaults live in code.
     configs: Mapped[dict[str, Any]] = mapped_column(server_default=sa.text("'{}'::jsonb"))
+    # When a kts process last saw the topic in a log dir (NULL: not yet since revision 0004).
+    last_seen_at: Mapped[dt.datetime | None] = mapped_column(sa.DateTime(timezone=True), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
     updated_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
 

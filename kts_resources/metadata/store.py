@@ -350,6 +350,25 @@ class RemoteLogMetadataStore:
         rows = self._tx(lambda conn, _: conn.execute(sa.select(TOPICS.c.name, TOPICS.c.topic_id).order_by(TOPICS.c.name)).all())
         return {row.name: row.topic_id for row in rows}
 
+    def mark_topics_seen(self, names: Iterable[str], at: dt.datetime | None = None) -> None:
+        """Record that these topics are in a log dir now (every kts process sharing the store does)."""
+        names = sorted(set(names))
+        if not names:
+            return
+        when = at or sa.func.now()
+        self._tx(lambda conn, _: conn.execute(TOPICS.update().where(TOPICS.c.name.in_(names)).values(last_seen_at=when)))
+
+    def topics_unseen_since(self, cutoff: dt.datetime) -> list[str]:
+        """Topics no kts process has seen in a log dir since ``cutoff`` (never-seen ones count from
+        when kts learned of them), whose remote data is not deleted yet."""
+        deleted = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED.name
+        live = sa.exists().where(PARTITIONS.c.topic_id == TOPICS.c.topic_id,
+                                 sa.or_(PARTITIONS.c.delete_state.is_(None), PARTITIONS.c.delete_state != deleted))
+        stmt = (sa.select(TOPICS.c.name)
+                .where(sa.func.coalesce(TOPICS.c.last_seen_at, TOPICS.c.created_at) < cutoff, live)
+                .order_by(TOPICS.c.name))
+        return list(self._tx(lambda conn, _: conn.execute(stmt).scalars().all()))
+
     def broker_configs(self) -> dict[str, str]:
         """Broker-level settings (the KIP-956 quotas) by Kafka's names; unset ones keep Kafka's defaults."""
         rows = self._tx(lambda conn, _: conn.execute(sa.select(broker_configs.c.name, broker_configs.c.value)).all())
