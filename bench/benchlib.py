@@ -77,6 +77,13 @@ def _with_database(url: str, name: str) -> str:
     return make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
+def keep_simulated_data(engine: sa.Engine) -> None:
+    """Simulated records carry a fixed 2023 clock; Kafka's default 7-day retention would expire
+    them in the pipeline's retention step. Benches measure the rest: retention off by default."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO broker_configs (name, value) VALUES ('log.retention.ms', '-1')")
+
+
 @contextlib.contextmanager
 def bench_database(tmpdir: Path) -> Iterator[tuple[str, dict]]:
     """(URL of a fresh, migrated database of the bench's own, description). On
@@ -103,10 +110,7 @@ def bench_database(tmpdir: Path) -> Iterator[tuple[str, dict]]:
             url = _with_database(server_url, name)
             engine = database.create_engine(url, poolclass=sa.pool.NullPool)
             database.migrate(engine)
-            with engine.begin() as conn:
-                # Simulated records carry a fixed 2023 clock; Kafka's default 7-day retention would
-                # expire them in the pipeline's retention step. Benches measure copying, not that.
-                conn.exec_driver_sql("INSERT INTO broker_configs (name, value) VALUES ('log.retention.ms', '-1')")
+            keep_simulated_data(engine)
             with engine.connect() as conn:
                 info["server_version"] = conn.exec_driver_sql("SHOW server_version").scalar()
                 info["fsync"] = conn.exec_driver_sql("SHOW fsync").scalar()

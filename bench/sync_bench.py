@@ -63,7 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import REPO_ROOT, add_json_argument, format_rows, git_state, progress, write_json
+from benchlib import REPO_ROOT, add_json_argument, format_rows, git_state, keep_simulated_data, progress, write_json
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -132,6 +132,7 @@ class Databases:
         engine = database.create_engine(url, poolclass=sa.pool.NullPool)
         try:
             database.migrate(engine)
+            keep_simulated_data(engine)
         finally:
             engine.dispose()
         return url
