@@ -1,7 +1,7 @@
 """No data loss, property-tested (issue 12): across random interleavings of produce (a broker-like
-writer), copy, expiry (retention.ms and local.retention.ms moving), DeleteRecords and an expiry
+writer), copy, expiry (retention.ms and local.retention.ms moving), DeleteRecords, an expiry
 killed half-way (the log start offset recorded and one segment DELETE_SEGMENT_STARTED, nothing
-more), every offset in [log start offset, high watermark) stays readable from some tier with the
+more) and an expiry process SIGKILLed at one of its steps, every offset in [log start offset, high watermark) stays readable from some tier with the
 records that were produced, and after a completed expiry nothing outside retention remains."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiers import locate_partitions
 
 T0 = 1_700_000_000_000
-OPERATIONS = ("produce", "copy", "expire", "local_retention", "delete_records", "killed_expiry")
+OPERATIONS = ("produce", "copy", "expire", "local_retention", "delete_records", "killed_expiry", "sigkill_expiry")
+CRASH_POINTS = ("after-log-start", "after-started", "mid-objects", "mid-local")
 
 
 class Scenario:
@@ -101,6 +102,21 @@ class Scenario:
         self.store.update_remote_log_segment_metadata(first.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
                                                       self.clock.now_ms())
 
+    def sigkill_expiry(self, retention_ms: int, crash_at: str, pg_url: str) -> None:
+        """An expiry in its own process, killed with SIGKILL at ``crash_at`` (tests/expiry_driver.py)."""
+        import os
+        import subprocess
+        import sys
+
+        if self.tip is None:
+            return
+        self.set_retention(retention_ms, None)
+        env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_REMOTE_URI": self.storage.location()}
+        done = subprocess.run([sys.executable, "-m", "tests.expiry_driver", str(self.logs), self.topic,
+                               str(self.clock.now_ms()), crash_at], cwd=Path(__file__).resolve().parent.parent,
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode in (0, -9), done.stderr  # 0: nothing to expire, so the crash point never came
+
     def delete_records(self, fraction: float) -> None:
         if self.tip is None or not self.produced:
             return
@@ -127,7 +143,7 @@ class Scenario:
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=st.lists(st.tuples(st.sampled_from(OPERATIONS), st.integers(1, 6), st.floats(0.0, 1.0)), min_size=3, max_size=10))
-def test_every_offset_from_the_log_start_stays_readable(metadata_store, steps):
+def test_every_offset_from_the_log_start_stays_readable(metadata_store, pg_url, steps):
     with tempfile.TemporaryDirectory(prefix="kts-prop-") as tmp:
         s = Scenario(metadata_store, Path(tmp))
         s.produce(6, 2)
@@ -143,6 +159,8 @@ def test_every_offset_from_the_log_start_stays_readable(metadata_store, steps):
                 s.expire(local_retention_ms=int(1_000 * (len(s.produced) * (1 - fraction) + 1)))
             elif operation == "delete_records":
                 s.delete_records(fraction)
+            elif operation == "sigkill_expiry":
+                s.sigkill_expiry(int(1_000 * (len(s.produced) * (1 - fraction) + 1)), CRASH_POINTS[n % len(CRASH_POINTS)], pg_url)
             else:
                 s.killed_expiry(int(1_000 * (len(s.produced) * (1 - fraction) + 1)))
             s.check_every_offset_is_readable()
