@@ -526,8 +526,8 @@ def test_the_sensor_tick_bench_quick_runs_and_writes_json(tmp_path, pg_admin_url
     data = json.loads(out.read_text())
     assert [r["partitions"] for r in data["results"]] == [200, 1000]
     for result in data["results"]:
-        assert {"scandir", "survey", "first_tick", "idle_tick"} == result["seconds"].keys()
-        assert {"survey", "first_tick", "idle_tick"} == result["share_of_60s_budget"].keys()
+        assert {"scandir", "survey", "first_tick", "idle_tick", "retention_idle"} == result["seconds"].keys()
+        assert {"survey", "first_tick", "idle_tick", "retention_idle"} == result["share_of_60s_budget"].keys()
 
 
 # --- a pass the sensor did not request (`kts sync`) moves its cursor --------------------------------
