@@ -239,23 +239,30 @@ def no_uncopied_segment_lost(context: dg.AssetCheckExecutionContext, kafka_log_d
                 description="The partition's latest copy pass completed: no segment failed its verification or upload and the "
                             "metadata store and the remote tier answered. Otherwise it fails with the copy's error, and fails its run.")
 def copy_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource) -> Iterator:
+    # Blocking: a failed copy fails the check's step, so the run in which it failed is not a success.
+    yield from _latest_pass_completed(context, kafka_log_dirs, remote_segments.key, "copy_completed",
+                                      flag="copy_failed", error="copy_error", what="copy")
+
+
+def _latest_pass_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
+                           asset_key: dg.AssetKey, check_name: str, *, flag: str, error: str, what: str) -> Iterator:
+    """A blocking check that the partition's latest materialisation of ``asset_key`` did not set
+    ``flag``; failing, it names the ``error`` the asset recorded."""
     keys = _partition_keys(context)
-    records = _latest_records(context.instance, remote_segments.key, keys)
+    records = _latest_records(context.instance, asset_key, keys)
 
     def judge(loc: LocatedPartition) -> Verdict:
         record = records.get(loc.key)
         if record is None or record.asset_materialization is None:
-            return True, {"copy_failed": 0}, "no copy pass recorded yet"
+            return True, {flag: 0}, f"no {what} pass recorded yet"
         metadata = record.asset_materialization.metadata
-        failed = metadata.get("copy_failed")
+        failed = metadata.get(flag)
         if failed is None or not failed.value:
-            return True, {"copy_failed": 0, "run_id": record.run_id}, "the copy pass completed"
-        error = metadata.get("copy_error")
-        return False, {"copy_failed": 1, "run_id": record.run_id}, one_line(error.value if error is not None else "the copy pass failed")
+            return True, {flag: 0, "run_id": record.run_id}, f"the {what} pass completed"
+        cause = metadata.get(error)
+        return False, {flag: 1, "run_id": record.run_id}, one_line(cause.value if cause is not None else f"the {what} pass failed")
 
-    # Blocking: a failed copy fails the check's step, so the run in which it failed is not a success.
-    yield from _report(context, remote_segments.key, "copy_completed",
-                       _per_partition(kafka_log_dirs, keys, judge), blocking=True)
+    yield from _report(context, asset_key, check_name, _per_partition(kafka_log_dirs, keys, judge), blocking=True)
 
 
 @dg.asset_check(asset=remote_log_index, partitions_def=topic_partitions,
@@ -284,21 +291,8 @@ def remote_log_index_covers_finished_segments(context: dg.AssetCheckExecutionCon
                 description="The partition's latest retention pass completed: its plan was made and every deletion it asked for "
                             "went through. Otherwise it fails with the cause, and fails its run.")
 def retention_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource) -> Iterator:
-    keys = _partition_keys(context)
-    records = _latest_records(context.instance, retention_state.key, keys)
-
-    def judge(loc: LocatedPartition) -> Verdict:
-        record = records.get(loc.key)
-        if record is None or record.asset_materialization is None:
-            return True, {"retention_failed": 0}, "no retention pass recorded yet"
-        metadata = record.asset_materialization.metadata
-        failed = metadata.get("retention_failed")
-        if failed is None or not failed.value:
-            return True, {"retention_failed": 0, "run_id": record.run_id}, "the retention pass completed"
-        error = metadata.get("retention_error")
-        return False, {"retention_failed": 1, "run_id": record.run_id}, one_line(error.value if error is not None else "retention failed")
-
-    yield from _report(context, retention_state.key, "retention_completed", _per_partition(kafka_log_dirs, keys, judge), blocking=True)
+    yield from _latest_pass_completed(context, kafka_log_dirs, retention_state.key, "retention_completed",
+                                      flag="retention_failed", error="retention_error", what="retention")
 
 
 asset_checks = [retention_completed, remote_log_index_covers_finished_segments, offset_invariants, local_segments_crc_clean, remote_segments_in_bucket, no_uncopied_segment_lost, copy_completed]

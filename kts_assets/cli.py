@@ -677,6 +677,7 @@ def _sync(args) -> int:
                     f"its remote data is deleted, DELETE_PARTITION_FINISHED"])
     finally:
         storage.close()
+        store.close()
     # The totals are what `kts status` reports now, computed by the same function.
     with_lost = _status_rows_and_lost()
     rows = [row for row, _ in with_lost]

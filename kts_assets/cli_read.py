@@ -8,27 +8,15 @@ from kts_assets.cli import EXIT_USAGE, CommandError, b64, bounded, parse_size, p
 
 def _reader():
     from kts_assets.cli import _metadata_store
-    from kts_resources import settings
-    from kts_resources.quotas import QuotaConfigError, fetch_quota_manager
+    from kts_resources.quotas import QuotaConfigError
     from kts_resources.reader import TieredLogReader
-    from kts_resources.remote_storage.factory import remote_storage_from_uri
 
-    store = _metadata_store()
     try:
-        quota = fetch_quota_manager(store.quota_config(), store.engine)
+        return TieredLogReader.from_environment(_metadata_store())
     except QuotaConfigError as e:
         raise CommandError(f"broker config: {e}") from None
-    try:
-        rsm = remote_storage_from_uri(settings.remote_uri())
-    except ValueError as e:
-        raise CommandError(f"KTS_REMOTE_URI: {e}", EXIT_USAGE) from None
-    from kts_resources.chunk_cache import ChunkCache
-
-    home = settings.kts_home()
-    reader = TieredLogReader(log_dirs=settings.log_dirs(), store=store, rsm=rsm, home=home, fetch_quota=quota,
-                             chunk_cache=ChunkCache(home / "chunk-cache"))
-    reader._owned = [store, rsm]
-    return reader
+    except ValueError as e:  # the remote tier's URI: its message names it
+        raise CommandError(str(e), EXIT_USAGE) from None
 
 
 def cmd_fetch(args) -> int:

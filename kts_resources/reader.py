@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -278,7 +277,6 @@ class PartitionReader:
         if located is None:
             # Only in the remote tier (the partition moved, or its log dir is elsewhere): its end is the tier's.
             self.log_end_offset = self.high_watermark = self.highest_remote_offset + 1
-        self._finished_ids = {md.segment_id.id for md in self.finished}
         self._finished_starts = [md.start_offset for md in self.finished]
         self.index_dir = index_dir if index_dir is not None and self.tip is not None else None
         self._lso: int | None = None
@@ -813,34 +811,38 @@ class TieredLogReader:
         home: Path | None = None,
         fetch_quota: "FetchQuotaManager | None" = None,
         chunk_cache: "ChunkCache | None" = None,
+        owned: Sequence = (),
     ) -> None:
+        """``owned``: what :meth:`close` closes (the store and tier a factory opened for it)."""
         self.log_dirs = list(log_dirs)
         self.store, self.rsm = store, rsm
         self.home = home
         self.fetch_quota = fetch_quota
         self.chunk_cache = chunk_cache
-        self._lock = threading.Lock()
-        self._owned: list = []
+        self._owned = list(owned)
 
     @classmethod
-    def from_environment(cls) -> "TieredLogReader":
-        """A reader on ``KTS_LOG_DIRS``, ``KTS_REMOTE_URI`` and the metadata store of
-        ``KTS_DATABASE_URL`` (or the embedded server), with the fetch quota the store holds."""
+    def from_environment(cls, store: "RemoteLogMetadataStore | None" = None) -> "TieredLogReader":
+        """A reader on ``KTS_LOG_DIRS``, ``KTS_REMOTE_URI``, the chunk cache under ``KTS_HOME`` and
+        the metadata store of ``KTS_DATABASE_URL`` (or the embedded server; ``store`` if given),
+        with the fetch quota the store holds. The reader closes the store and the tier.
+        ValueError (QuotaConfigError for a bad stored quota) for a bad setting, the store closed."""
         from kts_resources import settings
+        from kts_resources.chunk_cache import ChunkCache
         from kts_resources.metadata.store import RemoteLogMetadataStore
         from kts_resources.quotas import fetch_quota_manager
         from kts_resources.remote_storage.factory import remote_storage_from_uri
 
-        store = RemoteLogMetadataStore.from_env()
-        rsm = remote_storage_from_uri(settings.remote_uri())
-        quota = fetch_quota_manager(store.quota_config(), store.engine)
-        from kts_resources.chunk_cache import ChunkCache
-
+        store = store if store is not None else RemoteLogMetadataStore.from_env()
+        try:
+            quota = fetch_quota_manager(store.quota_config(), store.engine)
+            rsm = remote_storage_from_uri(settings.remote_uri())
+        except BaseException:
+            store.close()
+            raise
         home = settings.kts_home()
-        reader = cls(log_dirs=settings.log_dirs(), store=store, rsm=rsm, home=home, fetch_quota=quota,
-                     chunk_cache=ChunkCache(home / "chunk-cache"))
-        reader._owned = [store, rsm]
-        return reader
+        return cls(log_dirs=settings.log_dirs(), store=store, rsm=rsm, home=home, fetch_quota=quota,
+                   chunk_cache=ChunkCache(home / "chunk-cache"), owned=[store, rsm])
 
     def close(self) -> None:
         for thing in self._owned:

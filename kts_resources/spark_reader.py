@@ -55,9 +55,8 @@ class ReaderConfig:
         store = RemoteLogMetadataStore.from_url(self.database_url, migrate=False)
         client = s3_client(self.s3_endpoint_url) if self.remote_uri.startswith("s3://") else None
         rsm = remote_storage_from_uri(self.remote_uri, client=client)
-        reader = TieredLogReader(log_dirs=[Path(p) for p in self.log_dirs], store=store, rsm=rsm, home=Path(self.home))
-        reader._owned = [store, rsm]
-        return reader
+        return TieredLogReader(log_dirs=[Path(p) for p in self.log_dirs], store=store, rsm=rsm, home=Path(self.home),
+                               owned=[store, rsm])
 
 
 @dataclass(frozen=True)

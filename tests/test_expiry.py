@@ -21,6 +21,8 @@ from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiers import locate_partitions
 
+from .tiered_reads import records_per_tier
+
 TOPIC = "orders"
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
@@ -43,20 +45,6 @@ def located(root: Path, owned: bool):
     return found[key]
 
 
-def consumable(reader: TieredLogReader, start: int) -> tuple[int, int]:
-    """(records read from the remote tier, from the local log) fetching from ``start`` to the end."""
-    part = reader.partition(TOPIC, 0)
-    remote = local = 0
-    position = start
-    while position < part.high_watermark:
-        result = part.fetch(position, 1 << 20)
-        for batch in result.batches:
-            n = sum(1 for r in result.records if batch.header.base_offset <= r.offset <= batch.header.last_offset)
-            remote, local = (remote + n, local) if batch.remote else (remote, local + n)
-        position = result.next_offset
-    return remote, local
-
-
 def test_delete_segments_by_retention_time_in_both_tiers(tiered, metadata_store):
     """Kafka's DeleteSegmentsByRetentionTimeTest, counted per tier with fetch."""
     root, storage, tip = tiered
@@ -64,14 +52,14 @@ def test_delete_segments_by_retention_time_in_both_tiers(tiered, metadata_store)
     assert len(finished) >= 5
     now = finished[3].max_timestamp_ms + 60_000
     reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=root.parent / "home")
-    total = sum(consumable(reader, 0))
+    total = sum(records_per_tier(reader, TOPIC, 0))
 
     # Local retention first: the four oldest segments leave the owned local log, the remote tier keeps them.
     metadata_store.set_topic_config(TOPIC, "local.retention.ms", now - finished[3].max_timestamp_ms - 1)
     result = expire_partition(located(root, owned=True), tip, metadata_store, storage, clock=ManualClock(now))
     assert result.local_deleted == [md.start_offset for md in finished[:4]] and result.remote_deleted == []
     local_start = finished[4].start_offset
-    assert consumable(reader, 0) == (local_start, total - local_start)
+    assert records_per_tier(reader, TOPIC, 0) == (local_start, total - local_start)
 
     # Then retention.ms takes the two oldest from the remote tier; the log start offset moves first.
     metadata_store.set_topic_config(TOPIC, "retention.ms", now - finished[1].max_timestamp_ms)
@@ -88,7 +76,7 @@ def test_delete_segments_by_retention_time_in_both_tiers(tiered, metadata_store)
     with pytest.raises(OffsetOutOfRangeError):
         reader.partition(TOPIC, 0).fetch(0)
     # No transactions here, so every offset is a record.
-    assert consumable(reader, new_start) == (local_start - new_start, total - local_start)
+    assert records_per_tier(reader, TOPIC, new_start) == (local_start - new_start, total - local_start)
     # A second pass has nothing to do: the plan converged.
     assert not plan_partition(located(root, owned=True), tip, metadata_store, now_ms=now).has_work
 
@@ -162,11 +150,11 @@ def test_delete_segments_by_retention_size(tiered, metadata_store):
     metadata_store.set_topic_config(TOPIC, "retention.bytes", limit)
     metadata_store.set_topic_config(TOPIC, "retention.ms", -1)
     reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=root.parent / "home")
-    total = sum(consumable(reader, 0))
+    total = sum(records_per_tier(reader, TOPIC, 0))
     result = expire_partition(located(root, owned=False), tip, metadata_store, storage, clock=ManualClock(10**13))
     assert result.remote_deleted == [finished[0].start_offset, finished[1].start_offset]
     new_start = finished[2].start_offset
-    assert sum(consumable(reader, new_start)) == total - new_start
+    assert sum(records_per_tier(reader, TOPIC, new_start)) == total - new_start
 
 
 def test_roll_and_offload_copies_each_rolled_segment_and_serves_it_after_local_deletion(tmp_path, metadata_store):
@@ -188,7 +176,7 @@ def test_roll_and_offload_copies_each_rolled_segment_and_serves_it_after_local_d
                               clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
     assert result.local_deleted == [md.start_offset for md in finished]
     reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")
-    remote, local = consumable(reader, 0)
+    remote, local = records_per_tier(reader, TOPIC, 0)
     assert remote == finished[-1].end_offset + 1  # every offloaded record, now only in the remote tier
     assert remote + local == reader.partition(TOPIC, 0).high_watermark
 
@@ -227,4 +215,4 @@ def test_a_sigkill_at_any_step_of_expiry_is_finished_by_the_next_pass(tiered, me
     reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")
     part = reader.partition(TOPIC, 0)
     assert part.log_start_offset == finished[2].start_offset
-    assert sum(consumable(reader, part.log_start_offset)) == part.high_watermark - part.log_start_offset
+    assert sum(records_per_tier(reader, TOPIC, part.log_start_offset)) == part.high_watermark - part.log_start_offset

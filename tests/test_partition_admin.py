@@ -30,6 +30,8 @@ from kts_resources.remote_log import RemoteLogSegmentState, RemotePartitionDelet
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiers import locate_partitions
 
+from .tiered_reads import records_per_tier
+
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 T = 1_700_000_000_000
 
@@ -37,20 +39,6 @@ T = 1_700_000_000_000
 def located(root, key, owned=True):
     found, _ = locate_partitions([root], [key], owned_log_dirs=[root] if owned else [])
     return found[key]
-
-
-def per_tier(reader: TieredLogReader, topic: str, start: int) -> tuple[int, int]:
-    """(records fetched from the remote tier, from the local log) reading from ``start`` to the end."""
-    part = reader.partition(topic, 0)
-    remote = local = 0
-    position = start
-    while position < part.high_watermark:
-        result = part.fetch(position, 1 << 20)
-        for batch in result.batches:
-            n = sum(1 for r in result.records if batch.header.base_offset <= r.offset <= batch.header.last_offset)
-            remote, local = (remote + n, local) if batch.remote else (remote, local + n)
-        position = result.next_offset
-    return remote, local
 
 
 @pytest.fixture
@@ -82,17 +70,17 @@ def two_epochs(tmp_path, metadata_store):
 
 def test_delete_records_across_a_leader_change_then_expiry_removes_what_is_below(two_epochs, metadata_store):
     root, storage, tip, finished, reader = two_epochs
-    assert per_tier(reader, "topicA", 0) == (8, 2)
+    assert records_per_tier(reader, "topicA", 0) == (8, 2)
     assert delete_records(located(root, "topicA-0"), tip, metadata_store, 5) == 5
     # Unreadable at once, before any object is deleted.
     with pytest.raises(OffsetOutOfRangeError):
         reader.partition("topicA", 0).fetch(4)
     assert reader.offsets("topicA", 0, "earliest").offset == 5
-    assert per_tier(reader, "topicA", 5) == (3, 2)
+    assert records_per_tier(reader, "topicA", 5) == (3, 2)
     result = expire_partition(located(root, "topicA-0"), tip, metadata_store, storage, clock=ManualClock(T + 100))
     assert result.remote_deleted == [0, 2]  # [4, 5] holds offset 5: it stays
     assert [m.start_offset for m in metadata_store.list_remote_log_segments(tip, states={FINISHED})] == [4, 6]
-    assert per_tier(reader, "topicA", 5) == (3, 2)
+    assert records_per_tier(reader, "topicA", 5) == (3, 2)
     # Below the current start is a no-op; above the high watermark is refused, as Kafka does.
     assert delete_records(located(root, "topicA-0"), tip, metadata_store, 3) == 5
     with pytest.raises(DeleteRecordsError, match="above the high watermark 10"):
@@ -151,7 +139,7 @@ def test_copy_disable_stops_copies_but_keeps_reads(simulated, metadata_store, tm
     for f in (root / "orders-0").glob(f"{first.start_offset:020d}.*"):
         f.unlink()  # local retention took the copied segment: reads of it go to the remote tier
     reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")
-    remote, local = per_tier(reader, "orders", 0)
+    remote, local = records_per_tier(reader, "orders", 0)
     assert remote > 0 and local > 0
 
 
