@@ -11,8 +11,10 @@ from kts_assets.assets import hourly_record_counts, local_segments, remote_log_i
 COPY_JOB_NAME = "copy_job"
 EXPIRY_JOB_NAME = "expiry_job"
 INDEX_REBUILD_JOB_NAME = "index_rebuild_job"
-# index_rebuild_job's run config: every finished segment read again, the files laid out afresh.
-REBUILD_CONFIG = {"ops": {"remote_log_index": {"config": {"rebuild": True}}}}
+# index_rebuild_job's run config: local indexes that are missing or torn rebuilt (owned log dirs),
+# then every finished segment's remote index entries read again and the files laid out afresh.
+REBUILD_CONFIG = {"ops": {"local_segments": {"config": {"rebuild_indexes": True}},
+                          "remote_log_index": {"config": {"rebuild": True}}}}
 
 copy_job = dg.define_asset_job(
     COPY_JOB_NAME,
@@ -35,9 +37,10 @@ expiry_job = dg.define_asset_job(
 
 index_rebuild_job = dg.define_asset_job(
     INDEX_REBUILD_JOB_NAME,
-    selection=[remote_log_index],
-    description="Rebuild the partitions' remote log index from scratch (every finished segment read again, the files laid "
-                "out afresh and shipped): for an index found missing, damaged or behind the store.",
+    selection=[local_segments, remote_log_index],
+    description="Rebuild the partitions' indexes: closed local segments' .index / .timeindex that are missing or torn (in "
+                "owned log dirs, by Kafka's recovery rule), and the remote log index from scratch (every finished segment "
+                "read again, the files laid out afresh and shipped).",
     config=REBUILD_CONFIG,
     executor_def=dg.in_process_executor,
 )

@@ -89,3 +89,36 @@ def segment_entries_job(spark: "SparkSession", tasks: list[EntriesTask], *, remo
 
     frame = spark.range(0, len(tasks), 1, numPartitions=min(len(tasks), 64)).mapInArrow(run, _schema())
     return [(r.task, r.segment_id, None if r.entries is None else bytes(r.entries), r.error) for r in frame.collect()]
+
+
+def rebuild_local_indexes_job(spark: "SparkSession", log_paths: list[str]) -> list[tuple[str, str | None]]:
+    """Rebuild the ``.index`` and ``.timeindex`` of each closed local segment in ``log_paths`` by
+    Kafka's recovery rule, one task per segment, each file replaced atomically: (path, error or
+    None) for every one. The caller picks the segments (``local_indexes.segments_to_reindex``) and
+    passes only those of log dirs kts owns."""
+    if not log_paths:
+        return []
+
+    def run(batches):
+        import pyarrow as pa
+
+        from kts_resources.kafka.indexes import rebuild_segment_indexes
+
+        for batch in batches:
+            rows = []
+            for i in batch.column(0).to_pylist():
+                try:
+                    rebuild_segment_indexes(log_paths[i], closed=True)
+                    error = None
+                except Exception as e:  # noqa: BLE001 - reported per segment; the others go on
+                    error = " ".join(str(e).split()) or type(e).__name__
+                rows.append({"task": i, "error": error})
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows, schema=pa.schema([("task", pa.int64(), False), ("error", pa.string())]))
+
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("task", LongType(), False), StructField("error", StringType(), True)])
+    frame = spark.range(0, len(log_paths), 1, numPartitions=min(len(log_paths), 64)).mapInArrow(run, schema)
+    return [(log_paths[r.task], r.error) for r in frame.collect()]
+

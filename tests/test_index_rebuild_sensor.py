@@ -12,11 +12,13 @@ import pytest
 
 from kts_assets.assets import local_segments, remote_log_index, remote_segments
 from kts_assets.definitions import defs
-from kts_assets.jobs import INDEX_REBUILD_JOB_NAME
+from kts_assets.jobs import INDEX_REBUILD_JOB_NAME, REBUILD_CONFIG
 from kts_assets.sensors import index_rebuild as index_rebuild_module
 from kts_assets.sensors.index_rebuild import index_rebuild_sensor
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
+from kts_resources.kafka.indexes import rebuild_segment_indexes
+from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
@@ -37,8 +39,9 @@ def log_dir(tmp_path):
     return root
 
 
-def _tick(instance, log_dir, pg_url, cursor=None):
-    resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(log_dir)), "metadata_store": MetadataStoreResource(database_url=pg_url)}
+def _tick(instance, log_dir, pg_url, cursor=None, owned=False):
+    resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(log_dir), owned_log_dirs=str(log_dir) if owned else ""),
+                 "metadata_store": MetadataStoreResource(database_url=pg_url)}
     with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor, definitions=defs) as context:
         return index_rebuild_sensor.evaluate_tick(context)
 
@@ -71,8 +74,8 @@ def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_
     [request] = found.run_requests
     assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == tuple(KEYS)
     assert request.tags["kts/trigger"] == "index_rebuild"
-    assert request.run_config == {"ops": {"remote_log_index": {"config": {"rebuild": True}}}}
-    rebuilt = dg.materialize([remote_log_index], instance=instance, resources=resources, tags=request.tags,
+    assert request.run_config == REBUILD_CONFIG
+    rebuilt = dg.materialize([local_segments, remote_log_index], instance=instance, resources=resources, tags=request.tags,
                              run_config=request.run_config)
     assert rebuilt.success
 
@@ -90,9 +93,48 @@ def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_
     store.close()
 
 
-def test_the_index_rebuild_job_rebuilds_the_remote_log_index_from_scratch_and_checks_it():
+def test_missing_or_torn_local_indexes_in_an_owned_log_dir_are_rebuilt_by_kafkas_recovery_rule(
+        log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote", owned=True)
+    instance.add_dynamic_partitions("topic_partitions", KEYS)
+    segments = LogDir(log_dir).partitions()[0].segments()
+    key = segments[0].log.parent.name
+    expected = {}
+    for segment in segments[:-1]:  # what recovery writes for each closed segment, built aside
+        out = tmp_path / "expected" / str(segment.base_offset)
+        rebuild_segment_indexes(segment.log, out_dir=out, closed=True)
+        expected[segment.base_offset] = {p.name: p.read_bytes() for p in out.iterdir()}
+    segments[0].time_index.unlink()  # a segment from before KIP-33: no time index
+    with open(segments[1].offset_index, "r+b") as f:
+        f.truncate(f.seek(0, 2) - 3)  # a torn write
+    found = _tick(instance, log_dir, pg_url, owned=True)
+    [request] = found.run_requests
+    assert request.tags["dagster/asset_partition_range_start"] <= key <= request.tags["dagster/asset_partition_range_end"]
+    result = dg.materialize([local_segments, remote_log_index], instance=instance, resources=resources, tags=request.tags,
+                            run_config=request.run_config)
+    assert result.success
+    rebuilt = {m.partition: m.metadata["indexes_rebuilt"].value for m in result.asset_materializations_for_node("local_segments")}
+    assert rebuilt[key] == 2
+    for segment in segments[:-1]:
+        assert {p.name: p.read_bytes() for p in (segment.offset_index, segment.time_index)} == expected[segment.base_offset]
+    assert _tick(instance, log_dir, pg_url, cursor=found.cursor, owned=True).run_requests == []
+
+
+def test_in_a_brokers_log_dir_local_indexes_are_never_written(log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote", owned=False)
+    instance.add_dynamic_partitions("topic_partitions", KEYS)
+    segment = LogDir(log_dir).partitions()[0].segments()[0]
+    segment.time_index.unlink()
+    assert _tick(instance, log_dir, pg_url).run_requests == []  # nothing kts may do about it
+    result = dg.materialize([local_segments], instance=instance, resources=resources, tags=RANGE,
+                            run_config={"ops": {"local_segments": {"config": {"rebuild_indexes": True}}}})
+    assert result.success and not segment.time_index.exists()
+
+
+def test_the_index_rebuild_job_rebuilds_local_and_remote_indexes_and_checks_them():
     job = defs.resolve_job_def(INDEX_REBUILD_JOB_NAME)
-    assert sorted(node.name for node in job.nodes) == ["remote_log_index", "remote_log_index_remote_log_index_covers_finished_segments"]
+    assert sorted(node.name for node in job.nodes) == ["local_segments", "local_segments_local_segments_crc_clean",
+                                                       "remote_log_index", "remote_log_index_remote_log_index_covers_finished_segments"]
     assert job.executor_def.name == "in_process"
-    assert job.partitioned_config.get_run_config_for_partition_key(KEYS[0]) == {"ops": {"remote_log_index": {"config": {"rebuild": True}}}}
+    assert job.partitioned_config.get_run_config_for_partition_key(KEYS[0]) == REBUILD_CONFIG
     assert index_rebuild_sensor.job_name == INDEX_REBUILD_JOB_NAME

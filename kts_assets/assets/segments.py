@@ -35,6 +35,9 @@ class LocalSegmentsConfig(dg.Config):
     # Closed segments unchanged (size, modification time) since the last inventory keep their row;
     # True rescans them too: a scrub for bit rot, which leaves both as they were.
     rescan_unchanged: bool = False
+    # True (index_rebuild_job): first rebuild, in owned log dirs, the .index / .timeindex of closed
+    # segments whose files are missing or torn (kts_resources.local_indexes), by Kafka's recovery rule.
+    rebuild_indexes: bool = False
 
 
 @dg.asset(
@@ -79,6 +82,7 @@ def local_segments(
             problem = f"{shown(loc.partition.path)}: cannot be listed: {e.strerror or e}"
             context.log.error(f"{key}: {problem}")
             context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, partition_key=key)
+    reindexed = _rebuild_local_indexes(context, pyspark, located, listed) if config.rebuild_indexes else {}
     with pyspark.server_loss_as_failure():
         earlier = [path for path in map(inventory_path, located) if path.is_dir()]
         previous = {}
@@ -138,6 +142,7 @@ def local_segments(
                 "eligible_segments": len(eligible),
                 "eligible_bytes": eligible_bytes,
                 "owned_log_dir": loc.owned,
+                **({"indexes_rebuilt": reindexed[key]} if key in reindexed else {}),
                 "inventory": dg.MetadataValue.path(str(inventory_path(key))),
             },
             partition_key=key,
@@ -149,3 +154,32 @@ def local_segments(
     record_run_totals(context, {"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept,
                                 "segments_unchanged": kept})
     return dg.MaterializeResult()
+
+
+def _rebuild_local_indexes(context: dg.AssetExecutionContext, pyspark: KtsPySparkResource,
+                           located: dict, listed: dict) -> dict[str, int]:
+    """Rebuild the indexes of closed segments that need it, in owned log dirs only (a broker's
+    live files are reported, never written); per partition, how many segments were reindexed."""
+    from kts_resources.local_indexes import segments_to_reindex
+    from kts_resources.spark_index import rebuild_local_indexes_job
+
+    paths, owner = [], {}
+    for key, loc in located.items():
+        for segment, problems in segments_to_reindex(listed[key]):
+            if not loc.owned:
+                context.log.warning(f"{key}: {problems[0]}; not rebuilt: the log dir is the broker's (KTS_OWNED_LOG_DIRS)")
+                continue
+            paths.append(str(segment.log))
+            owner[str(segment.log)] = key
+    with pyspark.server_loss_as_failure():
+        results = rebuild_local_indexes_job(pyspark.spark_session, paths)
+    rebuilt: dict[str, int] = {key: 0 for key, loc in located.items() if loc.owned}
+    for path, error in results:
+        if error is None:
+            rebuilt[owner[path]] += 1
+        else:
+            context.log.error(f"{owner[path]}: {path}: indexes not rebuilt: {error}")
+    if paths:
+        context.log.info(f"rebuilt the indexes of {sum(rebuilt.values())} of {len(paths)} segments")
+    return rebuilt
+

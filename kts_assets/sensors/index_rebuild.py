@@ -1,6 +1,8 @@
 """The index-rebuild sensor: runs of ``index_rebuild_job`` for partitions whose remote log index is
 missing, damaged (an entry's CRC, a file that does not decode, a segment covered twice or with a
-gap) or behind the store (a segment finished a while ago and still not in it).
+gap) or behind the store (a segment finished a while ago and still not in it), or, in a log dir kts
+owns, whose closed segments' ``.index`` / ``.timeindex`` are missing or torn (KIP-33's migration
+case; ``kts_resources.local_indexes``).
 
 The check is the asset check's own rule (``kts_resources.remote_index_check``) and reads every
 index file of a partition, so a tick looks at a bounded slice of the known partitions and the cursor
@@ -21,6 +23,7 @@ from kts_assets.jobs import INDEX_REBUILD_JOB_NAME, REBUILD_CONFIG
 from kts_assets.partitions import topic_partitions
 from kts_resources import remote_index_cache as index_cache
 from kts_resources import settings
+from kts_resources.local_indexes import segments_to_reindex
 from kts_resources.remote_index_check import check_partition_index
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 from kts_resources.tiers import finished_segments, locate_partitions, topic_id_partition
@@ -41,13 +44,15 @@ def _decode(cursor: str | None) -> int:
 
 
 def index_problems(store, loc, home, now_ms: int) -> list[str]:
-    """What is wrong with one located partition's remote log index (empty: nothing, or nothing remote)."""
+    """What is wrong with one located partition's indexes: its closed local segments' (in an owned
+    log dir) and its remote log index (empty: nothing)."""
+    problems = [p for _, found in segments_to_reindex(loc.partition.segments()) for p in found] if loc.owned else []
     tip = topic_id_partition(loc.partition, store)
     finished = [md for md in finished_segments(tip, store) if md.event_timestamp_ms <= now_ms - FINISHED_GRACE_MS]
     if tip is None or not finished:
-        return []
-    problems, _entries = check_partition_index(index_cache.cache_directory(home, tip), finished)
-    return problems
+        return problems
+    remote, _entries = check_partition_index(index_cache.cache_directory(home, tip), finished)
+    return problems + remote
 
 
 @dg.sensor(
@@ -56,7 +61,8 @@ def index_problems(store, loc, home, now_ms: int) -> list[str]:
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
         "Requests index_rebuild_job runs for partitions whose remote log index is missing, damaged or behind the "
-        "metadata store, looking at up to 500 partitions a tick in turn."
+        "metadata store, or whose closed local segments in an owned log dir lack a whole .index / .timeindex; "
+        "looks at up to 500 partitions a tick in turn."
     ),
 )
 def index_rebuild_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaLogDirsResource,
