@@ -103,6 +103,9 @@ class RemoteSegment(Base):
         sa.CheckConstraint(f"state IN ({SEGMENT_STATES})", name="remote_segments_state_check"),
         sa.Index("remote_segments_partition_state_start", "topic_id", "partition", "state", "start_offset"),
         sa.Index("remote_segments_partition_start", "topic_id", "partition", "start_offset"),
+        # Finished segments whose manifest is not recorded (migration 0005): empty in steady state.
+        sa.Index("remote_segments_without_manifest", "topic_id", "partition", "start_offset",
+                 postgresql_where=sa.text("state = 'COPY_SEGMENT_FINISHED' AND NOT (custom_metadata ? 'manifest.key')")),
     )
 
 

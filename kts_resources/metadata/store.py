@@ -75,6 +75,10 @@ EPOCHS = RemoteSegmentLeaderEpoch.__table__
 EVENTS = RemoteLogEvent.__table__
 LOST = LostRange.__table__
 
+# A finished segment whose manifest the store has not recorded (the partial index
+# "remote_segments_without_manifest" holds exactly these rows, so the copy pass's check is cheap).
+WITHOUT_MANIFEST_SQL = "state = 'COPY_SEGMENT_FINISHED' AND NOT (custom_metadata ? 'manifest.key')"
+
 # What Kafka's listRemoteLogSegments returns: everything not yet DELETE_SEGMENT_FINISHED.
 LISTED_STATES = frozenset(S) - {S.DELETE_SEGMENT_FINISHED}
 
@@ -94,6 +98,8 @@ class EventKind:
     FIRST_OFFSET_OBSERVED = "FIRST_OFFSET_OBSERVED"
     LOST_RANGE_DETECTED = "LOST_RANGE_DETECTED"
     LOST_RANGE_ACKNOWLEDGED = "LOST_RANGE_ACKNOWLEDGED"
+    SEGMENT_MANIFEST_RECORDED = "SEGMENT_MANIFEST_RECORDED"  # a finished segment's manifest written afterwards
+    SEGMENT_RECOVERED = "SEGMENT_RECOVERED"  # `kts recover` restored it, COPY_SEGMENT_FINISHED, from its manifest
 
 
 class DuplicateRemoteLogSegmentIdError(ValueError):
@@ -562,6 +568,96 @@ class RemoteLogMetadataStore:
         conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id == sid).values(referenced=True, copied=True))
         replaced.discard(sid)
         return replaced
+
+    # -- manifests and recovery -------------------------------------------------------------------
+
+    def finished_segments_without_manifest(self, tip: TopicIdPartition, limit: int = 1000) -> list[RemoteLogSegmentMetadata]:
+        """Up to ``limit`` of the partition's COPY_SEGMENT_FINISHED segments whose manifest is not
+        recorded (copied before manifests existed), by start offset. One probe of a partial index
+        that is empty once every segment has its manifest."""
+        stmt = (sa.select(SEGMENTS).where(*_partition_key(SEGMENTS, tip), sa.text(WITHOUT_MANIFEST_SQL))
+                .order_by(SEGMENTS.c.start_offset).limit(limit))
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all())
+        return [_to_metadata(row, tip) for row in rows]
+
+    def record_segment_manifest(self, segment_id: RemoteLogSegmentId | uuid.UUID, manifest: Mapping[str, str]) -> bool:
+        """Add the manifest's ``manifest.key`` / ``.size`` / ``.crc32c`` to a COPY_SEGMENT_FINISHED
+        segment's custom metadata (a manifest written after the fact). Not a state change; False
+        when the segment is no longer finished (deleted meanwhile) or already has these."""
+        sid = segment_id.id if isinstance(segment_id, RemoteLogSegmentId) else segment_id
+
+        def work(conn: Connection, _attempt: int) -> bool:
+            row = self._segment_row(conn, sid, lock=True)
+            if row is None or row.state != S.COPY_SEGMENT_FINISHED.name:
+                return False
+            custom = {**row.custom_metadata, **manifest}
+            if custom == row.custom_metadata:
+                return False  # also how a retry finds its own earlier commit
+            conn.execute(SEGMENTS.update().where(SEGMENTS.c.segment_id == sid)
+                         .values(custom_metadata=custom, updated_at=sa.func.now()))
+            topic = conn.execute(sa.select(PARTITIONS.c.topic).where(
+                PARTITIONS.c.topic_id == row.topic_id, PARTITIONS.c.partition == row.partition)).scalar_one()
+            _event(conn, EventKind.SEGMENT_MANIFEST_RECORDED, tip=TopicIdPartition(row.topic_id, TopicPartition(topic, row.partition)),
+                   segment_id=sid, details=dict(manifest))
+            return True
+
+        return self._tx(work)
+
+    def recover_remote_log_segments(self, tip: TopicIdPartition, segments: Iterable[RemoteLogSegmentMetadata]) -> int:
+        """Record segments described by their manifests (``kts recover``) straight in
+        COPY_SEGMENT_FINISHED, in one transaction and in the order given (the order they finished
+        in, so each epoch's offset map ends as it was). A segment whose id the store already has,
+        in any state, is left as it is: a rerun is a no-op. Each segment is absent or finished,
+        never COPY_SEGMENT_STARTED, so no copy pass ever takes one for a crashed copy and deletes
+        its objects. Returns how many were recorded; ValueError when the partition is being deleted."""
+        wanted = list(segments)
+        for md in wanted:
+            if md.state is not S.COPY_SEGMENT_FINISHED or md.topic_id_partition != tip:
+                raise ValueError(f"segment {md.segment_id.id} is not a COPY_SEGMENT_FINISHED segment of {_tip_str(tip)}")
+        if not wanted:
+            return 0
+
+        def work(conn: Connection, _attempt: int) -> int:
+            part = self._partition_row(conn, tip, create=True)
+            if part.delete_state is not None:
+                raise ValueError(f"{_tip_str(tip)} is {part.delete_state}: no segments are recovered into it")
+            present = set(conn.execute(sa.select(SEGMENTS.c.segment_id).where(
+                SEGMENTS.c.segment_id.in_([md.segment_id.id for md in wanted]))).scalars())
+            highest = part.highest_copied_offset
+            added = 0
+            for md in wanted:
+                sid = md.segment_id.id
+                if sid in present:
+                    continue
+                present.add(sid)
+                epochs = _epoch_ranges(md)
+                conn.execute(SEGMENTS.insert().values(
+                    segment_id=sid, topic_id=tip.topic_id, partition=tip.partition, start_offset=md.start_offset,
+                    end_offset=md.end_offset, max_timestamp_ms=md.max_timestamp_ms, size_bytes=md.segment_size_in_bytes,
+                    leader_epochs={str(epoch): start for epoch, (start, _end) in epochs.items()},
+                    state=S.COPY_SEGMENT_FINISHED.name, broker_id=md.broker_id,
+                    event_timestamp_ms=md.event_timestamp_ms, custom_metadata=dict(md.custom_metadata),
+                ))
+                conn.execute(EPOCHS.insert(), [
+                    {"segment_id": sid, "leader_epoch": epoch, "topic_id": tip.topic_id, "partition": tip.partition,
+                     "start_offset": start, "end_offset": end}
+                    for epoch, (start, end) in epochs.items()
+                ])
+                details: dict[str, Any] = {"start_offset": md.start_offset, "end_offset": md.end_offset,
+                                           "size_bytes": md.segment_size_in_bytes, "event_timestamp_ms": md.event_timestamp_ms}
+                replaced = self._reference_epochs(conn, md)
+                if replaced:
+                    details["unreferenced_segment_ids"] = sorted(str(s) for s in replaced)
+                highest = max(highest, md.end_offset)
+                _event(conn, EventKind.SEGMENT_RECOVERED, tip=tip, segment_id=sid,
+                       new_state=S.COPY_SEGMENT_FINISHED.name, details=details)
+                added += 1
+            if highest > part.highest_copied_offset:
+                conn.execute(PARTITIONS.update().where(*_partition_key(PARTITIONS, tip))
+                             .values(highest_copied_offset=highest, updated_at=sa.func.now()))
+            return added
+
+        return self._tx(work)
 
     def remote_log_segment_metadata(
         self, tip: TopicIdPartition, leader_epoch: int, offset: int
