@@ -1,5 +1,6 @@
 """`kts delete-records` and `kts topic delete`: Kafka's DeleteRecords and topic deletion on kts's
-tiers (kts_resources.partition_admin), with one clear line for bad input."""
+tiers (kts_resources.partition_admin); `kts recover`: the metadata store rebuilt from the remote
+tier alone (kts_resources.recovery). One clear line for bad input."""
 
 from __future__ import annotations
 
@@ -71,6 +72,46 @@ def cmd_topic_delete(args) -> int:
     return 0
 
 
+def cmd_recover(args) -> int:
+    """Rebuild the metadata store (topics, partitions, finished segments, log start offsets) and
+    the remote log indexes from the remote tier's listing and manifests alone."""
+    import sys
+
+    from kts_assets.cli import _metadata_store, _remote_storage, report
+    from kts_resources import settings
+    from kts_resources.recovery import SAMPLE, RecoveryError, recover
+
+    def progress(line: str) -> None:
+        print(f"kts recover: {line}", file=sys.stderr, flush=True)
+
+    store = _metadata_store()
+    storage = _remote_storage()
+    try:
+        outcome = recover(store, storage, settings.kts_home(), progress=progress)
+    except RecoveryError as e:
+        raise CommandError(str(e)) from None
+    finally:
+        storage.close()
+        store.close()
+    if args.json:
+        print_json(outcome.to_json())
+    else:
+        print(f"recovered {outcome.segments_recovered} segments ({outcome.segments_present} already in the store) of "
+              f"{outcome.partitions} partitions of {outcome.topics} topics from {outcome.manifests} manifests "
+              f"({outcome.objects_listed} objects listed); remote log index of {outcome.index_partitions} partitions "
+              f"({outcome.index_segments_read} segments read, {outcome.index_files_written} files written, "
+              f"{outcome.index_files_published} shipped)")
+    lines = []
+    if outcome.objects_without_manifest:
+        lines.append(f"{len(outcome.objects_without_manifest)} objects have no manifest and were not recovered "
+                     f"(leftovers of copies that never finished, or segments copied before manifests existed), e.g. "
+                     + ", ".join(outcome.objects_without_manifest[:SAMPLE]))
+    lines += outcome.incomplete_segments + outcome.skipped + outcome.index_errors
+    if lines:
+        report(lines)
+    return 0 if outcome.clean else 1
+
+
 def add_admin_parsers(sub) -> None:
     p = sub.add_parser("delete-records", help="Kafka's DeleteRecords: move a partition's log start offset; expiry deletes below it")
     p.add_argument("topic", metavar="TOPIC")
@@ -84,3 +125,7 @@ def add_admin_parsers(sub) -> None:
     d.add_argument("topic", metavar="TOPIC")
     d.add_argument("--json", action="store_true", help="print JSON")
     d.set_defaults(func=cmd_topic_delete)
+    p = sub.add_parser("recover", help="rebuild the metadata store (topics, partitions, finished segments, log start offsets) "
+                                       "and the remote log indexes from the remote tier's listing and manifests alone")
+    p.add_argument("--json", action="store_true", help="print what was recovered and reported as JSON")
+    p.set_defaults(func=cmd_recover)
