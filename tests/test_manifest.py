@@ -7,6 +7,7 @@ import json
 import uuid
 
 import pytest
+from crc32c import crc32c
 
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
@@ -42,16 +43,27 @@ def test_a_manifest_is_canonical_json_with_a_version_and_kafka_ids():
     data = encode_manifest(_manifest())
     assert data == encode_manifest(_manifest()) and data.endswith(b"\n")
     body = json.loads(data)
-    assert body["format"] == "kts-remote-segment-manifest" and body["version"] == 1
+    assert body["format"] == "kts-remote-segment-manifest" and body["version"] == 1 and len(body["crc32c"]) == 8
     assert body["topic"] == "orders.v2-eu" and body["partition"] == 7 and len(body["topic_id"]) == 22
     assert body["segment_leader_epochs"] == [[2, 1000], [5, 1040]]
     assert body["objects"]["log"] == {"key": _manifest().objects["log"].key, "size": 16384, "crc32c": f"{0xDEADBEEF - 16384:08x}"}
 
 
 def _mutated(change) -> bytes:
+    """The manifest with ``change`` made and its checksum made to fit (a well-formed lie)."""
     body = json.loads(encode_manifest(_manifest()))
+    body.pop("crc32c")
     change(body)
+    body["crc32c"] = f"{crc32c(json.dumps(body, sort_keys=True, separators=(',', ':'), ensure_ascii=False).encode()):08x}"
     return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize("position", range(0, 700, 7))
+def test_any_flipped_byte_is_a_damaged_manifest(position):
+    data = bytearray(encode_manifest(_manifest()))
+    data[position] ^= 0x04
+    with pytest.raises(ManifestError, match="damaged manifest"):
+        decode_manifest(bytes(data), where=WHERE)
 
 
 @pytest.mark.parametrize("data, problem", [
@@ -63,6 +75,7 @@ def _mutated(change) -> bytes:
     (_mutated(lambda b: b.update(format="other")), "format"),
     (_mutated(lambda b: b.pop("end_offset")), "missing field(s) end_offset"),
     (_mutated(lambda b: b.update(extra=1)), "unknown field(s) extra"),
+    (json.dumps({**json.loads(encode_manifest(_manifest())), "end_offset": 1098}).encode(), "CRC-32C"),
     (_mutated(lambda b: b.update(topic="bad/topic")), "topic"),
     (_mutated(lambda b: b.update(topic_id="not-a-uuid")), "topic_id"),
     (_mutated(lambda b: b.update(partition=-1)), "partition"),

@@ -15,8 +15,10 @@ Version 1, canonical JSON (sorted keys, no blanks, UTF-8, one trailing newline):
      "max_timestamp_ms": 1700000000000, "broker_id": 0, "event_timestamp_ms": 1700000000123,
      "segment_size_in_bytes": 16384, "segment_leader_epochs": [[0, 0], [3, 57]],
      "objects": {"log": {"key": "...", "size": 16384, "crc32c": "1a2b3c4d"}, ...},
-     "topic_configs": {"retention.ms": "86400000"}, "log_start_offset": 0}
+     "topic_configs": {"retention.ms": "86400000"}, "log_start_offset": 0, "crc32c": "89abcdef"}
 
+``crc32c`` is the CRC-32C of the canonical encoding of every other field: a flipped bit anywhere
+(an object key, an offset) is a damaged manifest, never a plausible other segment.
 ``topic_configs`` are the topic's overrides (Kafka's names) and ``log_start_offset`` the
 partition's log start offset in the metadata store, both as of the copy.
 """
@@ -30,6 +32,8 @@ from typing import Any, Mapping
 
 from kts_resources.kafka.checkpoints import topic_id_from_base64, topic_id_to_base64
 from kts_resources.kafka.partition import MAX_PARTITION, TopicPartition, topic_name_problem
+from crc32c import crc32c
+
 from kts_resources.remote_log import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -49,7 +53,7 @@ REQUIRED_OBJECTS = frozenset({LOG_SUFFIX, "index", "timeindex", "leader-epoch-ch
 _FIELDS = frozenset({
     "format", "version", "topic", "topic_id", "partition", "segment_id", "start_offset", "end_offset",
     "max_timestamp_ms", "broker_id", "event_timestamp_ms", "segment_size_in_bytes", "segment_leader_epochs",
-    "objects", "topic_configs", "log_start_offset",
+    "objects", "topic_configs", "log_start_offset", "crc32c",
 })
 _OBJECT_FIELDS = frozenset({"key", "size", "crc32c"})
 _INT64 = (-(2**63), 2**63 - 1)
@@ -112,7 +116,8 @@ def encode_manifest(manifest: SegmentManifest) -> bytes:
         "topic_configs": {k: str(v) for k, v in sorted(manifest.topic_configs.items())},
         "log_start_offset": manifest.log_start_offset,
     }
-    data = (json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+    body["crc32c"] = crc32c_hex(crc32c(_canonical(body)))
+    data = _canonical(body) + b"\n"
     # What is written must read back: a value the parser refuses is a bug here, not a damaged object later.
     decode_manifest(data, where="the manifest being written")
     return data
@@ -148,6 +153,10 @@ def _decode(data: bytes) -> SegmentManifest:
         raise ManifestError(f"missing field(s) {', '.join(sorted(missing))}")
     if extra:
         raise ManifestError(f"unknown field(s) {', '.join(sorted(extra))}")
+    recorded = body.pop("crc32c")
+    actual = crc32c_hex(crc32c(_canonical(body)))
+    if recorded != actual:
+        raise ManifestError(f"its CRC-32C is {actual}, the manifest records {recorded!r}: it was altered or corrupted")
 
     topic = _str(body, "topic")
     problem = topic_name_problem(topic)
@@ -180,6 +189,10 @@ def _decode(data: bytes) -> SegmentManifest:
         custom_metadata=segment_custom_metadata(objects),
     )
     return SegmentManifest(metadata, objects, dict(configs), _int(body, "log_start_offset", 0, MAX_OFFSET))
+
+
+def _canonical(body: Mapping[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
