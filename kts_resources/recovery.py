@@ -23,14 +23,17 @@ import logging
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+from crc32c import crc32c
 
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from kts_resources.remote_storage.base import StoredObject, segment_custom_metadata
 from kts_resources.remote_storage.keys import MANIFEST_SUFFIX, MAX_TOPIC_IN_KEY, REMOTE_INDEX_DIR
 from kts_resources.remote_storage.manifest import ManifestError, SegmentManifest, decode_manifest
 
@@ -170,9 +173,13 @@ def read_manifests(rsm: "RemoteStorageManager", keys: Sequence[str], *, workers:
     def read(key: str) -> tuple[str, SegmentManifest | None, str | None]:
         where = rsm.location(key)
         try:
-            manifest = decode_manifest(rsm.fetch_object(key), where=where)
+            data = rsm.fetch_object(key)
+            manifest = decode_manifest(data, where=where)
             _check_matches_key(rsm, key, manifest, where)
-            return key, manifest, None
+            # The store records the manifest too (as the copy does), so no copy pass writes it again.
+            recorded = segment_custom_metadata({MANIFEST_SUFFIX: StoredObject(key, len(data), crc32c(data))})
+            md = replace(manifest.metadata, custom_metadata={**manifest.metadata.custom_metadata, **recorded})
+            return key, replace(manifest, metadata=md), None
         except ManifestError as e:
             return key, None, str(e)
 

@@ -94,12 +94,28 @@ def _tips(log_dir: Path) -> list[TopicIdPartition]:
 
 
 def _copy_and_age(log_dir: Path, store, storage) -> None:
-    """A copy pass, then the first segment of orders-0 gone locally (reads of it go remote)."""
+    """A copy pass (orders with config overrides), then the first segment of orders-0 gone
+    locally (reads of it go remote)."""
+    orders = next(p for p in LogDir(log_dir).partitions() if p.topic == "orders")
+    store.ensure_topic("orders", orders.metadata().topic_id, {"retention.ms": "-1", "local.retention.ms": "3600000"})
     results = copy_log_dir(LogDir(log_dir), store, storage)
     assert all(r.stopped is None and r.skipped is None and r.copied for r in results)
     first = sorted((log_dir / "orders-0").glob("*.log"))[0]
     for f in (log_dir / "orders-0").glob(first.stem + ".*"):
         f.unlink()
+
+
+def _rows(store, log_dir: Path) -> dict:
+    """The store's view of every partition: its state, first observed offset, topic configs, and
+    every remote segment (all but the time of its last state change)."""
+    out = {}
+    for tip in _tips(log_dir):
+        segments = [(md.segment_id, md.start_offset, md.end_offset, md.max_timestamp_ms, md.broker_id,
+                     md.segment_size_in_bytes, dict(md.segment_leader_epochs), md.state, dict(md.custom_metadata))
+                    for md in store.list_remote_log_segments(tip, states=set(RemoteLogSegmentState))]
+        out[str(tip.topic_partition)] = (store.partition_state(tip), store.first_observed_offset(tip),
+                                         store.topic_configs(tip.topic), segments)
+    return out
 
 
 def _answers(env, log_dir: Path) -> dict:
@@ -197,7 +213,7 @@ def test_after_the_database_is_dropped_recover_gives_the_same_status_offsets_and
     env = _env(pg_url, tmp_path, log_dir, tier_env)
     store = _store(pg_url)
     _copy_and_age(log_dir, store, storage)
-    events = len(store.events())
+    rows = _rows(store, log_dir)
     store.close()
     before = _answers(env, log_dir)
     tier_before = _listing(storage)
@@ -216,6 +232,7 @@ def test_after_the_database_is_dropped_recover_gives_the_same_status_offsets_and
 
     store = _store(pg_url)
     try:
+        assert _rows(store, log_dir) == rows  # the store as it was: segments, epochs, objects, offsets, configs
         assert len(store.events()) == finished + 2 + 4 + 4  # segments, topics, partitions, first observed offsets
         events = len(store.events())
         # A rerun is a no-op: nothing recorded, nothing shipped, the same answers.
@@ -223,9 +240,13 @@ def test_after_the_database_is_dropped_recover_gives_the_same_status_offsets_and
         assert (again["segments_recovered"], again["segments_already_present"], again["topics_created"]) == (0, finished, 0)
         assert again["index_files_written"] == again["index_files_published"] == again["index_segments_read"] == 0
         assert len(store.events()) == events
+        # The pipeline carries on from the recovered store: nothing copied again, no manifest rewritten.
+        again = copy_log_dir(LogDir(log_dir), store, storage)
+        assert [(r.copied, r.manifests_backfilled, r.stopped) for r in again] == [([], 0, None)] * 4
     finally:
         store.close()
     assert _answers(env, log_dir) == before
+    assert _listing(storage) == {**tier_before, **{k: v for k, v in _listing(storage).items() if "/remote-log-index/" in k}}
 
 
 def test_recover_on_a_new_machine_takes_the_remote_log_index_from_the_tier(log_dir, pg_url, pg_admin_url, pg_template, tmp_path, tier):
