@@ -274,8 +274,13 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
                 try:
                     store.ensure_topic(name, topic_id, latest.topic_configs)
                 except StaleTopicIdError as e:
-                    count = sum(len(ms) for ms in incarnations[topic_id].values())
-                    report.skipped.append(f"{count} segments of {name} (topic id {topic_id}): {e}")
+                    # An earlier incarnation of a re-created topic: nothing new can join it. Its
+                    # segments already in the store (a rerun) are fine; any others are reported.
+                    ids = [m.metadata.segment_id for ms in incarnations[topic_id].values() for _k, m in ms]
+                    absent = [sid for sid in ids if store.segment(sid) is None]
+                    report.segments_present += len(ids) - len(absent)
+                    if absent:
+                        report.skipped.append(f"{len(absent)} segments of {name} (topic id {topic_id}) not recovered: {e}")
                     continue
                 except ValueError as e:  # a config the store refuses, an id another topic has
                     raise RecoveryError(f"{rsm.location(latest_key)}: topic {name!r}: {e}; nothing more was recovered") from None
@@ -300,10 +305,13 @@ def _recover_partition(store: "RemoteLogMetadataStore", tip: TopicIdPartition,
                        manifests: list[tuple[str, SegmentManifest]], report: RecoveryReport) -> None:
     """The partition's segments (in the order they finished), its log start offset and the first
     offset kts watched, under the partition lock so that no copy or expiry runs meanwhile."""
-    if store.partition_state(tip).delete_state is not None:
-        state = store.partition_state(tip).delete_state
-        report.skipped.append(f"{len(manifests)} segments of {tip.topic_partition} (topic id {tip.topic_id}): "
-                              f"the partition is {state.name}")
+    state = store.partition_state(tip).delete_state
+    if state is not None:  # being deleted: nothing joins it; what it has already is fine
+        absent = [m for _k, m in manifests if store.segment(m.metadata.segment_id) is None]
+        report.segments_present += len(manifests) - len(absent)
+        if absent:
+            report.skipped.append(f"{len(absent)} segments of {tip.topic_partition} (topic id {tip.topic_id}) not recovered: "
+                                  f"the partition is {state.name}")
         return
     ordered = sorted((m for _k, m in manifests),
                      key=lambda m: (m.metadata.event_timestamp_ms, m.metadata.start_offset, str(m.metadata.segment_id.id)))

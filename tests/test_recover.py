@@ -371,3 +371,35 @@ def test_a_damaged_manifest_is_one_error_line_naming_the_object_and_nothing_is_r
         assert store.topics() == {} and store.partitions() == []
     finally:
         store.close()
+
+
+def test_a_recreated_topic_comes_back_as_it_was_the_old_incarnation_marked_for_deletion(
+        log_dir, pg_url, pg_admin_url, pg_template, tmp_path):
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    env = _env(pg_url, tmp_path, log_dir, {"KTS_REMOTE_URI": (tmp_path / "remote").as_uri()})
+    store = _store(pg_url)
+    copy_log_dir(LogDir(log_dir), store, storage)
+    old = _tips(log_dir)
+    # Deleted and created again under the same names: new topic ids, offsets from 0 again.
+    shutil.rmtree(log_dir)
+    simulate(log_dir, SimulationConfig(seed=14, topics=("orders", "page.views"), partitions=2, total_bytes=160 * 1024,
+                                       segment_bytes=24 * 1024))
+    copy_log_dir(LogDir(log_dir), store, storage)
+    new = _tips(log_dir)
+    every = lambda tips: {str(tip): (store.partition_state(tip), [(md.segment_id, md.state) for md in store.list_remote_log_segments(tip)])
+                          for tip in tips}
+    rows = every(old + new)
+    topics = store.topics()
+    store.close()
+
+    _drop_and_recreate(pg_url, pg_admin_url, pg_template)
+    out = json.loads(kts(env, "recover", "--json").stdout)
+    assert out["topics"] == 4 and out["skipped"] == [] and out["partitions"] == sum(1 for _s, segs in rows.values() if segs) > 4
+    store = _store(pg_url)
+    try:
+        assert store.topics() == topics  # the newest incarnations are current
+        assert every(old + new) == rows  # the old ones' partitions DELETE_PARTITION_MARKED, their segments kept
+        again = json.loads(kts(env, "recover", "--json").stdout)
+        assert (again["segments_recovered"], again["skipped"], again["segments_already_present"]) == (0, [], out["manifests"])
+    finally:
+        store.close()
