@@ -51,6 +51,8 @@ READ_WORKERS = 16
 LISTING_PROGRESS_EVERY = 10_000
 MANIFEST_PROGRESS_EVERY = 2_000
 PARTITION_PROGRESS_EVERY = 100
+# Partitions whose remote log index is rebuilt side by side.
+INDEX_WORKERS = 4
 SAMPLE = 5
 
 Progress = Callable[[str], None]
@@ -294,10 +296,7 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
     report.partitions = len(recovered_tips)
 
     if home is not None:
-        for n, tip in enumerate(recovered_tips, start=1):
-            _rebuild_index(store, rsm, home, tip, survey, report)
-            if n % PARTITION_PROGRESS_EVERY == 0:
-                say(f"remote log index of {n} of {len(recovered_tips)} partitions rebuilt")
+        rebuild_indexes(store, rsm, home, recovered_tips, survey, report, progress=progress)
     return report
 
 
@@ -332,23 +331,53 @@ def _recover_partition(store: "RemoteLogMetadataStore", tip: TopicIdPartition,
 # --- the remote log index ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _IndexOutcome:
+    error: str | None = None
+    written: int = 0
+    published: int = 0
+    read: int = 0
+
+
+def rebuild_indexes(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: Path, tips: Sequence[TopicIdPartition],
+                    survey: TierSurvey, report: RecoveryReport, *, progress: Progress | None = None,
+                    workers: int = INDEX_WORKERS) -> None:
+    """Each partition's remote log index, ``workers`` partitions side by side (reading segments
+    and writing the cache wait on I/O, not on the GIL)."""
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kts-recover-index") as pool:
+        outcomes = pool.map(lambda tip: _rebuild_index(store, rsm, home, tip, survey), tips)
+        for n, (tip, outcome) in enumerate(zip(tips, outcomes), start=1):
+            if outcome is None:
+                continue
+            if outcome.error is not None:
+                report.index_errors.append(f"{tip.topic_partition}: remote log index not rebuilt: {outcome.error}")
+            else:
+                report.index_partitions += 1
+                report.index_files_written += outcome.written
+                report.index_files_published += outcome.published
+                report.index_segments_read += outcome.read
+            if progress is not None and n % PARTITION_PROGRESS_EVERY == 0:
+                progress(f"remote log index of {n} of {len(tips)} partitions rebuilt")
+
+
 def _rebuild_index(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: Path, tip: TopicIdPartition,
-                   survey: TierSurvey, report: RecoveryReport) -> None:
+                   survey: TierSurvey) -> _IndexOutcome | None:
     """Bring the partition's remote log index under ``home`` up to its finished segments: the
     files shipped to the tier first (fetched when this machine has none), each segment's entries
     taken from them where they are whole, read from its .log object otherwise. Ships only files
-    the tier does not have (never replaces one)."""
+    the tier does not have (never replaces one). None: nothing finished to index."""
     finished = store.list_remote_log_segments(tip, states={FINISHED})
     if not finished:
-        return
+        return None
     directory = index_cache.cache_directory(home, tip)
+    read = 0
     try:
         index_cache.ensure_cached(directory, rsm, tip)
         seed_entries_from_files(directory, finished, rsm)
-        read = {"n": 0}
 
         def entries_for(md: RemoteLogSegmentMetadata) -> list[ri.RemoteLogIndexEntry]:
-            read["n"] += 1
+            nonlocal read
+            read += 1
             return index_cache.read_segment_entries(rsm, md)
 
         build = index_cache.build_partition_index(directory, finished, entries_for)
@@ -357,12 +386,8 @@ def _rebuild_index(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager",
         for name in new:
             rsm.put_object(rsm.keys.remote_index_key(tip, name), directory / name)
     except Exception as e:  # noqa: BLE001 — one partition's index is its own; the store rows stand
-        report.index_errors.append(f"{tip.topic_partition}: remote log index not rebuilt: {' '.join(str(e).split())}")
-        return
-    report.index_partitions += 1
-    report.index_files_written += len(build.written)
-    report.index_files_published += len(new)
-    report.index_segments_read += read["n"]
+        return _IndexOutcome(error=" ".join(str(e).split()) or type(e).__name__)
+    return _IndexOutcome(written=len(build.written), published=len(new), read=read)
 
 
 def seed_entries_from_files(directory: Path, finished: Iterable[RemoteLogSegmentMetadata], rsm: "RemoteStorageManager") -> int:

@@ -623,39 +623,57 @@ class RemoteLogMetadataStore:
                 raise ValueError(f"{_tip_str(tip)} is {part.delete_state}: no segments are recovered into it")
             present = set(conn.execute(sa.select(SEGMENTS.c.segment_id).where(
                 SEGMENTS.c.segment_id.in_([md.segment_id.id for md in wanted]))).scalars())
-            highest = part.highest_copied_offset
-            added = 0
+            new: list[RemoteLogSegmentMetadata] = []
             for md in wanted:
-                sid = md.segment_id.id
-                if sid in present:
-                    continue
-                present.add(sid)
-                epochs = _epoch_ranges(md)
-                conn.execute(SEGMENTS.insert().values(
-                    segment_id=sid, topic_id=tip.topic_id, partition=tip.partition, start_offset=md.start_offset,
-                    end_offset=md.end_offset, max_timestamp_ms=md.max_timestamp_ms, size_bytes=md.segment_size_in_bytes,
-                    leader_epochs={str(epoch): start for epoch, (start, _end) in epochs.items()},
-                    state=S.COPY_SEGMENT_FINISHED.name, broker_id=md.broker_id,
-                    event_timestamp_ms=md.event_timestamp_ms, custom_metadata=dict(md.custom_metadata),
-                ))
-                conn.execute(EPOCHS.insert(), [
-                    {"segment_id": sid, "leader_epoch": epoch, "topic_id": tip.topic_id, "partition": tip.partition,
-                     "start_offset": start, "end_offset": end}
-                    for epoch, (start, end) in epochs.items()
-                ])
-                details: dict[str, Any] = {"start_offset": md.start_offset, "end_offset": md.end_offset,
-                                           "size_bytes": md.segment_size_in_bytes, "event_timestamp_ms": md.event_timestamp_ms}
-                replaced = self._reference_epochs(conn, md)
-                if replaced:
-                    details["unreferenced_segment_ids"] = sorted(str(s) for s in replaced)
-                highest = max(highest, md.end_offset)
-                _event(conn, EventKind.SEGMENT_RECOVERED, tip=tip, segment_id=sid,
-                       new_state=S.COPY_SEGMENT_FINISHED.name, details=details)
-                added += 1
+                if md.segment_id.id not in present:
+                    present.add(md.segment_id.id)
+                    new.append(md)
+            if not new:
+                return 0
+            ranges = {md.segment_id.id: _epoch_ranges(md) for md in new}
+            # Rows and epochs in bulk (statements of many rows, not one per segment).
+            conn.execute(SEGMENTS.insert(), [
+                {"segment_id": md.segment_id.id, "topic_id": tip.topic_id, "partition": tip.partition,
+                 "start_offset": md.start_offset, "end_offset": md.end_offset, "max_timestamp_ms": md.max_timestamp_ms,
+                 "size_bytes": md.segment_size_in_bytes,
+                 "leader_epochs": {str(e): start for e, (start, _end) in ranges[md.segment_id.id].items()},
+                 "state": S.COPY_SEGMENT_FINISHED.name, "broker_id": md.broker_id,
+                 "event_timestamp_ms": md.event_timestamp_ms, "custom_metadata": dict(md.custom_metadata)}
+                for md in new
+            ])
+            conn.execute(EPOCHS.insert(), [
+                {"segment_id": md.segment_id.id, "leader_epoch": epoch, "topic_id": tip.topic_id, "partition": tip.partition,
+                 "start_offset": start, "end_offset": end}
+                for md in new for epoch, (start, end) in ranges[md.segment_id.id].items()
+            ])
+            # Each segment joins its epochs' offset maps as COPY_SEGMENT_FINISHED would put it there.
+            # The common case — segments one after another, all above what the maps hold — supersedes
+            # nothing, so they join at once; anything else goes one segment at a time, in order.
+            replaced: dict[uuid.UUID, set[uuid.UUID]] = {}
+            in_order = all(a.end_offset < b.start_offset for a, b in zip(new, new[1:]))
+            above = in_order and conn.execute(
+                sa.select(sa.literal(1)).where(*_partition_key(EPOCHS, tip), EPOCHS.c.referenced,
+                                               EPOCHS.c.start_offset >= new[0].start_offset).limit(1)).first() is None
+            if above:
+                conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id.in_([md.segment_id.id for md in new]))
+                             .values(referenced=True, copied=True))
+            else:
+                for md in new:
+                    replaced[md.segment_id.id] = self._reference_epochs(conn, md)
+            conn.execute(EVENTS.insert(), [
+                {"topic_id": tip.topic_id, "partition": tip.partition, "segment_id": md.segment_id.id,
+                 "kind": EventKind.SEGMENT_RECOVERED, "old_state": None, "new_state": S.COPY_SEGMENT_FINISHED.name,
+                 "details": {"start_offset": md.start_offset, "end_offset": md.end_offset,
+                             "size_bytes": md.segment_size_in_bytes, "event_timestamp_ms": md.event_timestamp_ms,
+                             **({"unreferenced_segment_ids": sorted(map(str, replaced[md.segment_id.id]))}
+                                if replaced.get(md.segment_id.id) else {})}}
+                for md in new
+            ])
+            highest = max(md.end_offset for md in new)
             if highest > part.highest_copied_offset:
                 conn.execute(PARTITIONS.update().where(*_partition_key(PARTITIONS, tip))
                              .values(highest_copied_offset=highest, updated_at=sa.func.now()))
-            return added
+            return len(new)
 
         return self._tx(work)
 
