@@ -12,6 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -403,3 +405,57 @@ def test_a_recreated_topic_comes_back_as_it_was_the_old_incarnation_marked_for_d
         assert (again["segments_recovered"], again["skipped"], again["segments_already_present"]) == (0, [], out["manifests"])
     finally:
         store.close()
+
+
+# --- the store's side: segments recorded from manifests ------------------------------------------
+
+# Upload histories (epochs, start, end), in the order the segments finished: consecutive segments,
+# re-uploads after unclean elections, duplicates, late short uploads, several epochs per segment.
+HISTORIES = {
+    "consecutive": [({0: 0}, 0, 99), ({0: 100}, 100, 199), ({0: 200, 1: 250}, 200, 299), ({1: 300}, 300, 399)],
+    "reupload covers earlier": [({0: 10}, 10, 100), ({0: 5}, 5, 150)],
+    "reupload covers several": [({0: 10}, 10, 100), ({0: 5}, 5, 150), ({0: 148}, 148, 155), ({0: 4}, 4, 200)],
+    "duplicate": [({0: 10}, 10, 100), ({0: 10}, 10, 100)],
+    "stale shorter upload": [({0: 0}, 0, 100), ({0: 101}, 101, 300), ({0: 50}, 50, 150)],
+    "new leader mid-segment": [({0: 0}, 0, 99), ({0: 100, 2: 150}, 100, 199), ({2: 150}, 150, 249), ({2: 250, 3: 260}, 250, 300)],
+}
+
+
+@pytest.mark.parametrize("history", HISTORIES, ids=list(HISTORIES))
+@pytest.mark.parametrize("batch", [1, 100])
+def test_segments_recorded_from_manifests_answer_lookups_as_the_copies_did(metadata_store, history, batch):
+    from kts_resources.kafka.partition import TopicPartition
+    from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentMetadata
+
+    def tip_of(name):
+        topic_id = uuid.uuid4()
+        metadata_store.ensure_topic(name, topic_id)
+        return TopicIdPartition(topic_id, TopicPartition(name, 0))
+
+    def segment(tip, epochs, start, end, i):
+        return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(tip), start, end, max_timestamp_ms=i, broker_id=0,
+                                        event_timestamp_ms=1_000 + i, segment_size_in_bytes=100, segment_leader_epochs=epochs)
+
+    copied, recovered = tip_of("copied"), tip_of("recovered")
+    ids: dict[uuid.UUID, int] = {}
+    finished = []
+    for i, (epochs, start, end) in enumerate(HISTORIES[history]):
+        md = segment(copied, epochs, start, end, i)
+        metadata_store.add_remote_log_segment_metadata(md)
+        metadata_store.update_remote_log_segment_metadata(md.segment_id, FINISHED, 2_000 + i)
+        ids[md.segment_id.id] = i
+        twin = replace(segment(recovered, epochs, start, end, i), state=FINISHED)
+        ids[twin.segment_id.id] = i
+        finished.append(twin)
+    for k in range(0, len(finished), batch):
+        assert metadata_store.recover_remote_log_segments(recovered, finished[k:k + batch]) == len(finished[k:k + batch])
+    assert metadata_store.recover_remote_log_segments(recovered, finished) == 0  # a rerun records nothing
+
+    epochs = {e for h in HISTORIES[history] for e in h[0]}
+    for epoch in sorted(epochs):
+        assert metadata_store.highest_offset_for_epoch(recovered, epoch) == metadata_store.highest_offset_for_epoch(copied, epoch)
+        for offset in range(0, 402):
+            a = metadata_store.remote_log_segment_metadata(copied, epoch, offset)
+            b = metadata_store.remote_log_segment_metadata(recovered, epoch, offset)
+            assert (a and ids[a.segment_id.id]) == (b and ids[b.segment_id.id]), (epoch, offset)
+    assert metadata_store.partition_state(recovered).highest_copied_offset == metadata_store.partition_state(copied).highest_copied_offset
