@@ -128,11 +128,17 @@ def backfill_manifests(store: RemoteLogMetadataStore, storage: RemoteStorageMana
     written = 0
     while True:
         missing = store.finished_segments_without_manifest(tip, limit=batch)
+        done = 0
         for md in missing:
-            entries = write_manifest(storage, md, stored_objects(md.custom_metadata), context)
-            store.record_segment_manifest(md.segment_id, entries)
-            written += 1
-        if len(missing) < batch:
+            try:
+                manifest = write_manifest(storage, md, stored_objects(md.custom_metadata), context)
+            except ValueError as e:  # its recorded objects cannot make a manifest: say so, never guess
+                log.warning("%s: segment %d (%s) gets no manifest: %s", tip.topic_partition, md.start_offset, md.segment_id.id, e)
+                continue
+            store.record_segment_manifest(md.segment_id, manifest)
+            done += 1
+        written += done
+        if len(missing) < batch or not done:  # a page of segments that cannot have one ends the pass
             return written
 
 
