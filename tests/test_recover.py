@@ -175,6 +175,29 @@ def test_the_manifest_is_in_the_tier_before_the_store_says_copy_segment_finished
     assert len(result.copied) > 2 and seen == [True] * len(result.copied)
 
 
+def test_a_failed_manifest_upload_fails_the_copy_which_is_cleaned_up(log_dir, metadata_store, tier):
+    from kts_resources.remote_storage.base import RemoteStorageError
+
+    storage, _ = tier
+    original, puts = storage.put_object, []
+
+    def put_object(key, data):
+        if key.endswith(f".{MANIFEST_SUFFIX}"):
+            puts.append(key)
+            if len(puts) == 2:
+                raise RemoteStorageError(f"{storage.location(key)}: injected failure")
+        return original(key, data)
+
+    storage.put_object = put_object
+    partition = LogDir(log_dir).partitions()[0]
+    result = copy_partition(partition, LogDir(log_dir), metadata_store, storage)
+    assert len(result.copied) == 1 and "failed and was cleaned up" in result.stopped and "injected failure" in result.stopped
+    tip = TopicIdPartition(partition.metadata().topic_id, partition.topic_partition)
+    states = [md.state for md in metadata_store.list_remote_log_segments(tip, states=set(RemoteLogSegmentState))]
+    assert states == [FINISHED, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED]
+    assert set(_listing(storage)) == set(storage.segment_object_keys(result.copied[0]).values()) & set(_listing(storage))
+
+
 def test_a_sigkill_between_upload_and_finish_leaves_no_finished_segment_without_a_manifest(log_dir, pg_url, metadata_store, tier):
     storage, tier_env = tier
     env = {**os.environ, **tier_env, "KTS_DATABASE_URL": pg_url}
