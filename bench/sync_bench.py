@@ -22,7 +22,9 @@ sit in closed, copy-eligible segments. Then, each round, every measurement into 
 - "kts sync, nothing to copy": the same command again right after, on the same state. Everything
   but the copy: the fixed cost (start-up, Spark session, Dagster) plus the inventory, which
   re-scans every local segment whether copied or not. ``--quick`` skips it (``--noop`` to keep
-  it): every sync costs tens of seconds whatever the size.
+  it): every sync costs tens of seconds whatever the size;
+- "kts status": ``python -m kts_assets.cli status`` right after the no-op sync, on the same state:
+  the yardstick for the no-op sync (issue 10's goal: a no-op sync within 5× of a status).
 
 Where a sync's time goes is read from its Dagster run's event log (step start/success events,
 resource initialisation) and the subprocess's wall clock: start-up before the run's first event,
@@ -83,7 +85,7 @@ MiB = 1024 * 1024
 READ_CHUNK = MiB
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 SYNC_TIMEOUT_S = 1800
-MEASUREMENTS = ("copy_alone", "copy_parallel", "sync", "sync_noop")
+MEASUREMENTS = ("copy_alone", "copy_parallel", "sync", "sync_noop", "status")
 # The phases of one `kts sync`, in the order they happen (see sync_phases).
 PHASES = ("startup", "planning", "spark_session", "local_segments", "crc_check", "remote_segments", "other_checks",
           "dagster_other", "exit")
@@ -122,9 +124,10 @@ class Databases:
             for setting in ("server_version", "fsync", "synchronous_commit"):
                 self.info[setting] = conn.exec_driver_sql(f"SHOW {setting}").scalar()
 
-    def fresh(self) -> str:
-        """URL of a new database with kts's schema (migrated here, untimed: a user's sync finds one)."""
-        name = f"kts_bench_sync_{uuid.uuid4().hex[:12]}"
+    def fresh(self, name: str | None = None) -> str:
+        """URL of a new database with kts's schema (migrated here, untimed: a user's sync finds one),
+        named ``name`` (one just dropped may be made again) or a new name."""
+        name = name or f"kts_bench_sync_{uuid.uuid4().hex[:12]}"
         with self.admin.connect() as conn:
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         self.names.append(name)
@@ -489,6 +492,17 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: d
                 rounds["sync_noop"].append(second["seconds"])
                 phases["sync_noop"].append(second_phases)
                 sync_reports[-1]["sync_noop"] = second["stdout"]
+            # `kts status` on the same state: what a no-op sync is held to (issue 10: ≤ 5×).
+            gc.collect()
+            t0 = time.perf_counter()
+            status = subprocess.run([sys.executable, "-m", "kts_assets.cli", "status"], env=env.environ(), cwd=env.kts_home,
+                                    capture_output=True, text=True, timeout=SYNC_TIMEOUT_S, check=False)
+            seconds = time.perf_counter() - t0
+            if status.returncode != 0:
+                raise SystemExit(f"kts status exited {status.returncode}:\n{status.stderr[-2000:]}")
+            progress(f"  status: {seconds:.2f} s")
+            if record:
+                rounds["status"].append(seconds)
         finally:
             dbs.drop(url)
             shutil.rmtree(base, ignore_errors=True)
@@ -546,6 +560,10 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: d
             "share_of_sync": best["sync_noop"] / best["sync"],
             "median_share_of_sync": median([n / s for s, n in zip(rounds["sync"], rounds["sync_noop"])]),
             "phases_median_seconds": phase_medians["sync_noop"], "rounds": phases["sync_noop"],
+            # Against `kts status` on the same state, in the same round (goal ≤ 5×).
+            "status_seconds": best["status"], "status_median_seconds": med["status"], "status_rounds_seconds": rounds["status"],
+            "ratio_vs_status": best["sync_noop"] / best["status"],
+            "median_ratio_vs_status": median([n / t for n, t in zip(rounds["sync_noop"], rounds["status"])]),
         }
         # Per round the no-op sync ran right after the sync, on its state: the difference is what
         # the bytes cost inside kts sync (the copy, and whatever else grows with them).
@@ -633,6 +651,9 @@ def table(result: dict) -> str:
         rows.append(("kts sync, nothing to copy", f"{n['seconds']:.2f}", f"{n['median_seconds']:.2f}", "", f"{n['share_of_sync']:.2f}",
                      "of kts sync's time (fixed cost + inventory)"))
         rows.append(("", "", "", "", f"{n['median_share_of_sync']:.2f}", "likewise, median of the rounds"))
+        rows.append(("kts status (subprocess, same state)", f"{n['status_seconds']:.2f}", f"{n['status_median_seconds']:.2f}", "", "", ""))
+        rows.append(("kts sync, nothing to copy ÷ kts status", "", "", "", f"{n['ratio_vs_status']:.2f}", "best rounds (goal ≤ 5)"))
+        rows.append(("", "", "", "", f"{n['median_ratio_vs_status']:.2f}", "median of per-round ratios"))
     if b is not None and b["ratio_vs_copy_alone"] is not None:
         rows.append(("kts sync − nothing to copy, per round", "", f"{b['median_seconds']:.2f}", f"{b['mb_per_s']:,.0f} MB/s",
                      f"{b['ratio_vs_copy_alone']:.2f}", "copy alone (medians)"))

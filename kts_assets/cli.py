@@ -684,7 +684,10 @@ def _sync(args) -> int:
     print(f"synced {len(keys)} partitions ({len(new)} new): copied {outcome.copied_segments} segments "
           f"({outcome.copied_bytes:,} bytes); remote tier now {sum(r['remote_segments'] for r in rows)} segments "
           f"({sum(r['remote_bytes'] for r in rows):,} bytes); copy lag {sum(r['copy_lag_segments'] for r in rows)} segments "
-          f"({sum(r['copy_lag_bytes'] for r in rows):,} bytes)")
+          f"({sum(r['copy_lag_bytes'] for r in rows):,} bytes)"
+          + (f"; re-copied {outcome.recopied_segments} damaged remote segments" if outcome.recopied_segments else ""))
+    damaged = [f"{r['topic']}-{r['partition']}: {r['damaged_remote_segments']} remote segments damaged in the tier "
+               "and not re-copied (their local segments are gone or differ)" for r in rows if r["damaged_remote_segments"]]
     # Every open lost range, on every pass until it is acknowledged: data loss never goes quiet.
     lost_lines = [f"{row['topic']}-{row['partition']}: {describe(r)}" for row, lost in with_lost for r in lost]
     if outcome.failed:
@@ -694,13 +697,14 @@ def _sync(args) -> int:
     report(lost_lines)
     if lost_lines:
         report([f"{len(lost_lines)} lost range{'s' if len(lost_lines) > 1 else ''} not acknowledged"])
-    return EXIT_FINDINGS if outcome.failed or lost_lines else 0
+    report(damaged)
+    return EXIT_FINDINGS if outcome.failed or lost_lines or damaged else 0
 
 
 STATUS_FIELDS = (
     "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",
     "remote_log_start_offset", "remote_log_end_offset", "local_bytes", "remote_bytes", "local_segments",
-    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges",
+    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges", "damaged_remote_segments",
 )
 
 
@@ -719,7 +723,8 @@ def cmd_status(args) -> int:
 
 def status_rows() -> list[dict]:
     """One row of STATUS_FIELDS per partition in the log dirs: what `kts status` prints and what
-    `kts sync` totals. ``lost_ranges``: the open (unacknowledged) lost ranges, [start, end] each."""
+    `kts sync` totals. ``lost_ranges``: the open (unacknowledged) lost ranges, [start, end] each;
+    ``damaged_remote_segments``: finished segments found damaged in the tier, not yet re-copied."""
     return [row for row, _ in _status_rows_and_lost()]
 
 
@@ -739,7 +744,9 @@ def _status_rows_and_lost() -> list[tuple[dict, list]]:
         tip = topic_id_partition(partition, store)
         lost = store.lost_ranges(tip) if tip is not None else []
         row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers),
-               "lost_ranges": [[r.start_offset, r.end_offset] for r in lost]}
+               "lost_ranges": [[r.start_offset, r.end_offset] for r in lost],
+               # Found damaged in the tier and not yet re-copied (copier.recopy_damaged).
+               "damaged_remote_segments": len(store.damaged_segments(tip)) if tip is not None else 0}
         rows.append(({name: row[name] for name in STATUS_FIELDS}, lost))
     return rows
 

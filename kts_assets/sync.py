@@ -53,6 +53,7 @@ class PassOutcome:
 
     copied_segments: int = 0
     copied_bytes: int = 0
+    recopied_segments: int = 0  # damaged remote segments replaced by a new copy
     failed: dict[str, list[str]] = field(default_factory=dict)  # partition key → one-line causes
     failed_runs: list[str] = field(default_factory=list)
 
@@ -101,7 +102,7 @@ def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
 
     for event in result.asset_materializations_for_node("remote_segments"):
         if event.partition in batch.keys:
-            for name in ("copied_segments", "copied_bytes"):
+            for name in ("copied_segments", "copied_bytes", "recopied_segments"):
                 value = event.metadata.get(name)
                 if value is not None:
                     setattr(outcome, name, getattr(outcome, name) + int(value.value))

@@ -110,6 +110,11 @@ class ManifestContext:
     log_start_offset: int
 
 
+def manifest_context_for(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> ManifestContext:
+    """The partition's manifest context as the store has it now."""
+    return ManifestContext(store.topic_configs(tip.topic).overrides, store.partition_state(tip).log_start_offset)
+
+
 def write_manifest(storage: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, objects: Mapping[str, StoredObject],
                    context: ManifestContext) -> dict[str, str]:
     """Upload the segment's manifest (after its objects); returns its custom-metadata entries
@@ -160,6 +165,8 @@ class PartitionCopyResult:
     skipped: str | None = None  # why the partition was not looked at (tiering off, no checkpoints…)
     stopped: str | None = None  # what stopped the pass early (a corrupt segment, a failed upload)
     lost: list[tuple[int, int]] = field(default_factory=list)  # offset ranges this pass found lost (lost_ranges.py)
+    recopied: list[RemoteLogSegmentMetadata] = field(default_factory=list)  # replacements of damaged remote segments
+    damaged_left: list[str] = field(default_factory=list)  # damaged remote segments that could not be re-copied, and why
     throttle_ms: int = 0
 
     @property
@@ -217,12 +224,22 @@ def copy_partition(
 
     with store.partition_lock(tip, timeout_s=lock_timeout_s) as lock:
         result.repaired = _finish_interrupted(store, storage, tip, clock)
-        manifest_context = ManifestContext(config.overrides, store.partition_state(tip).log_start_offset)
+        manifest_context = manifest_context_for(store, tip)
         try:
             result.manifests_backfilled = backfill_manifests(store, storage, tip, manifest_context)
         except Exception as e:  # noqa: BLE001 — the next pass tries again; copying goes on
             log.warning("%s: manifests of earlier segments not written yet: %s", tp, e)
         segments = partition.segments()
+        try:
+            recopy_damaged(partition, segments, store, storage, tip, result, quota=quota, broker_id=broker_id, clock=clock,
+                           manifest_context=manifest_context)
+        except (CorruptSegmentError, OSError) as e:
+            result.stopped = str(e)
+        except CopyFailed as e:  # as for a copy: this partition's pass stops, the next retries
+            result.stopped = e.describe("re-copy of a damaged remote segment")
+        if result.stopped is not None:
+            log.error("%s: %s", tp, result.stopped)
+            return result
         if segments:
             # Where kts's watch over the partition begins: older data was gone before it looked.
             store.observe_first_offset(tip, segments[0].base_offset)
@@ -262,8 +279,8 @@ def copy_partition(
                 pending = prepared(i + 1) if i + 1 < len(candidates) else None
                 try:
                     finished = _upload_and_finish(store, storage, md, data, clock, manifest_context)
-                except Exception as e:  # noqa: BLE001 — any failure of one upload stops this partition's pass
-                    result.stopped = f"copy of {segment.log} failed and was cleaned up: {e}"
+                except CopyFailed as e:  # any failure of one upload stops this partition's pass
+                    result.stopped = e.describe(f"copy of {segment.log}")
                     log.error("%s: %s", tp, result.stopped)
                     break
                 result.copied.append(finished)
@@ -274,6 +291,60 @@ def copy_partition(
         for start, end in result.lost:
             log.error("%s: offsets %d..%d were deleted locally and never copied", tp, start, end)
     return result
+
+
+def recopy_damaged(
+    partition: PartitionDir,
+    segments: Sequence[SegmentFiles],
+    store: RemoteLogMetadataStore,
+    storage: RemoteStorageManager,
+    tip: TopicIdPartition,
+    result: PartitionCopyResult,
+    *,
+    quota: RLMQuotaManager | None,
+    broker_id: int,
+    clock: Clock,
+    manifest_context: ManifestContext,
+) -> None:
+    """Replace each finished remote segment recorded damaged (``record_segment_damage``) by a new
+    copy of its local segment, when the local segment is still the one that was copied (same base
+    and end offset, same size): a new segment id through COPY_SEGMENT_STARTED → FINISHED, which
+    takes over the old one's place in the leader-epoch offset map, then the old one through the
+    delete procedure. The new copy comes first, so the range is never without a readable segment;
+    a crash in between leaves the old one finished but replaced, and the next pass deletes it.
+    Caller holds the partition lock."""
+    damaged = store.damaged_segments(tip)
+    if not damaged:
+        return
+    by_base = {s.base_offset: s for s in segments}
+    lineage = partition.leader_epochs()
+    for md, problem in damaged:
+        first_epoch = min(md.segment_leader_epochs)
+        current = store.remote_log_segment_metadata(tip, first_epoch, md.segment_leader_epochs[first_epoch])
+        if current is not None and current.segment_id != md.segment_id and current.end_offset == md.end_offset:
+            delete_remote_log_segment(store, storage, md, clock)  # replaced before a crash: finish the job
+            continue
+        local = by_base.get(md.start_offset)
+        if local is None or local.next_base_offset is None or local.next_base_offset - 1 != md.end_offset:
+            result.damaged_left.append(f"segment {md.start_offset}..{md.end_offset} ({problem}): "
+                                       "its local segment is gone, so it cannot be re-copied")
+            continue
+        replacement, data = _prepare(partition, local, tip, lineage, broker_id, clock)
+        if replacement.segment_size_in_bytes != md.segment_size_in_bytes:
+            result.damaged_left.append(f"segment {md.start_offset}..{md.end_offset} ({problem}): the local segment is "
+                                       f"{replacement.segment_size_in_bytes} bytes, the remote one was {md.segment_size_in_bytes}; "
+                                       "not re-copied")
+            continue
+        if quota is not None:
+            result.throttle_ms += quota.acquire(replacement.segment_size_in_bytes)
+        store.add_remote_log_segment_metadata(replacement)
+        finished = _upload_and_finish(store, storage, replacement, data, clock, manifest_context)
+        delete_remote_log_segment(store, storage, md, clock)
+        result.recopied.append(finished)
+        log.warning("%s: re-copied damaged remote segment %d..%d (%s) as %s", tip.topic_partition, md.start_offset,
+                    md.end_offset, problem, finished.segment_id.id)
+    for line in result.damaged_left:
+        log.error("%s: %s", tip.topic_partition, line)
 
 
 def _topic_id_partition(partition: PartitionDir, store: RemoteLogMetadataStore) -> TopicIdPartition:
@@ -348,28 +419,48 @@ def _upload_and_finish(
     metadata: RemoteLogSegmentMetadata,
     data: LogSegmentData,
     clock: Clock,
-    manifest_context: ManifestContext,
+    manifest_context: ManifestContext | None = None,
 ) -> RemoteLogSegmentMetadata:
     """After COPY_SEGMENT_STARTED: upload → manifest → FINISHED; on failure DELETE_STARTED →
-    delete (the manifest first) → DELETE_FINISHED. The manifest goes up only once every object
-    is there, and FINISHED only once the manifest is: no finished segment lacks one."""
+    delete (the manifest first) → DELETE_FINISHED, and CopyFailed says whether that clean-up went
+    through. The manifest goes up only once every object is there, and FINISHED only once the
+    manifest is: no finished segment lacks one."""
     try:
         custom_metadata = storage.copy_log_segment_data(metadata, data)
-        custom_metadata.update(write_manifest(storage, metadata, stored_objects(custom_metadata), manifest_context))
+        context = manifest_context or manifest_context_for(store, metadata.topic_id_partition)
+        custom_metadata.update(write_manifest(storage, metadata, stored_objects(custom_metadata), context))
+        return store.update_remote_log_segment_metadata(
+            metadata.segment_id, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, clock.now_ms(), custom_metadata=custom_metadata
+        )
+    except Exception as e:
+        raise CopyFailed(e, cleaned_up=_abandon(store, storage, metadata, clock)) from e
     except BaseException:
         _abandon(store, storage, metadata, clock)
         raise
-    return store.update_remote_log_segment_metadata(
-        metadata.segment_id, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, clock.now_ms(), custom_metadata=custom_metadata
-    )
 
 
-def _abandon(store: RemoteLogMetadataStore, storage: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, clock: Clock) -> None:
-    """Clean up a failed copy; if the clean-up fails too, the next pass finishes it."""
+class CopyFailed(Exception):
+    """One segment's upload (or its COPY_SEGMENT_FINISHED) failed; ``cleaned_up``: its partial
+    objects and STARTED row went through the delete procedure (else the next pass's repair does it)."""
+
+    def __init__(self, cause: Exception, *, cleaned_up: bool):
+        super().__init__(str(cause))
+        self.cause = cause
+        self.cleaned_up = cleaned_up
+
+    def describe(self, what: str) -> str:
+        done = "was cleaned up" if self.cleaned_up else "could not be cleaned up now (the next pass does it)"
+        return f"{what} failed and {done}: {self.cause}"
+
+
+def _abandon(store: RemoteLogMetadataStore, storage: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, clock: Clock) -> bool:
+    """Clean up a failed copy; if the clean-up fails too, the next pass finishes it. True when done."""
     try:
         delete_remote_log_segment(store, storage, metadata, clock)
+        return True
     except Exception as e:  # noqa: BLE001
         log.warning("clean-up of failed copy %s deferred to the next pass: %s", metadata.segment_id.id, e)
+        return False
 
 
 # Partitions copied side by side by default: while one waits on its upload or the store, another

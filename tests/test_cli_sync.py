@@ -97,6 +97,36 @@ def test_sync_copies_every_eligible_segment_and_records_runs_in_the_instance(tmp
         assert {(m["copy_lag_segments"].value, m["copy_lag_bytes"].value) for m in observed.values()} == {(0, 0)}
 
 
+def test_a_remote_object_damaged_in_the_tier_fails_a_sync_and_the_next_sync_recopies_it(tmp_path, pg_url, metadata_store):
+    log_dir, dagster_home, remote = tmp_path / "logs", tmp_path / "dagster", tmp_path / "remote"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    simulate(log_dir, SimulationConfig(total_bytes=200 * 1024, **{**CONFIG, "topics": ("orders",), "partitions": 1}))
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
+           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home), "KTS_SPARK_MASTER": "local[2]"}
+
+    def kts(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kts_assets.cli", *argv], env=env, capture_output=True, text=True, timeout=600)
+
+    assert kts("sync").returncode == 0
+    victim = sorted(remote.rglob("*.index"))[1]
+    data = bytearray(victim.read_bytes())
+    data[5] ^= 0x10  # one flipped bit in a remote offset index: same size, only its checksum tells
+    victim.write_bytes(bytes(data))
+
+    found = kts("sync")
+    assert found.returncode == 1 and "remote_segments_in_bucket failed" in found.stderr and str(victim) in found.stderr, found.stderr
+    [row] = json.loads(kts("status", "--json").stdout)
+    assert row["damaged_remote_segments"] == 1
+
+    recopied = kts("sync")
+    assert recopied.returncode == 0, recopied.stderr[-3000:]
+    assert "re-copied 1 damaged remote segments" in recopied.stdout
+    [row] = json.loads(kts("status", "--json").stdout)
+    assert row["damaged_remote_segments"] == 0
+    _assert_remote_tier_mirrors_eligible_segments(log_dir, metadata_store, remote_storage_from_uri(remote.as_uri()))
+
+
 def test_sync_with_no_partitions_is_one_line(tmp_path):
     env = {**os.environ, "KTS_LOG_DIRS": str(tmp_path / "empty"), "KTS_HOME": str(tmp_path / "home")}
     result = subprocess.run([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, capture_output=True, text=True, timeout=120)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from kts_resources.kafka.errors import CorruptRecordError, KafkaFormatError
+from kts_resources.kafka.errors import CorruptRecordError, FileChangedError, KafkaFormatError
 from kts_resources.kafka.records import (
     NewRecord,
     SegmentScan,
@@ -29,6 +29,7 @@ from kts_resources.kafka.records import (
     decode_batch,
     scan_batches,
 )
+from kts_resources.kafka.segment import scan_segment_file
 
 T0 = 1_700_000_000_000
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
@@ -272,3 +273,59 @@ def test_a_legacy_crc_mismatch_names_the_message_position():
     assert [b.position for b in scan.crc_failures] == [target.position]
     with pytest.raises(CorruptRecordError, match=f"byte {target.position}"):
         decode_batch(data, scan.batches[3])
+
+
+# --- the same scan read from a file in chunks (kts_resources.kafka.segment.scan_segment_file) ----
+
+
+def _scan_key(scan: SegmentScan) -> tuple:
+    return [(b.position, b.base_offset, b.last_offset, b.crc_ok) for b in scan.batches], scan.valid_bytes, scan.invalid
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(damage=st.lists(st.tuples(st.integers(0, len(SEGMENT) - 1), st.integers(1, 255)), max_size=4),
+       cut=st.integers(0, len(SEGMENT)), tail=st.binary(max_size=80), chunk=st.sampled_from([1, 5, 17, 61, 64, 200, 1 << 20]))
+def test_a_file_scanned_in_chunks_gives_the_scan_of_its_whole_bytes(tmp_path, damage, cut, tail, chunk):
+    data = bytearray(SEGMENT)
+    for position, mask in damage:
+        data[position] ^= mask
+    data = bytes(data[:cut]) + tail
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    size, scan = scan_segment_file(path, chunk_bytes=chunk)
+    assert size == len(data)
+    assert _scan_key(scan) == _scan_key(scan_batches(data))
+
+
+def test_a_length_claiming_more_than_the_file_is_reported_without_reading_it(tmp_path):
+    # Garbage that looks like a magic-2 header claiming a GiB, far past the file's end.
+    bogus = bytearray(SEGMENT[: BOUNDARIES[1]])
+    struct.pack_into(">i", bogus, 8, 1 << 30)
+    data = SEGMENT + bytes(bogus) + b"\0" * 4096
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    _, scan = scan_segment_file(path, chunk_bytes=512)
+    assert _scan_key(scan) == _scan_key(scan_batches(data))
+    assert scan.invalid.position == len(SEGMENT) and scan.invalid.length == len(data) - len(SEGMENT)
+
+
+def test_a_file_truncated_while_it_is_scanned_is_one_clear_error_not_a_signal(tmp_path, monkeypatch):
+    import os
+
+    from kts_resources.kafka import segment as segment_module
+
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(SEGMENT)
+    real_pread = os.pread
+    calls = []
+
+    def pread_then_truncate(fd, n, offset):
+        calls.append(offset)
+        data = real_pread(fd, n, offset)
+        if len(calls) == 1:
+            os.truncate(path, BOUNDARIES[2])  # the broker truncates its log after the first read
+        return data
+
+    monkeypatch.setattr(segment_module.os, "pread", pread_then_truncate)
+    with pytest.raises(FileChangedError, match=rf"{path.name}: byte \d+: .*truncated underneath"):
+        scan_segment_file(path, chunk_bytes=100)

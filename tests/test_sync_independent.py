@@ -48,11 +48,12 @@ from .independent_log_dir import (
 
 pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 
-# ARCHITECTURE.md, "Command line": the status object's fields, in order (issue 14 adds lost_ranges).
+# ARCHITECTURE.md, "Command line": the status object's fields, in order (issue 14 adds lost_ranges
+# and damaged_remote_segments).
 STATUS_FIELDS = (
     "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",
     "remote_log_start_offset", "remote_log_end_offset", "local_bytes", "remote_bytes", "local_segments",
-    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges",
+    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges", "damaged_remote_segments",
 )
 # What travels with a segment (KAFKA_FORMATS.md §7); no .txnindex: the writer aborts nothing.
 SEGMENT_SUFFIXES = {"log", "index", "timeindex", "snapshot", "leader-epoch-checkpoint"}
@@ -320,6 +321,7 @@ def test_status_offsets_bytes_and_segments_agree_with_the_log(tier_run):
                 "local_segments": len(p.segments),
                 "remote_segments": len(copied),
                 "lost_ranges": [],  # nothing left the disk uncopied
+                "damaged_remote_segments": 0,
             }
             actual = {name: run.status[key][name] for name in expected}
             assert actual == expected, f"{tier_run.tier}, {label}, {p.topic}-{p.partition}"

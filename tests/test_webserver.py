@@ -472,3 +472,22 @@ def test_every_check_shows_passed_for_every_partition_after_one_sync(webserver):
         assert sorted(statuses["succeededPartitions"]) == EXPECTED_KEYS, check
         assert all(statuses[other] == [] for other in ("failedPartitions", "executionFailedPartitions",
                                                        "inProgressPartitions", "skippedPartitions")), check
+
+
+CHECK_EXECUTIONS = """
+query Executions($assetKey: AssetKeyInput!, $checkName: String!) {
+  assetCheckExecutions(assetKey: $assetKey, checkName: $checkName, limit: 100) { partition status }
+}
+"""
+
+
+def test_every_check_execution_belongs_to_a_partition(webserver):
+    # A run over a range of partitions records one evaluation per partition and no unpartitioned
+    # summary: the UI's check history has no "Partition —" rows.
+    nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
+    for name, node in nodes.items():
+        for check in node["assetChecksOrError"].get("checks") or []:
+            executions = webserver.graphql(CHECK_EXECUTIONS, {"assetKey": {"path": [name]}, "checkName": check["name"]})
+            partitions = [e["partition"] for e in executions["assetCheckExecutions"]]
+            assert sorted(partitions) == EXPECTED_KEYS, (name, check["name"], partitions)
+

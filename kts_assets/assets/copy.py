@@ -106,11 +106,14 @@ def remote_segments(
                 context.log.info(f"{key}: skipped: {result.skipped}")
             if result.stopped:
                 context.log.error(f"{key}: copy stopped: {result.stopped}")
+            for line in result.damaged_left:
+                context.log.error(f"{key}: damaged remote segment: {line}")
             copied_total += len(result.copied)
             metadata: dict[str, object] = {
                 "copied_segments": len(result.copied),
                 "copied_bytes": result.copied_bytes,
                 "repaired_segments": len(result.repaired),
+                "recopied_segments": len(result.recopied),  # replacements of damaged remote segments
                 "throttle_time_ms": result.throttle_ms,
                 "copy_failed": 1 if result.stopped else 0,
                 **{name: value for name, value in dataclasses.asdict(partition_tiers(loc, store)).items()

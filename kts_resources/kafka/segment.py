@@ -8,8 +8,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from .files import mapped
-from .records import NO_TIMESTAMP, BatchHeader, InvalidBytes, SegmentScan, scan_batches
+
+from .errors import FileChangedError
+from .records import (
+    LEGACY_V0_HEADER_SIZE,
+    LEGACY_V1_HEADER_SIZE,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    V2_HEADER_SIZE,
+    BatchHeader,
+    InvalidBytes,
+    SegmentScan,
+    _framing_problem,
+    scan_batches,
+)
+
+# How much of a segment one read brings in: memory stays at this plus one batch.
+SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +112,80 @@ def summarize_scan(path: str, base_offset: int, active: bool, size: int, scan: S
 def summarize_segment(log_path: str | os.PathLike, base_offset: int, *, active: bool) -> SegmentSummary:
     """Scan one ``.log`` file's headers, checking every CRC."""
     path = os.fspath(log_path)
-    with mapped(path) as view:
-        scan = scan_batches(view, verify_crc=True)
-        return summarize_scan(path, base_offset, active, len(view), scan)
+    size, scan = scan_segment_file(path, verify_crc=True)
+    return summarize_scan(path, base_offset, active, size, scan)
 
+
+def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
+                      chunk_bytes: int = SCAN_CHUNK_BYTES) -> tuple[int, SegmentScan]:
+    """``scan_batches`` over a whole file, read in chunks rather than mapped: (file size, scan),
+    the same scan a mapping of the file gives. Memory stays at a chunk plus one batch, and a file
+    truncated while it is read (a broker truncating its active segment after a leader change)
+    raises FileChangedError where a mapping would take SIGBUS, which no Python code can catch."""
+    scan = SegmentScan()
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        buf = bytearray()
+        base = 0  # the file position of buf[0]
+        read_to = 0
+        need = 0  # bytes the buffer must hold before the next scan (a batch cut off by a chunk)
+        while True:
+            while read_to < size:
+                data = os.pread(fd, min(max(chunk_bytes, need - len(buf)), size - read_to), read_to)
+                if not data:
+                    raise FileChangedError(f"{os.fspath(path)}: byte {read_to}: the file ended at {read_to} bytes while it "
+                                           f"was read ({size} when it was opened): truncated underneath")
+                buf += data
+                read_to += len(data)
+                if len(buf) >= need:
+                    break
+            at_end = read_to >= size
+            part = scan_batches(buf, verify_crc=verify_crc)
+            for batch in part.batches:
+                batch.position += base
+            scan.batches.extend(part.batches)
+            position = base + part.valid_bytes
+            if part.invalid is None:
+                if at_end:
+                    scan.valid_bytes = position
+                    return size, scan
+                base, need = position, 0
+                buf.clear()
+                continue
+            # Stopped short of the buffer's end: bytes that can never be a batch, or a batch the
+            # chunk cut off. The verdict must be the one a scan of the whole file gives.
+            file_rest = size - position
+            header = _next_header(memoryview(buf)[part.valid_bytes:])
+            if at_end or header is None:
+                # Bad magic or a too-short length: more bytes change nothing but the length.
+                scan.invalid = InvalidBytes(position, file_rest, part.invalid.reason)
+                scan.valid_bytes = position
+                return size, scan
+            magic, batch_length, need = header
+            if magic >= 0 and need > file_rest > chunk_bytes:
+                # A length past the end of the file (a partial write, or garbage that looks like a
+                # header): not worth reading up to a GiB to say so.
+                minimum = (V2_HEADER_SIZE if magic == 2 else LEGACY_V1_HEADER_SIZE if magic == 1 else LEGACY_V0_HEADER_SIZE) - LOG_OVERHEAD
+                scan.invalid = InvalidBytes(position, file_rest, _framing_problem(batch_length, file_rest, minimum, legacy=magic != 2))
+                scan.valid_bytes = position
+                return size, scan
+            need = min(need, file_rest)
+            del buf[: part.valid_bytes]
+            base = position
+
+
+def _next_header(rest: memoryview) -> tuple[int, int, int] | None:
+    """(magic, batch length, bytes needed to hold the whole batch) of the batch starting ``rest``;
+    (-1, -1, header size) when too few bytes show even its length; None when its header already
+    shows it can never be a batch (unknown magic, a length below the minimum). A batch is read
+    whole to check its CRC, so memory goes up to the largest batch the file claims (never more
+    than the file)."""
+    if len(rest) < LOG_OVERHEAD + 5:
+        return -1, -1, V2_HEADER_SIZE
+    batch_length = int.from_bytes(rest[8:12], "big", signed=True)
+    magic = rest[16]
+    minimum = {2: V2_HEADER_SIZE, 1: LEGACY_V1_HEADER_SIZE, 0: LEGACY_V0_HEADER_SIZE}.get(magic)
+    if minimum is None or batch_length < minimum - LOG_OVERHEAD:
+        return None
+    return magic, batch_length, max(batch_length + LOG_OVERHEAD, V2_HEADER_SIZE if magic == 2 else 0)

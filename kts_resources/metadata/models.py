@@ -92,6 +92,10 @@ class RemoteSegment(Base):
     custom_metadata: Mapped[dict[str, Any]] = mapped_column(server_default=sa.text("'{}'::jsonb"))
     created_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
     updated_at: Mapped[dt.datetime] = mapped_column(server_default=sa.func.now())
+    # What was found wrong with the segment's objects in the tier (NULL: nothing); the next copy
+    # pass re-copies it from the local segment while that exists (copier.recopy_damaged).
+    damage: Mapped[str | None] = mapped_column(sa.Text)
+    damage_found_at: Mapped[dt.datetime | None] = mapped_column()
 
     __table_args__ = (
         sa.ForeignKeyConstraint(
@@ -103,7 +107,9 @@ class RemoteSegment(Base):
         sa.CheckConstraint(f"state IN ({SEGMENT_STATES})", name="remote_segments_state_check"),
         sa.Index("remote_segments_partition_state_start", "topic_id", "partition", "state", "start_offset"),
         sa.Index("remote_segments_partition_start", "topic_id", "partition", "start_offset"),
-        # Finished segments whose manifest is not recorded (migration 0005): empty in steady state.
+        sa.Index("remote_segments_damaged", "topic_id", "partition", "start_offset",
+                 postgresql_where=sa.text("damage IS NOT NULL")),
+        # Finished segments whose manifest is not recorded (migration 0006): empty in steady state.
         sa.Index("remote_segments_without_manifest", "topic_id", "partition", "start_offset",
                  postgresql_where=sa.text("state = 'COPY_SEGMENT_FINISHED' AND NOT (custom_metadata ? 'manifest.key')")),
     )

@@ -98,6 +98,7 @@ class EventKind:
     FIRST_OFFSET_OBSERVED = "FIRST_OFFSET_OBSERVED"
     LOST_RANGE_DETECTED = "LOST_RANGE_DETECTED"
     LOST_RANGE_ACKNOWLEDGED = "LOST_RANGE_ACKNOWLEDGED"
+    SEGMENT_DAMAGE_FOUND = "SEGMENT_DAMAGE_FOUND"  # a finished segment's objects are missing or wrong in the tier
     SEGMENT_MANIFEST_RECORDED = "SEGMENT_MANIFEST_RECORDED"  # a finished segment's manifest written afterwards
     SEGMENT_RECOVERED = "SEGMENT_RECOVERED"  # `kts recover` restored it, COPY_SEGMENT_FINISHED, from its manifest
 
@@ -863,6 +864,38 @@ class RemoteLogMetadataStore:
         """The first local log start offset kts observed for the partition; None: never looked."""
         return self._tx(lambda conn, _: conn.execute(
             sa.select(PARTITIONS.c.first_observed_offset).where(*_partition_key(PARTITIONS, tip))).scalar_one_or_none())
+
+    # -- damaged remote segments -------------------------------------------------------------------
+
+    def record_segment_damage(self, segment_id: RemoteLogSegmentId | uuid.UUID, problem: str) -> bool:
+        """Record that a COPY_SEGMENT_FINISHED segment's objects are missing or wrong in the tier.
+        The first finding stays; a segment in any other state is left alone (a delete in
+        progress is no loss). True when this call recorded it."""
+        sid = segment_id.id if isinstance(segment_id, RemoteLogSegmentId) else segment_id
+
+        def work(conn: Connection, _attempt: int) -> bool:
+            row = conn.execute(
+                SEGMENTS.update()
+                .where(SEGMENTS.c.segment_id == sid, SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name, SEGMENTS.c.damage.is_(None))
+                .values(damage=problem, damage_found_at=sa.func.now())
+                .returning(SEGMENTS.c.topic_id, SEGMENTS.c.partition)
+            ).first()
+            if row is None:
+                return False
+            _event(conn, EventKind.SEGMENT_DAMAGE_FOUND, topic_id=row.topic_id, segment_id=sid,
+                   details={"partition": row.partition, "problem": problem})
+            return True
+
+        return self._tx(work)
+
+    def damaged_segments(self, tip: TopicIdPartition) -> list[tuple[RemoteLogSegmentMetadata, str]]:
+        """The partition's COPY_SEGMENT_FINISHED segments recorded damaged, with what was found,
+        by start offset."""
+        stmt = (sa.select(SEGMENTS).where(*_partition_key(SEGMENTS, tip), SEGMENTS.c.damage.is_not(None),
+                                          SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name)
+                .order_by(SEGMENTS.c.start_offset, SEGMENTS.c.created_at))
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all())
+        return [(_to_metadata(row, tip), row.damage) for row in rows]
 
     # -- the data-loss alarm ----------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 it for segments to write a manifest for (copied before manifests existed), which costs one probe
 of an index that is empty once every finished segment has its manifest.
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-24
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005"
-down_revision: str | None = "0004"
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels = None
 depends_on = None
 

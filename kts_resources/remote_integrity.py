@@ -1,0 +1,63 @@
+"""Are a partition's finished remote segments whole in the tier? One listing of the partition's
+objects against what the store recorded for each segment (key, size, CRC-32C), and small objects
+read back and their checksum recomputed.
+
+The remote_segments_in_bucket check runs it after every copy pass and records what it finds on the
+segments (``RemoteLogMetadataStore.record_segment_damage``); the next copy pass re-copies a damaged
+segment from its local segment while that exists (``copier.recopy_damaged``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kts_resources.remote_log import RemoteLogSegmentMetadata, TopicIdPartition
+from kts_resources.remote_storage.base import RemoteStorageError, RemoteStorageManager, stored_objects
+
+# Objects up to this size are read back and their CRC-32C recomputed; larger ones are checked by size.
+VERIFY_CRC_MAX_BYTES = 1024 * 1024
+
+
+@dataclass
+class TierInspection:
+    """What one look at a partition's finished segments in the tier found."""
+
+    objects_checked: int = 0
+    damaged: list[tuple[RemoteLogSegmentMetadata, list[str]]] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        return [problem for _, problems in self.damaged for problem in problems]
+
+
+def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartition,
+                              finished: Sequence[RemoteLogSegmentMetadata], *,
+                              verify_crc_max_bytes: int = VERIFY_CRC_MAX_BYTES) -> TierInspection:
+    """Every object each finished segment recorded is listed with its recorded size; those up to
+    ``verify_crc_max_bytes`` also match their recorded checksum. A segment with no log object
+    recorded is damaged too (it could never be read)."""
+    found = TierInspection()
+    if not finished:
+        return found
+    listed = {o.key: o.size for o in storage.list_objects(storage.keys.partition_prefix(tip))}
+    for md in finished:
+        problems: list[str] = []
+        objects = stored_objects(md.custom_metadata)
+        if "log" not in objects:
+            problems.append(f"segment {md.start_offset}: no log object recorded")
+        for obj in objects.values():
+            found.objects_checked += 1
+            size = listed.get(obj.key)
+            if size is None:
+                problems.append(f"{storage.location(obj.key)}: missing")
+            elif size != obj.size:
+                problems.append(f"{storage.location(obj.key)}: {size} bytes, recorded {obj.size}")
+            elif obj.size <= verify_crc_max_bytes:
+                try:
+                    storage.fetch_object(obj.key, verify_checksum=obj.checksum)
+                except RemoteStorageError as e:
+                    problems.append(str(e))
+        if problems:
+            found.damaged.append((md, problems))
+    return found
