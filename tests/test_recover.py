@@ -229,6 +229,33 @@ def test_segments_copied_before_manifests_existed_get_theirs_on_the_next_pass(lo
     assert sum(r.manifests_backfilled for r in copy_log_dir(LogDir(log_dir), metadata_store, storage)) == 0
 
 
+def test_a_lost_or_damaged_manifest_is_found_and_written_again_by_the_next_pass(log_dir, metadata_store, tier):
+    from kts_resources.remote_integrity import inspect_finished_segments
+
+    storage, _ = tier
+    copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    tip = _tips(log_dir)[0]
+    finished = metadata_store.list_remote_log_segments(tip, states={FINISHED})
+    gone, damaged = (recorded_manifest(md.custom_metadata) for md in finished[:2])
+    storage.delete_objects([gone.key])
+    storage.put_object(damaged.key, b"{}")
+    # What the remote_segments_in_bucket check does after a copy pass.
+    found = inspect_finished_segments(storage, tip, finished)
+    assert found.damaged == []  # the segments' data is whole: nothing to re-copy
+    assert [(md.segment_id, "manifest" in problem) for md, problem in found.manifests_lost] == [
+        (finished[0].segment_id, True), (finished[1].segment_id, True)]
+    for md, problem in found.manifests_lost:
+        assert metadata_store.forget_segment_manifest(md.segment_id, problem)
+
+    result = copy_partition(LogDir(log_dir).partitions()[0], LogDir(log_dir), metadata_store, storage)
+    assert result.manifests_backfilled == 2
+    again = metadata_store.list_remote_log_segments(tip, states={FINISHED})
+    assert inspect_finished_segments(storage, tip, again).manifests_lost == []
+    for md in again[:2]:
+        manifest = recorded_manifest(md.custom_metadata)
+        assert decode_manifest(storage.fetch_object(manifest.key), where=manifest.key).metadata.segment_id == md.segment_id
+
+
 # --- recover -------------------------------------------------------------------------------------
 
 

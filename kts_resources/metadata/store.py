@@ -101,6 +101,7 @@ class EventKind:
     SEGMENT_DAMAGE_FOUND = "SEGMENT_DAMAGE_FOUND"  # a finished segment's objects are missing or wrong in the tier
     SEGMENT_MANIFEST_RECORDED = "SEGMENT_MANIFEST_RECORDED"  # a finished segment's manifest written afterwards
     SEGMENT_RECOVERED = "SEGMENT_RECOVERED"  # `kts recover` restored it, COPY_SEGMENT_FINISHED, from its manifest
+    SEGMENT_MANIFEST_LOST = "SEGMENT_MANIFEST_LOST"  # its manifest was found missing or wrong; the copy pass rewrites it
 
 
 class DuplicateRemoteLogSegmentIdError(ValueError):
@@ -600,6 +601,25 @@ class RemoteLogMetadataStore:
                 PARTITIONS.c.topic_id == row.topic_id, PARTITIONS.c.partition == row.partition)).scalar_one()
             _event(conn, EventKind.SEGMENT_MANIFEST_RECORDED, tip=TopicIdPartition(row.topic_id, TopicPartition(topic, row.partition)),
                    segment_id=sid, details=dict(manifest))
+            return True
+
+        return self._tx(work)
+
+    def forget_segment_manifest(self, segment_id: RemoteLogSegmentId | uuid.UUID, problem: str) -> bool:
+        """Drop a finished segment's recorded manifest (found missing or wrong in the tier), so the
+        next copy pass writes it again (``finished_segments_without_manifest``). True when this
+        call dropped it."""
+        sid = segment_id.id if isinstance(segment_id, RemoteLogSegmentId) else segment_id
+
+        def work(conn: Connection, _attempt: int) -> bool:
+            row = self._segment_row(conn, sid, lock=True)
+            if row is None or row.state != S.COPY_SEGMENT_FINISHED.name or "manifest.key" not in row.custom_metadata:
+                return False  # also how a retry finds its own earlier commit
+            custom = {k: v for k, v in row.custom_metadata.items() if not k.startswith("manifest.")}
+            conn.execute(SEGMENTS.update().where(SEGMENTS.c.segment_id == sid)
+                         .values(custom_metadata=custom, updated_at=sa.func.now()))
+            _event(conn, EventKind.SEGMENT_MANIFEST_LOST, topic_id=row.topic_id, segment_id=sid,
+                   details={"partition": row.partition, "problem": problem})
             return True
 
         return self._tx(work)
