@@ -167,7 +167,8 @@ def local_segments_crc_clean(context: dg.AssetCheckExecutionContext, pyspark: Kt
 @dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,
                 description="Every COPY_SEGMENT_FINISHED segment's objects are in the remote tier with their recorded size; objects up to "
                             "1 MiB are read back and their CRC-32C compared. A damaged segment is recorded in the metadata store and "
-                            "re-copied by the next copy pass while its local segment exists.")
+                            "re-copied by the next copy pass while its local segment exists; a segment whose manifest (what "
+                            "`kts recover` reads) is missing or wrong gets it written again by the next copy pass.")
 def remote_segments_in_bucket(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
                               metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> Iterator:
     store = metadata_store.store()
