@@ -19,7 +19,6 @@ Rules it keeps:
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +39,6 @@ from kts_resources.remote_storage.manifest import ManifestError, SegmentManifest
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
     from kts_resources.remote_storage.base import ObjectInfo, RemoteStorageManager
-
-log = logging.getLogger(__name__)
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 # Segments recorded per transaction: few round trips, and a kill loses at most one batch's work.
