@@ -79,7 +79,7 @@ def cmd_recover(args) -> int:
 
     from kts_assets.cli import _metadata_store, _remote_storage, report
     from kts_resources import settings
-    from kts_resources.recovery import SAMPLE, RecoveryError, recover
+    from kts_resources.recovery import RecoveryError, recover
 
     def progress(line: str) -> None:
         print(f"kts recover: {line}", file=sys.stderr, flush=True)
@@ -96,20 +96,24 @@ def cmd_recover(args) -> int:
     if args.json:
         print_json(outcome.to_json())
     else:
-        print(f"recovered {outcome.segments_recovered} segments ({outcome.segments_present} already in the store) of "
-              f"{outcome.partitions} partitions of {outcome.topics} topics from {outcome.manifests} manifests "
-              f"({outcome.objects_listed} objects listed); remote log index of {outcome.index_partitions} partitions "
-              f"({outcome.index_segments_read} segments read, {outcome.index_files_written} files written, "
+        print(f"recovered {_n(outcome.segments_recovered, 'segment')} ({outcome.segments_present} already in the store) of "
+              f"{_n(outcome.partitions, 'partition')} of {_n(outcome.topics, 'topic')} from {_n(outcome.manifests, 'manifest')} "
+              f"({_n(outcome.objects_listed, 'object')} listed); remote log index of {_n(outcome.index_partitions, 'partition')} "
+              f"({_n(outcome.index_segments_read, 'segment')} read, {_n(outcome.index_files_written, 'file')} written, "
               f"{outcome.index_files_published} shipped)")
     lines = []
     if outcome.objects_without_manifest:
-        lines.append(f"{len(outcome.objects_without_manifest)} objects have no manifest and were not recovered "
-                     f"(leftovers of copies that never finished, or segments copied before manifests existed), e.g. "
-                     + ", ".join(outcome.objects_without_manifest[:SAMPLE]))
+        lines.append(f"{_n(len(outcome.objects_without_manifest), 'object')} of {_n(outcome.segments_without_manifest, 'segment')} "
+                     f"have no manifest and were not recovered (leftovers of copies that never finished, or segments "
+                     f"copied before manifests existed), e.g. " + ", ".join(outcome.unmanifested_sample))
     lines += outcome.incomplete_segments + outcome.skipped + outcome.index_errors
     if lines:
         report(lines)
     return 0 if outcome.clean else 1
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def add_admin_parsers(sub) -> None:

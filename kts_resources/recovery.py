@@ -85,6 +85,8 @@ class RecoveryReport:
     segments_present: int = 0
     log_start_offsets_set: int = 0
     objects_without_manifest: list[str] = field(default_factory=list)
+    unmanifested_sample: list[str] = field(default_factory=list)  # one key (its .log if listed) per segment, a few
+    segments_without_manifest: int = 0
     incomplete_segments: list[str] = field(default_factory=list)  # one line each: manifest location: what is missing
     skipped: list[str] = field(default_factory=list)  # one line each: what was not recovered and why
     other_objects: list[str] = field(default_factory=list)
@@ -110,7 +112,8 @@ class RecoveryReport:
             "segments_already_present": self.segments_present,
             "log_start_offsets_set": self.log_start_offsets_set,
             "objects_without_manifest": len(self.objects_without_manifest),
-            "objects_without_manifest_sample": self.objects_without_manifest[:SAMPLE],
+            "segments_without_manifest": self.segments_without_manifest,
+            "objects_without_manifest_sample": self.unmanifested_sample,
             "incomplete_segments": self.incomplete_segments,
             "skipped": self.skipped,
             "unrecognised_objects": len(self.other_objects),
@@ -251,8 +254,11 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
             report.incomplete_segments.append(f"{rsm.location(key)}: not recovered: {'; '.join(problems)}")
         else:
             complete.append((key, manifest))
-    report.objects_without_manifest = sorted(k for stem, keys in survey.segment_objects.items()
-                                             if stem not in described for k in keys)
+    orphaned = sorted(stem for stem in survey.segment_objects if stem not in described)
+    report.objects_without_manifest = sorted(k for stem in orphaned for k in survey.segment_objects[stem])
+    report.segments_without_manifest = len(orphaned)
+    report.unmanifested_sample = [f"{stem}.log" if f"{stem}.log" in survey.sizes else sorted(survey.segment_objects[stem])[0]
+                                  for stem in orphaned[:SAMPLE]]
 
     # topic name → topic id → partition → manifests; incarnations of a name oldest first, so the
     # newest ends up current and the older ones' partitions are marked for deletion, as they were.

@@ -387,9 +387,9 @@ def test_objects_without_a_manifest_are_reported_and_not_recovered(log_dir, pg_u
 
     result = kts(env, "recover", "--json")
     out = json.loads(result.stdout)
-    assert out["objects_without_manifest"] == len(objects) and out["objects_without_manifest_sample"]
-    assert set(out["objects_without_manifest_sample"]) <= set(objects.values())
-    assert f"{len(objects)} objects have no manifest" in result.stderr
+    assert out["objects_without_manifest"] == len(objects) and out["segments_without_manifest"] == 1
+    assert out["objects_without_manifest_sample"] == [objects["log"]]
+    assert f"{len(objects)} objects of 1 segment have no manifest" in result.stderr and objects["log"] in result.stderr
     store = _store(pg_url)
     try:
         assert store.segment(victim.segment_id) is None  # never guessed
