@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from kts_resources.kafka.checkpoints import EpochEntry
+from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 
@@ -114,7 +115,10 @@ def topic_id_disagreements(partitions: Iterable[PartitionDir]) -> dict[Path, Top
     """
     by_topic: dict[str, list[tuple[PartitionDir, uuid.UUID]]] = {}
     for partition in partitions:
-        metadata = partition.metadata()
+        try:
+            metadata = partition.metadata()
+        except (KafkaFormatError, OSError):
+            continue  # an unreadable partition.metadata fails that partition's own pass, not its siblings'
         if metadata is not None:
             by_topic.setdefault(partition.topic, []).append((partition, metadata.topic_id))
     found: dict[Path, TopicIdDisagreement] = {}

@@ -160,7 +160,7 @@ def test_remote_segments_copies_exactly_the_eligible_segments_and_reports_both_t
     assert md["copied_segments"] == 0 and md["remote_segments"] == len(wanted)
 
 
-def test_a_partition_dir_whose_topic_id_disagrees_with_its_siblings_is_warned_about_and_not_copied(
+def test_a_partition_dir_whose_topic_id_disagrees_with_its_siblings_is_not_copied_and_fails_its_copy(
         pg_url, tmp_path, kts_home, instance):
     root = tmp_path / "logs"
     simulate(root, SimulationConfig(seed=11, topics=("orders",), partitions=3, total_bytes=144 * 1024, segment_bytes=16 * 1024))
@@ -174,6 +174,8 @@ def test_a_partition_dir_whose_topic_id_disagrees_with_its_siblings_is_warned_ab
     assert md["orders-0"]["copied_segments"] > 0 and md["orders-2"]["copied_segments"] > 0
     assert "copied_segments" not in md["orders-1"]
     assert str(root / "orders-1") in md["orders-1"]["skipped"] and str(stray_id) in md["orders-1"]["skipped"]
+    # Not a success for that partition: its copy_completed check fails on it, and `kts sync` exits 1.
+    assert md["orders-1"]["copy_failed"] == 1 and str(stray_id) in md["orders-1"]["copy_error"]
     warnings = [e.user_message for e in instance.all_logs(result.run_id)
                 if e.level == logging.WARNING and str(stray_id) in e.user_message]
     assert len(warnings) == 1 and "not copied" in warnings[0]

@@ -76,8 +76,10 @@ def remote_segments(
     for key, loc in list(located.items()):
         problem = disagreements.get(loc.partition.path)
         if problem is not None:
+            # Not copied, and not a success either: an operator has to settle which id is the
+            # topic's, so the partition's copy_completed check fails (and `kts sync` exits 1).
             context.log.warning(str(problem))
-            context.add_asset_metadata({"copy_failed": 0, "skipped": str(problem)}, partition_key=key)
+            context.add_asset_metadata({"copy_failed": 1, "copy_error": str(problem), "skipped": str(problem)}, partition_key=key)
             del located[key]
     store = metadata_store.store()
     storage = remote_tier.storage()

@@ -149,10 +149,19 @@ class PartitionScan:
     segments: list[SegmentFiles]
     snapshots: dict[int, Path]
     skipped: list[Skipped]
+    # Entries named like a segment's .log that are not regular files (a dangling link, a FIFO): the
+    # partition's offsets have a hole kts cannot see into, so its segments cannot be listed.
+    unreadable_logs: list[Skipped] = ()  # type: ignore[assignment]
+
+
+class UnreadableSegmentError(OSError):
+    """A partition directory holds a ``.log`` that is not a regular file: without it the segment
+    before would seem to run on to the one after, so the partition is not listed at all."""
 
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _KNOWN_PARTITION_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA})
+NOT_REGULAR = "not a regular file"
 
 
 def scan_partition_dir(partition_dir: str | os.PathLike) -> PartitionScan:
@@ -174,7 +183,8 @@ def scan_partition_dir(partition_dir: str | os.PathLike) -> PartitionScan:
 
     segments = _segments(directory, logs, by_suffix[TXN_INDEX_SUFFIX])
     snapshots = dict(sorted(by_suffix[PRODUCER_SNAPSHOT_SUFFIX].items()))
-    return PartitionScan(segments, snapshots, sorted(skipped))
+    unreadable = sorted(s for s in skipped if s.reason == NOT_REGULAR and s.name.endswith(LOG_SUFFIX))
+    return PartitionScan(segments, snapshots, sorted(skipped), unreadable)
 
 
 def _file_verdict(entry: os.DirEntry, by_suffix: dict[str, dict[int, Path]]) -> str | None:
@@ -183,13 +193,11 @@ def _file_verdict(entry: os.DirEntry, by_suffix: dict[str, dict[int, Path]]) -> 
     for suffix, why in NOT_LIVE_SUFFIXES.items():
         if name.endswith(suffix):
             return why
-    if entry.is_dir():
-        return "unexpected directory in a partition directory"
-    if name in _KNOWN_PARTITION_FILES:
+    if name in _KNOWN_PARTITION_FILES and not entry.is_dir():
         return None
     suffix = next((s for s in by_suffix if name.endswith(s)), None)
     if suffix is None:
-        return "not a Kafka partition file"
+        return "unexpected directory in a partition directory" if entry.is_dir() else "not a Kafka partition file"
     try:
         offset, found_suffix = parse_offset_file_name(name)
     except ValueError as e:
@@ -197,7 +205,7 @@ def _file_verdict(entry: os.DirEntry, by_suffix: dict[str, dict[int, Path]]) -> 
     if found_suffix != suffix:
         return f"bad file name: unexpected suffix {found_suffix!r}"
     if not entry.is_file():
-        return "not a regular file"
+        return NOT_REGULAR
     by_suffix[suffix][offset] = Path(entry.path)
     return None
 
@@ -220,8 +228,14 @@ def _segments(directory: Path, logs: dict[int, Path], txn_indexes: dict[int, Pat
 
 
 def list_segments(partition_dir: str | os.PathLike) -> list[SegmentFiles]:
-    """The partition's segments in base-offset order; the last (highest base offset) is active."""
-    return scan_partition_dir(partition_dir).segments
+    """The partition's segments in base-offset order; the last (highest base offset) is active.
+    UnreadableSegmentError when a ``.log`` there is not a regular file."""
+    scan = scan_partition_dir(partition_dir)
+    if scan.unreadable_logs:
+        bad = scan.unreadable_logs[0]
+        raise UnreadableSegmentError(f"{shown(Path(partition_dir) / bad.name)}: {bad.reason}; the partition's "
+                                     "segments cannot be listed without it")
+    return scan.segments
 
 
 def list_producer_snapshots(partition_dir: str | os.PathLike) -> dict[int, Path]:
