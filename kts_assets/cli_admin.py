@@ -27,15 +27,20 @@ def cmd_delete_records(args) -> int:
     from kts_resources.partition_admin import DeleteRecordsError, delete_records
     from kts_resources.tiers import locate_partitions
 
+    from kts_assets.cli import _remote_storage
+
     store = _metadata_store()
+    storage = _remote_storage()
     try:
         tip = _tip(store, args.topic, args.partition)
         key = tip.topic_partition.dir_name
         located, _ = locate_partitions(settings.log_dirs(), [key], owned_log_dirs=settings.owned_log_dirs())
-        start = delete_records(located.get(key), tip, store, args.before)
+        # The tier records it too, so that `kts recover` brings it back.
+        start = delete_records(located.get(key), tip, store, args.before, storage=storage)
     except DeleteRecordsError as e:
         raise CommandError(str(e)) from None
     finally:
+        storage.close()
         store.close()
     if args.json:
         print_json({"topic": args.topic, "partition": args.partition, "log_start_offset": start})

@@ -33,8 +33,8 @@ from kts_resources import remote_index_cache as index_cache
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.base import StoredObject, segment_custom_metadata
-from kts_resources.remote_storage.keys import MANIFEST_SUFFIX, MAX_TOPIC_IN_KEY, REMOTE_INDEX_DIR
-from kts_resources.remote_storage.manifest import ManifestError, SegmentManifest, decode_manifest
+from kts_resources.remote_storage.keys import LOG_START_OFFSET_NAME, MANIFEST_SUFFIX, MAX_TOPIC_IN_KEY, REMOTE_INDEX_DIR
+from kts_resources.remote_storage.manifest import ManifestError, SegmentManifest, decode_log_start_offset, decode_manifest
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -69,6 +69,7 @@ class TierSurvey:
     manifests: list[str] = field(default_factory=list)  # manifest keys
     segment_objects: dict[str, list[str]] = field(default_factory=dict)  # key stem → its objects' keys
     index_files: dict[str, set[str]] = field(default_factory=dict)  # partition prefix → its remote log index file names
+    log_start_offsets: dict[str, str] = field(default_factory=dict)  # partition prefix → key of its log start offset record
     other: list[str] = field(default_factory=list)  # keys of no kts layout
 
 
@@ -148,6 +149,8 @@ def _classify(survey: TierSurvey, rsm: "RemoteStorageManager", root: str, info: 
         head, sep, name = info.key.rpartition(f"/{REMOTE_INDEX_DIR}/")
         if sep and ri.file_base_offset(name) is not None and "/" not in name:
             survey.index_files.setdefault(head + "/", set()).add(name)
+        elif info.key.endswith(f"/{LOG_START_OFFSET_NAME}"):
+            survey.log_start_offsets[info.key[: -len(LOG_START_OFFSET_NAME)]] = info.key
         else:
             survey.other.append(info.key)
         return
@@ -267,6 +270,7 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
         tip = manifest.topic_id_partition
         by_topic[tip.topic][tip.topic_id][tip.partition].append((key, manifest))
     report.topics = sum(len(ids) for ids in by_topic.values())
+    deleted_below = read_log_start_offsets(rsm, survey, [m.topic_id_partition for _k, m in complete])
     recovered_tips: list[TopicIdPartition] = []
     for name in sorted(by_topic):
         incarnations = by_topic[name]
@@ -292,7 +296,7 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
                 report.topics_created += 1
             for partition in sorted(incarnations[topic_id]):
                 tip = TopicIdPartition(topic_id, TopicPartition(name, partition))
-                _recover_partition(store, tip, incarnations[topic_id][partition], report)
+                _recover_partition(store, tip, incarnations[topic_id][partition], report, deleted_below.get(tip, 0))
                 recovered_tips.append(tip)
                 if len(recovered_tips) % PARTITION_PROGRESS_EVERY == 0:
                     say(f"{len(recovered_tips)} partitions, {report.segments_recovered} segments recovered so far")
@@ -303,10 +307,32 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
     return report
 
 
+def read_log_start_offsets(rsm: "RemoteStorageManager", survey: TierSurvey,
+                           tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, int]:
+    """The log start offsets DeleteRecords recorded in the tier for these partitions. A damaged
+    record, or one naming another partition than its key, is a RecoveryError (nothing written yet)."""
+    out: dict[TopicIdPartition, int] = {}
+    for tip in set(tips):
+        key = survey.log_start_offsets.get(rsm.keys.partition_prefix(tip))
+        if key is None:
+            continue
+        where = rsm.location(key)
+        try:
+            named, offset = decode_log_start_offset(rsm.fetch_object(key), where=where)
+        except ManifestError as e:
+            raise RecoveryError(f"{e}; nothing was recovered: move the damaged object aside and run kts recover again") from None
+        if named != tip:
+            raise RecoveryError(f"{where}: damaged log start offset record: it names {named.topic_partition} (topic id "
+                                f"{named.topic_id}), not the partition its key names; nothing was recovered")
+        out[tip] = offset
+    return out
+
+
 def _recover_partition(store: "RemoteLogMetadataStore", tip: TopicIdPartition,
-                       manifests: list[tuple[str, SegmentManifest]], report: RecoveryReport) -> None:
-    """The partition's segments (in the order they finished), its log start offset and the first
-    offset kts watched, under the partition lock so that no copy or expiry runs meanwhile."""
+                       manifests: list[tuple[str, SegmentManifest]], report: RecoveryReport, deleted_below: int = 0) -> None:
+    """The partition's segments (in the order they finished), its log start offset (the highest
+    its manifests or a DeleteRecords record in the tier say) and the first offset kts watched,
+    under the partition lock so that no copy or expiry runs meanwhile."""
     state = store.partition_state(tip).delete_state
     if state is not None:  # being deleted: nothing joins it; what it has already is fine
         absent = [m for _k, m in manifests if store.segment(m.metadata.segment_id) is None]
@@ -323,7 +349,7 @@ def _recover_partition(store: "RemoteLogMetadataStore", tip: TopicIdPartition,
             added += store.recover_remote_log_segments(tip, [m.metadata for m in ordered[i:i + BATCH_SEGMENTS]])
         report.segments_recovered += added
         report.segments_present += len(ordered) - added
-        log_start = max(m.log_start_offset for m in ordered)
+        log_start = max(deleted_below, *(m.log_start_offset for m in ordered))
         before = store.partition_state(tip).log_start_offset
         if store.update_log_start_offset(tip, log_start) != before:
             report.log_start_offsets_set += 1

@@ -99,3 +99,17 @@ def test_anything_but_a_manifest_kts_wrote_is_one_error_naming_the_object(data, 
     message = str(caught.value)
     assert message.startswith(f"{WHERE}: damaged manifest: ") and problem in message
     assert "\n" not in message
+
+
+def test_a_log_start_offset_record_reads_back_and_a_flipped_byte_is_damage():
+    from kts_resources.remote_storage.manifest import decode_log_start_offset, encode_log_start_offset
+
+    data = encode_log_start_offset(TIP, 1234)
+    assert decode_log_start_offset(data, where=WHERE) == (TIP, 1234)
+    for position in range(0, len(data) - 1, 5):
+        damaged = bytearray(data)
+        damaged[position] ^= 0x04
+        with pytest.raises(ManifestError, match="damaged log start offset record"):
+            decode_log_start_offset(bytes(damaged), where=WHERE)
+    with pytest.raises(ManifestError, match="not a kts-log-start-offset record"):
+        decode_log_start_offset(encode_manifest(_manifest()), where=WHERE)

@@ -301,6 +301,25 @@ def test_after_the_database_is_dropped_recover_gives_the_same_status_offsets_and
     assert _listing(storage) == {**tier_before, **{k: v for k, v in _listing(storage).items() if "/remote-log-index/" in k}}
 
 
+def test_a_delete_records_after_the_last_copy_comes_back_too(log_dir, pg_url, pg_admin_url, pg_template, tmp_path, tier):
+    """DeleteRecords moves the log start offset inside a remote segment after it was copied: the
+    tier records it beside the partition's segments, so recover does not bring the records back."""
+    storage, tier_env = tier
+    env = _env(pg_url, tmp_path, log_dir, tier_env)
+    store = _store(pg_url)
+    _copy_and_age(log_dir, store, storage)
+    store.close()
+    kts(env, "delete-records", "orders", "1", "--before", "5")
+    before = _answers(env, log_dir)
+    assert before["offsets orders-1 --earliest"]["offset"] == 5
+    _drop_and_recreate(pg_url, pg_admin_url, pg_template)
+    assert json.loads(kts(env, "recover", "--json").stdout)["log_start_offsets_set"] == 1
+    assert _answers(env, log_dir) == before
+    # Topic deletion takes the record with the rest of the partition's remote data.
+    kts(env, "topic", "delete", "orders")
+    assert not [k for k in _listing(storage) if k.endswith("/log-start-offset")]
+
+
 def test_recover_on_a_new_machine_takes_the_remote_log_index_from_the_tier(log_dir, pg_url, pg_admin_url, pg_template, tmp_path, tier):
     """The pipeline shipped the index: a node with an empty KTS_HOME rebuilds it without reading a segment."""
     storage, tier_env = tier

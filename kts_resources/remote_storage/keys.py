@@ -29,6 +29,8 @@ SEGMENT_SUFFIXES: Final[tuple[str, ...]] = (LOG_SUFFIX, *INDEX_SUFFIXES.values()
 # The segment's manifest (kts_resources.remote_storage.manifest): its RemoteLogSegmentMetadata as
 # JSON beside its objects, written last, so the tier alone describes every finished segment.
 MANIFEST_SUFFIX: Final = "manifest"
+# The partition's log start offset as DeleteRecords last set it (manifest.py), beside its segments.
+LOG_START_OFFSET_NAME: Final = "log-start-offset"
 
 MAX_OFFSET: Final = 2**63 - 1  # an offset is a Java long
 MAX_KEY_BYTES: Final = 1024  # S3's limit on a key's UTF-8 length
@@ -151,6 +153,10 @@ class ObjectKeys:
     def manifest_key(self, segment_id: RemoteLogSegmentId, start_offset: int) -> str:
         """``<partition prefix><20-digit start offset>-<segment id>.manifest``: the segment's manifest."""
         return self.segment_key(segment_id, start_offset, MANIFEST_SUFFIX)
+
+    def log_start_offset_key(self, topic_id_partition: TopicIdPartition) -> str:
+        """``<partition prefix>log-start-offset``: the partition's log start offset record."""
+        return self.partition_prefix(topic_id_partition) + LOG_START_OFFSET_NAME
 
     def remote_index_prefix(self, topic_id_partition: TopicIdPartition) -> str:
         """``<partition prefix>remote-log-index/``: the partition's shipped remote log index files."""

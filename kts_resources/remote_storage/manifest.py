@@ -279,3 +279,54 @@ def _objects(value: Any) -> dict[str, StoredObject]:
             raise ManifestError(f"objects.{suffix}.size is {size!r}, not a whole number ≥ 0")
         out[suffix] = StoredObject(key, size, crc)
     return out
+
+
+# --- the partition's log start offset ------------------------------------------------------------
+#
+# A DeleteRecords moves the log start offset inside a segment; the segments' manifests carry the
+# offset as of their copy only, so DeleteRecords also writes it beside the partition's segments:
+# {"format": "kts-log-start-offset", "version": 1, "topic", "topic_id", "partition",
+#  "log_start_offset", "crc32c"} (canonical JSON, the CRC-32C of the rest, as a manifest).
+
+LOG_START_FORMAT = "kts-log-start-offset"
+_LOG_START_FIELDS = frozenset({"format", "version", "topic", "topic_id", "partition", "log_start_offset", "crc32c"})
+
+
+def encode_log_start_offset(tip: TopicIdPartition, log_start_offset: int) -> bytes:
+    body: dict[str, Any] = {"format": LOG_START_FORMAT, "version": VERSION, "topic": tip.topic,
+                            "topic_id": topic_id_to_base64(tip.topic_id), "partition": tip.partition,
+                            "log_start_offset": log_start_offset}
+    body["crc32c"] = crc32c_hex(crc32c(_canonical(body)))
+    data = _canonical(body) + b"\n"
+    decode_log_start_offset(data, where="the log start offset being written")
+    return data
+
+
+def decode_log_start_offset(data: bytes | bytearray | memoryview, *, where: str) -> tuple[TopicIdPartition, int]:
+    """(partition, log start offset); ManifestError (starting with ``where``) for anything else."""
+    try:
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{len(data)} bytes, far more than a log start offset record")
+        try:
+            body = json.loads(bytes(data).decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        except UnicodeDecodeError as e:
+            raise ManifestError(f"not UTF-8 (byte {e.start})") from None
+        except json.JSONDecodeError as e:
+            raise ManifestError(f"not JSON: {e.msg} at byte {e.pos}") from None
+        if not isinstance(body, dict) or body.get("format") != LOG_START_FORMAT:
+            raise ManifestError(f"not a {LOG_START_FORMAT} record")
+        if body.get("version") != VERSION or type(body.get("version")) is not int:
+            raise ManifestError(f"version {body.get('version')!r} is not {VERSION}")
+        if body.keys() != _LOG_START_FIELDS:
+            raise ManifestError(f"fields {', '.join(sorted(body))} are not {', '.join(sorted(_LOG_START_FIELDS))}")
+        recorded = body.pop("crc32c")
+        if recorded != crc32c_hex(crc32c(_canonical(body))):
+            raise ManifestError(f"its CRC-32C does not match the recorded {recorded!r}: it was altered or corrupted")
+        topic = _str(body, "topic")
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise ManifestError(f"topic: {problem}")
+        tip = TopicIdPartition(_uuid(body, "topic_id"), TopicPartition(topic, _int(body, "partition", 0, MAX_PARTITION)))
+        return tip, _int(body, "log_start_offset", 0, MAX_OFFSET)
+    except ManifestError as e:
+        raise ManifestError(f"{where}: damaged log start offset record: {e}") from None
