@@ -177,11 +177,12 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=128)
     parser.add_argument("--fetches", type=int, default=200)
     parser.add_argument("--no-spark", action="store_true")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved replay / raw CRC rounds (default 7; 2 with --quick)")
     parser.add_argument("--quick", action="store_true", help="32 MiB, 30 fetches: a smoke run")
     add_json_argument(parser, "read")
     args = parser.parse_args()
     if args.quick:
-        args.mib, args.fetches = 32, 30
+        args.mib, args.fetches, args.rounds = 32, 30, 2
     from kts_resources.remote_storage.factory import remote_storage_from_uri
 
     with tempfile.TemporaryDirectory(prefix="kts-read-bench-") as tmpdir, bench_database(Path(tmpdir)) as (url, db):
@@ -199,9 +200,15 @@ def main() -> None:
         offsets = [rng.randint(finished[0].start_offset, finished[-1].end_offset - 1) for _ in range(args.fetches)]
         progress("timing 1 MiB fetches, remote and local")
         remote_lat, local_lat = latencies(remote_reader, offsets), latencies(local_reader, offsets)
-        progress("replaying the whole partition")
-        replay, replay_bytes = replay_mb_per_s(remote_reader)
-        crc = crc_mb_per_s(full)
+        progress(f"replaying the whole partition against raw CRC-32C, {args.rounds} rounds interleaved")
+        # Both stream the same bytes from the page cache in a few tens of milliseconds, so a single
+        # round is at the mercy of whatever else runs: interleaved rounds, the best of each.
+        replay_rounds, crc_rounds = [], []
+        for _ in range(args.rounds):
+            replay, replay_bytes = replay_mb_per_s(remote_reader)
+            replay_rounds.append(replay)
+            crc_rounds.append(crc_mb_per_s(full))
+        replay, crc = max(replay_rounds), max(crc_rounds)
         spark = None if args.no_spark else spark_vs_loop(logs, url, storage_uri, tmp / "home")
         store.close()
     result = {
@@ -209,7 +216,9 @@ def main() -> None:
         "latency_ms": {"remote_p50": pct(remote_lat, 0.5) * 1e3, "remote_p99": pct(remote_lat, 0.99) * 1e3,
                        "local_p50": pct(local_lat, 0.5) * 1e3, "local_p99": pct(local_lat, 0.99) * 1e3,
                        "remote_mean": statistics.mean(remote_lat) * 1e3},
-        "replay": {"mb_per_s": replay, "bytes": replay_bytes, "raw_crc_mb_per_s": crc},
+        "replay": {"mb_per_s": replay, "bytes": replay_bytes, "raw_crc_mb_per_s": crc, "rounds_mb_per_s": replay_rounds,
+                   "raw_crc_rounds_mb_per_s": crc_rounds,
+                   "median_round_ratio": statistics.median(r / c for r, c in zip(replay_rounds, crc_rounds))},
         "spark": spark,
     }
     ratios = {
@@ -224,7 +233,8 @@ def main() -> None:
              f"{requests['requests_per_fetch_indexed']:.2f} ({requests['requests_per_fetch_kafka_path']:.2f})"),
             ("1 MiB fetch p50 remote / local (goal ≤ 2)", f"{ratios['remote_over_local_p50']:.2f}"),
             ("1 MiB fetch p99 remote / local", f"{ratios['remote_over_local_p99']:.2f}"),
-            ("replay MB/s / raw CRC-32C MB/s (goal ≥ 0.5)", f"{ratios['replay_over_raw_crc']:.2f}")]
+            ("replay MB/s / raw CRC-32C MB/s, best rounds (goal ≥ 0.5)", f"{ratios['replay_over_raw_crc']:.2f}"),
+            ("  likewise, median of per-round ratios", f"{result['replay']['median_round_ratio']:.2f}")]
     if spark:
         rows.append(("read_tiered speed-up over a fetch loop, 2 cores (goal ≥ 1.5)", f"{ratios['spark_speedup_over_loop']:.2f}"))
     print("\n".join(format_rows(rows, right={1})))

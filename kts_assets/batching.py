@@ -81,10 +81,11 @@ def batch_key_ranges(
 
 
 def range_run_request(batch: KeyRangeBatch, *, tags: Mapping[str, str] | None = None,
-                      run_key: str | None = None) -> dg.RunRequest:
+                      run_key: str | None = None, run_config: Mapping | None = None) -> dg.RunRequest:
     """A request for one run of the target job over ``batch``'s whole key range."""
     return dg.RunRequest(
         run_key=run_key,
+        run_config=dict(run_config or {}),
         tags={
             **(tags or {}),
             PARTITION_RANGE_START_TAG: batch.start,

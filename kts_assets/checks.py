@@ -145,22 +145,23 @@ def local_segments_crc_clean(context: dg.AssetCheckExecutionContext, pyspark: Kt
         key: (True, {"segments": 0}, "no inventory yet: materialise local_segments first") for key in keys if key not in present
     }
     if present:
-        # One read and two Spark jobs for all of the run's partitions, not two or three per partition.
-        inventory = (read_inventory(pyspark.spark_session, present.values())
-                     .withColumn("key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"))))
-        totals = {row.key: row["count"] for row in inventory.groupBy("key").count().collect()}
-        unhealthy: dict[str, list] = {}
-        for row in (inventory.filter((F.col("health") != "ok") | (F.col("crc_failures") > 0))
-                    .select("key", "base_offset", "path", "health", "crc_failures").collect()):
-            unhealthy.setdefault(row.key, []).append(row)
-        for key in present:
-            bad = sorted(unhealthy.get(key, []), key=lambda r: r.base_offset)
-            total = totals.get(key, 0)
-            description = "; ".join(f"{r.path}: {r.health}" + (f", {r.crc_failures} batches fail their CRC" if r.crc_failures else "")
-                                    for r in bad[:10])
-            verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
-                                       "first_unhealthy_base_offset": bad[0].base_offset if bad else -1},
-                             description or f"{total} segments CRC-clean")
+        with pyspark.server_loss_as_failure():
+            # One read and two Spark jobs for all of the run's partitions, not two or three per partition.
+            inventory = (read_inventory(pyspark.spark_session, present.values())
+                         .withColumn("key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"))))
+            totals = {row.key: row["count"] for row in inventory.groupBy("key").count().collect()}
+            unhealthy: dict[str, list] = {}
+            for row in (inventory.filter((F.col("health") != "ok") | (F.col("crc_failures") > 0))
+                        .select("key", "base_offset", "path", "health", "crc_failures").collect()):
+                unhealthy.setdefault(row.key, []).append(row)
+            for key in present:
+                bad = sorted(unhealthy.get(key, []), key=lambda r: r.base_offset)
+                total = totals.get(key, 0)
+                description = "; ".join(f"{r.path}: {r.health}" + (f", {r.crc_failures} batches fail their CRC" if r.crc_failures else "")
+                                        for r in bad[:10])
+                verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
+                                           "first_unhealthy_base_offset": bad[0].base_offset if bad else -1},
+                                 description or f"{total} segments CRC-clean")
     yield from _report(context, local_segments.key, "local_segments_crc_clean", {key: verdicts[key] for key in keys})
 
 

@@ -10,6 +10,9 @@ from kts_assets.assets import hourly_record_counts, local_segments, remote_log_i
 
 COPY_JOB_NAME = "copy_job"
 EXPIRY_JOB_NAME = "expiry_job"
+INDEX_REBUILD_JOB_NAME = "index_rebuild_job"
+# index_rebuild_job's run config: every finished segment read again, the files laid out afresh.
+REBUILD_CONFIG = {"ops": {"remote_log_index": {"config": {"rebuild": True}}}}
 
 copy_job = dg.define_asset_job(
     COPY_JOB_NAME,
@@ -30,6 +33,15 @@ expiry_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
+index_rebuild_job = dg.define_asset_job(
+    INDEX_REBUILD_JOB_NAME,
+    selection=[remote_log_index],
+    description="Rebuild the partitions' remote log index from scratch (every finished segment read again, the files laid "
+                "out afresh and shipped): for an index found missing, damaged or behind the store.",
+    config=REBUILD_CONFIG,
+    executor_def=dg.in_process_executor,
+)
+
 backfill_job = dg.define_asset_job(
     "backfill_job",
     selection=[hourly_record_counts],
@@ -37,4 +49,4 @@ backfill_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
-jobs = [copy_job, expiry_job, backfill_job]
+jobs = [copy_job, expiry_job, index_rebuild_job, backfill_job]

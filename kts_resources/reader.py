@@ -34,11 +34,13 @@ from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
 from kts_resources.kafka.checkpoints import EpochEntry, epoch_for_offset, read_leader_epoch_checkpoint
 from kts_resources.kafka.errors import KafkaFormatError
+from kts_resources.kafka.files import keep_large_buffers_in_the_heap
 from kts_resources.kafka.indexes import OffsetPosition, decode_offset_index, lookup_offset, read_offset_index
 from kts_resources.kafka.logdir import SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import (
     CONTROL_ABORT,
+    LOG_OVERHEAD,
     BatchHeader,
     decode_batch,
     parse_control_record,
@@ -372,6 +374,19 @@ class PartitionReader:
             else:
                 batches = self._local_fetch(position, max_bytes - used if result.batches else max_bytes)
             taken, full = 0, False
+            if batches:
+                # The common case of a sequential read: the whole chunk is wanted (nothing before
+                # ``position``, nothing past the bound, within max_bytes). Taking it at once spares
+                # the per-batch checks below, which cost more than the batches' CRCs.
+                first, last = batches[0].header, batches[-1].header
+                total = sum(b.header.batch_length for b in batches) + LOG_OVERHEAD * len(batches)
+                if (first.base_offset + first.last_offset_delta >= position
+                        and last.base_offset + last.last_offset_delta + 1 <= limit
+                        and (used + total <= max_bytes or (not result.batches and len(batches) == 1))):
+                    result.batches.extend(batches)
+                    used += total
+                    position = last.base_offset + last.last_offset_delta + 1
+                    continue
             for batch in batches:
                 if batch.header.last_offset < position:
                     continue
@@ -620,14 +635,16 @@ class PartitionReader:
 
     def _checked_batches(self, data: bytes, key: str, base_position: int) -> list[FetchedBatch]:
         scan = scan_batches(data, verify_crc=True)
+        fetched = []
         for h in scan.batches:
             if not h.crc_ok:
                 raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {base_position + h.position}: the batch at offset "
                                              f"{h.base_offset} fails its CRC; no records returned from it")
+            fetched.append(FetchedBatch(h, data, True))
         if scan.invalid is not None:
             raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {base_position + scan.invalid.position}: "
                                          f"{scan.invalid.reason}")
-        return [FetchedBatch(h, data, remote=True) for h in scan.batches]
+        return fetched
 
     # --- transactions ---
 
@@ -814,6 +831,7 @@ class TieredLogReader:
         owned: Sequence = (),
     ) -> None:
         """``owned``: what :meth:`close` closes (the store and tier a factory opened for it)."""
+        keep_large_buffers_in_the_heap()  # chunks of MiBs, a few alive at once (prefetch, FetchedBatch)
         self.log_dirs = list(log_dirs)
         self.store, self.rsm = store, rsm
         self.home = home

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import threading
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -209,6 +212,20 @@ class KtsPySparkResource(PySparkResource):
         config = {key: str(value) for key, value in self.spark_config.items()}
         master = config.pop("spark.master", None)
         self._spark_session = build_spark_session("kts", master=master, extra=config, remote=self.spark_remote or None)
+
+    @contextlib.contextmanager
+    def server_loss_as_failure(self) -> Iterator[None]:
+        """Around a step's Spark work: a Spark Connect server that stops answering fails the step
+        with one line saying so (and that the next run starts a fresh one), not a gRPC trace."""
+        from kts_resources.spark import lost_connect_server
+
+        try:
+            yield
+        except Exception as e:
+            lost = lost_connect_server(self._spark_session, e)
+            if lost is None:
+                raise
+            raise dg.Failure(description=lost, allow_retries=True) from e
 
 
 def spark_resource(master: str | None = None, remote: str | None = None) -> KtsPySparkResource:

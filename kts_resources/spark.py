@@ -124,6 +124,32 @@ def connect_session(url: str, *, embedded: bool) -> "SparkSession":
         return session
 
 
+# What a Spark Connect client's errors say when its server stopped answering (gRPC UNAVAILABLE,
+# a refused or reset connection, the retries given up on).
+_SERVER_GONE_SIGNS = ("RETRIES_EXCEEDED", "StatusCode.UNAVAILABLE", "failed to connect to all addresses",
+                      "Connection refused", "Socket closed", "Connection reset")
+
+
+def lost_connect_server(session: "SparkSession | None", error: BaseException) -> str | None:
+    """One line when ``error`` (or its cause) says ``session``'s Spark Connect server stopped
+    answering mid-job — killed, OOM, stopped by `kts services stop` — else None. The run fails
+    either way; this says why in words a user acts on instead of a gRPC trace."""
+    url = next((u for u, s in list(_connect_sessions.items()) if s is session), None)
+    if url is None:
+        return None
+    seen, texts = set(), []
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        texts.append(f"{type(e).__name__}: {e}")
+        e = e.__cause__ or e.__context__
+    if not any(sign in text for text in texts for sign in _SERVER_GONE_SIGNS):
+        return None
+    return (f"the Spark Connect server at {url} stopped answering mid-job (killed, out of memory, or stopped); "
+            "this run failed, and the next run starts a fresh embedded server (or waits for KTS_SPARK_REMOTE's) "
+            "— `kts services` shows it")
+
+
 def forget_connect_sessions() -> None:
     """Drop this process's Connect sessions and close their channels (no call to the server: one
     may be gone, and the client would retry it for minutes; the server expires idle sessions)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kts_resources import spark_connect
-from kts_resources.spark import EMBEDDED, build_spark_session, forget_connect_sessions, spark_mode
+from kts_resources.spark import EMBEDDED, build_spark_session, forget_connect_sessions, lost_connect_server, spark_mode
 from tests.conftest import REPO_ROOT
 
 # Each test here starts servers of its own (a KTS_HOME each), not the session's.
@@ -130,9 +130,13 @@ def test_a_server_killed_mid_job_fails_the_job_in_seconds_and_the_next_use_start
             yield from batches
 
         started = time.monotonic()
-        with pytest.raises(Exception):
+        with pytest.raises(Exception) as failed:
             spark.range(0, 2, 1, numPartitions=1).mapInArrow(kill_own_server, "id long").collect()
         assert time.monotonic() - started < 90  # not the client's default ten minutes of retries
+        # What a step fails with (KtsPySparkResource.server_loss_as_failure): one line, not a gRPC trace.
+        said = lost_connect_server(spark, failed.value)
+        assert said is not None and first.url in said and "stopped answering" in said and "next run" in said
+        assert lost_connect_server(spark, ValueError("a bug of kts")) is None
         assert spark_connect.running(home) is None
         listed = json.loads(kts(home.parent, "services", "--json").stdout)
         assert [(s["kind"], s["state"], s["pid"]) for s in listed] == [("spark-connect", "stale", first.pid)]

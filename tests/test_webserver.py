@@ -377,9 +377,11 @@ def test_the_repository_has_the_copy_job_both_sensors_and_the_reconcile_schedule
     assert repository["__typename"] == "Repository", repository
     assert "copy_job" in {job["name"] for job in repository["jobs"]}
     sensors = {s["name"]: s for s in repository["sensors"]}
-    assert sorted(sensors) == ["dead_run_sensor", "partition_discovery_sensor", "retention_sensor", "segment_roll_sensor"]
+    assert sorted(sensors) == ["dead_run_sensor", "index_rebuild_sensor", "partition_discovery_sensor", "retention_sensor",
+                               "segment_roll_sensor"]
     assert sensors["retention_sensor"]["targets"] == [{"pipelineName": "expiry_job"}]
-    assert {"copy_job", "expiry_job", "backfill_job"} <= {job["name"] for job in repository["jobs"]}
+    assert sensors["index_rebuild_sensor"]["targets"] == [{"pipelineName": "index_rebuild_job"}]
+    assert {"copy_job", "expiry_job", "index_rebuild_job", "backfill_job"} <= {job["name"] for job in repository["jobs"]}
     assert all(s["defaultStatus"] == "RUNNING" for s in sensors.values())
     assert sensors["partition_discovery_sensor"]["minIntervalSeconds"] == 30
     assert sensors["segment_roll_sensor"]["targets"] == [{"pipelineName": "copy_job"}]
@@ -426,7 +428,8 @@ def test_every_job_sensor_schedule_resource_and_asset_has_a_markdown_safe_descri
                  for item in repository[kind] if not item["name"].startswith("__")}
     described.update({f"asset {'/'.join(n['assetKey']['path'])}": n["description"] for n in data["assetNodes"]})
     assert {"sensors partition_discovery_sensor", "sensors segment_roll_sensor", "jobs copy_job", "jobs expiry_job",
-            "sensors retention_sensor", "asset retention_state", "asset remote_log_index",
+            "sensors retention_sensor", "sensors index_rebuild_sensor", "jobs index_rebuild_job",
+            "asset retention_state", "asset remote_log_index",
             "schedules reconcile_schedule", "allTopLevelResourceDetails pyspark",
             "allTopLevelResourceDetails metadata_store"} <= set(described)
     for name, description in described.items():

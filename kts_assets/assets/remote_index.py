@@ -95,8 +95,9 @@ def remote_log_index(
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs; its remote log index is not built")
 
-    results = segment_entries_job(pyspark.spark_session, tasks, remote_uri=remote_tier.uri(),
-                                  endpoint_url=remote_tier.endpoint_url(), chunk_bytes=config.chunk_bytes) if tasks else []
+    with pyspark.server_loss_as_failure():
+        results = segment_entries_job(pyspark.spark_session, tasks, remote_uri=remote_tier.uri(),
+                                      endpoint_url=remote_tier.endpoint_url(), chunk_bytes=config.chunk_bytes) if tasks else []
     errors: dict[str, list[str]] = {}
     for task_index, segment_id, entries, error in results:
         key = owner[task_index]

@@ -65,9 +65,10 @@ def retention_state(
     located, missing = locate_partitions(log_dirs, keys, owned_log_dirs=owned)
     fail_if_no_partition_is_found(keys, missing, log_dirs)
     clock = SystemClock()
-    plans = plan_partitions_job(pyspark.spark_session, keys, log_dirs=[str(p) for p in log_dirs],
-                                owned_log_dirs=[str(p) for p in owned], database_url=metadata_store.url(),
-                                now_ms=clock.now_ms())
+    with pyspark.server_loss_as_failure():
+        plans = plan_partitions_job(pyspark.spark_session, keys, log_dirs=[str(p) for p in log_dirs],
+                                    owned_log_dirs=[str(p) for p in owned], database_url=metadata_store.url(),
+                                    now_ms=clock.now_ms())
     store = metadata_store.store()
     storage = remote_tier.storage()
     failed: list[str] = []

@@ -79,28 +79,29 @@ def local_segments(
             problem = f"{shown(loc.partition.path)}: cannot be listed: {e.strerror or e}"
             context.log.error(f"{key}: {problem}")
             context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, partition_key=key)
-    earlier = [path for path in map(inventory_path, located) if path.is_dir()]
-    previous = {}
-    if earlier and not config.rescan_unchanged:
-        # One small read (a row per segment) so that only new, active or changed segments are scanned.
-        previous = {row.path: row for row in read_inventory(spark, earlier).collect()}
-    inventory, kept = segment_inventory(spark, [loc.partition for loc in located.values()], previous)
-    inventory = inventory.withColumn("partition_key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string")))
-    # Spark names each output directory after its partition column: a digest, never the key itself,
-    # which a 249-character topic makes longer than a file name may be.
-    inventory = inventory.withColumn("partition_digest", F.substring(F.sha1(F.col("partition_key")), 1, 16))
-    inventory = inventory.cache()
-    rows = inventory.drop("leader_epochs", "path", "partition_digest").collect()
-    # The columns of each partition's Parquet files (the key and its digest are not written in them).
-    columns = table_schema(inventory.drop("partition_key", "partition_digest").schema)
+    with pyspark.server_loss_as_failure():
+        earlier = [path for path in map(inventory_path, located) if path.is_dir()]
+        previous = {}
+        if earlier and not config.rescan_unchanged:
+            # One small read (a row per segment) so that only new, active or changed segments are scanned.
+            previous = {row.path: row for row in read_inventory(spark, earlier).collect()}
+        inventory, kept = segment_inventory(spark, [loc.partition for loc in located.values()], previous)
+        inventory = inventory.withColumn("partition_key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string")))
+        # Spark names each output directory after its partition column: a digest, never the key itself,
+        # which a 249-character topic makes longer than a file name may be.
+        inventory = inventory.withColumn("partition_digest", F.substring(F.sha1(F.col("partition_key")), 1, 16))
+        inventory = inventory.cache()
+        rows = inventory.drop("leader_epochs", "path", "partition_digest").collect()
+        # The columns of each partition's Parquet files (the key and its digest are not written in them).
+        columns = table_schema(inventory.drop("partition_key", "partition_digest").schema)
 
-    # One Spark write for the whole run, split into one Parquet directory per partition key.
-    root = inventory_root()
-    root.mkdir(parents=True, exist_ok=True)
-    staging = root / f".staging-{context.run.run_id}"
-    if rows:
-        inventory.drop("partition_key").write.mode("overwrite").partitionBy("partition_digest").parquet(str(staging))
-    inventory.unpersist()
+        # One Spark write for the whole run, split into one Parquet directory per partition key.
+        root = inventory_root()
+        root.mkdir(parents=True, exist_ok=True)
+        staging = root / f".staging-{context.run.run_id}"
+        if rows:
+            inventory.drop("partition_key").write.mode("overwrite").partitionBy("partition_digest").parquet(str(staging))
+        inventory.unpersist()
 
     by_key: dict[str, list] = {key: [] for key in located}
     for row in rows:

@@ -1,0 +1,98 @@
+"""The index-rebuild sensor and ``index_rebuild_job``: a partition whose remote log index is damaged
+(a flipped byte in a remoteLogIndex file) or missing (its cache directory gone) gets a rebuild run
+from the sensor's tick; the run rebuilds the files byte for byte as a fresh build writes them; the
+next tick finds nothing to do. A whole index is never asked to be rebuilt."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+import pytest
+
+from kts_assets.assets import local_segments, remote_log_index, remote_segments
+from kts_assets.definitions import defs
+from kts_assets.jobs import INDEX_REBUILD_JOB_NAME
+from kts_assets.sensors import index_rebuild as index_rebuild_module
+from kts_assets.sensors.index_rebuild import index_rebuild_sensor
+from kts_resources import remote_index as ri
+from kts_resources import remote_index_cache as index_cache
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.metadata.store import RemoteLogMetadataStore
+from kts_resources.remote_log import RemoteLogSegmentState
+from kts_resources.remote_storage.factory import remote_storage_from_uri
+from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
+
+from .test_assets import instance, kts_home, pipeline_resources  # noqa: F401
+
+pytestmark = pytest.mark.spark
+KEYS = ["orders-0", "orders-1"]
+RANGE = {"dagster/asset_partition_range_start": KEYS[0], "dagster/asset_partition_range_end": KEYS[-1]}
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=8, topics=("orders",), partitions=2, total_bytes=160 * 1024, segment_bytes=16 * 1024))
+    return root
+
+
+def _tick(instance, log_dir, pg_url, cursor=None):
+    resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(log_dir)), "metadata_store": MetadataStoreResource(database_url=pg_url)}
+    with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor, definitions=defs) as context:
+        return index_rebuild_sensor.evaluate_tick(context)
+
+
+def _index_files(directory):
+    return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_a_fresh_build_writes_it(
+        log_dir, pg_url, tmp_path, kts_home, instance, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(index_rebuild_module, "FINISHED_GRACE_MS", 0)  # the segments were finished just now
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
+    instance.add_dynamic_partitions("topic_partitions", KEYS)
+    assert dg.materialize([local_segments, remote_segments, remote_log_index], instance=instance, resources=resources,
+                          tags=RANGE).success
+    whole = _tick(instance, log_dir, pg_url)
+    assert whole.run_requests == [] and "every remote log index whole" in whole.skip_message
+
+    store = RemoteLogMetadataStore.from_url(pg_url)
+    tips = {t.topic_partition.dir_name: t for t in store.partitions()}
+    home = tmp_path / "kts_home"
+    directories = {key: index_cache.cache_directory(home, tips[key]) for key in KEYS}
+    damaged = sorted(directories["orders-1"].glob(f"*{ri.LOG_INDEX_SUFFIX}"))[0]
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x08
+    damaged.write_bytes(bytes(data))
+    shutil.rmtree(directories["orders-0"])
+
+    found = _tick(instance, log_dir, pg_url, cursor=whole.cursor)
+    [request] = found.run_requests
+    assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == tuple(KEYS)
+    assert request.tags["kts/trigger"] == "index_rebuild"
+    assert request.run_config == {"ops": {"remote_log_index": {"config": {"rebuild": True}}}}
+    rebuilt = dg.materialize([remote_log_index], instance=instance, resources=resources, tags=request.tags,
+                             run_config=request.run_config)
+    assert rebuilt.success
+
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    for key in KEYS:
+        finished = store.list_remote_log_segments(tips[key], states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
+        fresh = tmp_path / "fresh" / key
+        index_cache.build_partition_index(fresh, finished, lambda md: index_cache.read_segment_entries(storage, md), fresh=True)
+        assert _index_files(directories[key]) == _index_files(fresh), key
+        # What the tier holds is what the cache holds.
+        shipped = {o.key.rsplit("/", 1)[-1] for o in storage.list_objects(storage.keys.remote_index_prefix(tips[key]))}
+        assert shipped == {p.name for p in directories[key].iterdir() if p.is_file()}, key
+    again = _tick(instance, log_dir, pg_url, cursor=found.cursor)
+    assert again.run_requests == []
+    store.close()
+
+
+def test_the_index_rebuild_job_rebuilds_the_remote_log_index_from_scratch_and_checks_it():
+    job = defs.resolve_job_def(INDEX_REBUILD_JOB_NAME)
+    assert sorted(node.name for node in job.nodes) == ["remote_log_index", "remote_log_index_remote_log_index_covers_finished_segments"]
+    assert job.executor_def.name == "in_process"
+    assert job.partitioned_config.get_run_config_for_partition_key(KEYS[0]) == {"ops": {"remote_log_index": {"config": {"rebuild": True}}}}
+    assert index_rebuild_sensor.job_name == INDEX_REBUILD_JOB_NAME
