@@ -25,6 +25,7 @@ def cmd_delete_records(args) -> int:
     from kts_assets.cli import _metadata_store
     from kts_resources import settings
     from kts_resources.partition_admin import DeleteRecordsError, delete_records
+    from kts_resources.remote_storage.base import RemoteStorageError
     from kts_resources.tiers import locate_partitions
 
     from kts_assets.cli import _remote_storage
@@ -39,6 +40,9 @@ def cmd_delete_records(args) -> int:
         start = delete_records(located.get(key), tip, store, args.before, storage=storage)
     except DeleteRecordsError as e:
         raise CommandError(str(e)) from None
+    except RemoteStorageError as e:  # only written after the store moved
+        raise CommandError(f"{e}; the log start offset moved in the metadata store, but its record in the remote tier "
+                           f"(for kts recover) was not written: run the same kts delete-records again") from None
     finally:
         storage.close()
         store.close()
