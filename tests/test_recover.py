@@ -528,3 +528,21 @@ def test_segments_recorded_from_manifests_answer_lookups_as_the_copies_did(metad
             b = metadata_store.remote_log_segment_metadata(recovered, epoch, offset)
             assert (a and ids[a.segment_id.id]) == (b and ids[b.segment_id.id]), (epoch, offset)
     assert metadata_store.partition_state(recovered).highest_copied_offset == metadata_store.partition_state(copied).highest_copied_offset
+
+
+def test_delete_records_with_the_tier_refusing_its_record_says_the_store_moved(log_dir, pg_url, tmp_path):
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    store = _store(pg_url)
+    _copy_and_age(log_dir, store, storage)
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_bytes(b"")
+    env = _env(pg_url, tmp_path, log_dir, {"KTS_REMOTE_URI": blocked.as_uri()})
+    result = kts(env, "delete-records", "orders", "1", "--before", "5", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "the log start offset moved in the metadata store" in line and "run the same kts delete-records again" in line
+    tip = next(t for t in _tips(log_dir) if str(t.topic_partition) == "orders-1")
+    try:
+        assert store.partition_state(tip).log_start_offset == 5
+    finally:
+        store.close()
