@@ -168,7 +168,8 @@ def local_segments_crc_clean(context: dg.AssetCheckExecutionContext, pyspark: Kt
 @dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,
                 description="Every COPY_SEGMENT_FINISHED segment's objects are in the remote tier with their recorded size; objects up to "
                             "1 MiB are read back and their CRC-32C compared. A damaged segment is recorded in the metadata store and "
-                            "re-copied by the next copy pass while its local segment exists.")
+                            "re-copied by the next copy pass while its local segment exists; a segment whose manifest (what "
+                            "`kts recover` reads) is missing or wrong gets it written again by the next copy pass.")
 def remote_segments_in_bucket(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
                               metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> Iterator:
     store = metadata_store.store()
@@ -182,11 +183,16 @@ def remote_segments_in_bucket(context: dg.AssetCheckExecutionContext, kafka_log_
         found = inspect_finished_segments(storage, tip, finished)
         for md, problems in found.damaged:
             store.record_segment_damage(md.segment_id, "; ".join(problems))  # the next copy pass re-copies it
+        for md, problem in found.manifests_lost:
+            store.forget_segment_manifest(md.segment_id, problem)  # the next copy pass writes it again
         metadata = {"remote_segments": len(finished), "objects_checked": found.objects_checked,
-                    "damaged_segments": len(found.damaged), "problems": len(found.problems)}
-        if found.damaged:
-            return False, metadata, ("; ".join(found.problems[:10])
-                                     + "; damaged segments are re-copied by the next copy pass while their local segments exist")
+                    "damaged_segments": len(found.damaged), "problems": len(found.problems),
+                    "manifests_lost": len(found.manifests_lost)}
+        if found.damaged or found.manifests_lost:
+            lines = found.problems + [problem for _, problem in found.manifests_lost]
+            return False, metadata, ("; ".join(lines[:10])
+                                     + "; damaged segments are re-copied by the next copy pass while their local segments exist, "
+                                       "lost manifests are written again")
         return True, metadata, f"{found.objects_checked} objects present and intact"
 
     yield from _report(context, remote_segments.key, "remote_segments_in_bucket",

@@ -1,5 +1,6 @@
 """`kts delete-records` and `kts topic delete`: Kafka's DeleteRecords and topic deletion on kts's
-tiers (kts_resources.partition_admin), with one clear line for bad input."""
+tiers (kts_resources.partition_admin); `kts recover`: the metadata store rebuilt from the remote
+tier alone (kts_resources.recovery). One clear line for bad input."""
 
 from __future__ import annotations
 
@@ -24,17 +25,26 @@ def cmd_delete_records(args) -> int:
     from kts_assets.cli import _metadata_store
     from kts_resources import settings
     from kts_resources.partition_admin import DeleteRecordsError, delete_records
+    from kts_resources.remote_storage.base import RemoteStorageError
     from kts_resources.tiers import locate_partitions
 
+    from kts_assets.cli import _remote_storage
+
     store = _metadata_store()
+    storage = _remote_storage()
     try:
         tip = _tip(store, args.topic, args.partition)
         key = tip.topic_partition.dir_name
         located, _ = locate_partitions(settings.log_dirs(), [key], owned_log_dirs=settings.owned_log_dirs())
-        start = delete_records(located.get(key), tip, store, args.before)
+        # The tier records it too, so that `kts recover` brings it back.
+        start = delete_records(located.get(key), tip, store, args.before, storage=storage)
     except DeleteRecordsError as e:
         raise CommandError(str(e)) from None
+    except RemoteStorageError as e:  # only written after the store moved
+        raise CommandError(f"{e}; the log start offset moved in the metadata store, but its record in the remote tier "
+                           f"(for kts recover) was not written: run the same kts delete-records again") from None
     finally:
+        storage.close()
         store.close()
     if args.json:
         print_json({"topic": args.topic, "partition": args.partition, "log_start_offset": start})
@@ -71,6 +81,50 @@ def cmd_topic_delete(args) -> int:
     return 0
 
 
+def cmd_recover(args) -> int:
+    """Rebuild the metadata store (topics, partitions, finished segments, log start offsets) and
+    the remote log indexes from the remote tier's listing and manifests alone."""
+    import sys
+
+    from kts_assets.cli import _metadata_store, _remote_storage, report
+    from kts_resources import settings
+    from kts_resources.recovery import RecoveryError, recover
+
+    def progress(line: str) -> None:
+        print(f"kts recover: {line}", file=sys.stderr, flush=True)
+
+    store = _metadata_store()
+    storage = _remote_storage()
+    try:
+        outcome = recover(store, storage, settings.kts_home(), progress=progress)
+    except RecoveryError as e:
+        raise CommandError(str(e)) from None
+    finally:
+        storage.close()
+        store.close()
+    if args.json:
+        print_json(outcome.to_json())
+    else:
+        print(f"recovered {_n(outcome.segments_recovered, 'segment')} ({outcome.segments_present} already in the store) of "
+              f"{_n(outcome.partitions, 'partition')} of {_n(outcome.topics, 'topic')} from {_n(outcome.manifests, 'manifest')} "
+              f"({_n(outcome.objects_listed, 'object')} listed); remote log index of {_n(outcome.index_partitions, 'partition')} "
+              f"({_n(outcome.index_segments_read, 'segment')} read, {_n(outcome.index_files_written, 'file')} written, "
+              f"{outcome.index_files_published} shipped)")
+    lines = []
+    if outcome.objects_without_manifest:
+        lines.append(f"{_n(len(outcome.objects_without_manifest), 'object')} of {_n(outcome.segments_without_manifest, 'segment')} "
+                     f"have no manifest and were not recovered (leftovers of copies that never finished, or segments "
+                     f"copied before manifests existed), e.g. " + ", ".join(outcome.unmanifested_sample))
+    lines += outcome.incomplete_segments + outcome.skipped + outcome.index_errors
+    if lines:
+        report(lines)
+    return 0 if outcome.clean else 1
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def add_admin_parsers(sub) -> None:
     p = sub.add_parser("delete-records", help="Kafka's DeleteRecords: move a partition's log start offset; expiry deletes below it")
     p.add_argument("topic", metavar="TOPIC")
@@ -84,3 +138,7 @@ def add_admin_parsers(sub) -> None:
     d.add_argument("topic", metavar="TOPIC")
     d.add_argument("--json", action="store_true", help="print JSON")
     d.set_defaults(func=cmd_topic_delete)
+    p = sub.add_parser("recover", help="rebuild the metadata store (topics, partitions, finished segments, log start offsets) "
+                                       "and the remote log indexes from the remote tier's listing and manifests alone")
+    p.add_argument("--json", action="store_true", help="print what was recovered and reported as JSON")
+    p.set_defaults(func=cmd_recover)

@@ -2,7 +2,8 @@
 
 Kafka's RLMCopyTask, as a plain function the pipeline calls. Per partition, under the metadata
 store's partition lock: repair what a crashed run left behind, pick the candidates, then per
-segment: verify every batch CRC → COPY_SEGMENT_STARTED → upload all its files → COPY_SEGMENT_FINISHED.
+segment: verify every batch CRC → COPY_SEGMENT_STARTED → upload all its files → its manifest →
+COPY_SEGMENT_FINISHED (so the tier alone describes every finished segment: ``kts recover``).
 A failed upload is cleaned up by the one delete procedure, ``delete_remote_log_segment``
 (DELETE_SEGMENT_STARTED → objects → DELETE_SEGMENT_FINISHED), which expiry and scrub will share.
 """
@@ -33,7 +34,9 @@ from kts_resources.remote_log import (
     TopicIdPartition,
     VerifiedChecksum,
 )
-from kts_resources.remote_storage.base import RemoteStorageManager
+from kts_resources.remote_storage.base import RemoteStorageManager, StoredObject, segment_custom_metadata, stored_objects
+from kts_resources.remote_storage.keys import MANIFEST_SUFFIX
+from kts_resources.remote_storage.manifest import SegmentManifest, encode_manifest
 from kts_resources.tiers import copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
 
 log = logging.getLogger(__name__)
@@ -95,6 +98,55 @@ def delete_remote_log_segment(
     return store.update_remote_log_segment_metadata(current.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, clock.now_ms())
 
 
+# --- manifests ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ManifestContext:
+    """What a manifest records besides the segment: the topic's config overrides and the
+    partition's log start offset in the store, as of the copy pass."""
+
+    topic_configs: Mapping[str, str]
+    log_start_offset: int
+
+
+def manifest_context_for(store: RemoteLogMetadataStore, tip: TopicIdPartition) -> ManifestContext:
+    """The partition's manifest context as the store has it now."""
+    return ManifestContext(store.topic_configs(tip.topic).overrides, store.partition_state(tip).log_start_offset)
+
+
+def write_manifest(storage: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, objects: Mapping[str, StoredObject],
+                   context: ManifestContext) -> dict[str, str]:
+    """Upload the segment's manifest (after its objects); returns its custom-metadata entries
+    (``manifest.key``, ``manifest.size``, ``manifest.crc32c``) for the store."""
+    manifest = SegmentManifest.of(metadata, objects, topic_configs=context.topic_configs,
+                                  log_start_offset=context.log_start_offset)
+    stored = storage.put_object(storage.keys.manifest_key(metadata.segment_id, metadata.start_offset), encode_manifest(manifest))
+    return segment_custom_metadata({MANIFEST_SUFFIX: stored})
+
+
+def backfill_manifests(store: RemoteLogMetadataStore, storage: RemoteStorageManager, tip: TopicIdPartition,
+                       context: ManifestContext, *, batch: int = 1000) -> int:
+    """Write the manifest of every finished segment the store has none recorded for (copied before
+    manifests existed). The caller holds the partition lock. Cheap when there is nothing to do:
+    one probe of an index that is then empty. Returns how many were written."""
+    written = 0
+    while True:
+        missing = store.finished_segments_without_manifest(tip, limit=batch)
+        done = 0
+        for md in missing:
+            try:
+                manifest = write_manifest(storage, md, stored_objects(md.custom_metadata), context)
+            except ValueError as e:  # its recorded objects cannot make a manifest: say so, never guess
+                log.warning("%s: segment %d (%s) gets no manifest: %s", tip.topic_partition, md.start_offset, md.segment_id.id, e)
+                continue
+            store.record_segment_manifest(md.segment_id, manifest)
+            done += 1
+        written += done
+        if len(missing) < batch or not done:  # a page of segments that cannot have one ends the pass
+            return written
+
+
 # --- the procedure -------------------------------------------------------------------------------
 
 
@@ -109,6 +161,7 @@ class PartitionCopyResult:
     topic_partition: TopicPartition
     copied: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     repaired: list[uuid.UUID] = field(default_factory=list)  # leftovers of crashed runs, cleaned up
+    manifests_backfilled: int = 0  # manifests written for segments copied before manifests existed
     skipped: str | None = None  # why the partition was not looked at (tiering off, no checkpoints…)
     stopped: str | None = None  # what stopped the pass early (a corrupt segment, a failed upload)
     lost: list[tuple[int, int]] = field(default_factory=list)  # offset ranges this pass found lost (lost_ranges.py)
@@ -171,9 +224,15 @@ def copy_partition(
 
     with store.partition_lock(tip, timeout_s=lock_timeout_s) as lock:
         result.repaired = _finish_interrupted(store, storage, tip, clock)
+        manifest_context = manifest_context_for(store, tip)
+        try:
+            result.manifests_backfilled = backfill_manifests(store, storage, tip, manifest_context)
+        except Exception as e:  # noqa: BLE001 — the next pass tries again; copying goes on
+            log.warning("%s: manifests of earlier segments not written yet: %s", tp, e)
         segments = partition.segments()
         try:
-            recopy_damaged(partition, segments, store, storage, tip, result, quota=quota, broker_id=broker_id, clock=clock)
+            recopy_damaged(partition, segments, store, storage, tip, result, quota=quota, broker_id=broker_id, clock=clock,
+                           manifest_context=manifest_context)
         except (CorruptSegmentError, OSError) as e:
             result.stopped = str(e)
         except CopyFailed as e:  # as for a copy: this partition's pass stops, the next retries
@@ -219,7 +278,7 @@ def copy_partition(
                 store.add_remote_log_segment_metadata(md)
                 pending = prepared(i + 1) if i + 1 < len(candidates) else None
                 try:
-                    finished = _upload_and_finish(store, storage, md, data, clock)
+                    finished = _upload_and_finish(store, storage, md, data, clock, manifest_context)
                 except CopyFailed as e:  # any failure of one upload stops this partition's pass
                     result.stopped = e.describe(f"copy of {segment.log}")
                     log.error("%s: %s", tp, result.stopped)
@@ -245,6 +304,7 @@ def recopy_damaged(
     quota: RLMQuotaManager | None,
     broker_id: int,
     clock: Clock,
+    manifest_context: ManifestContext,
 ) -> None:
     """Replace each finished remote segment recorded damaged (``record_segment_damage``) by a new
     copy of its local segment, when the local segment is still the one that was copied (same base
@@ -278,7 +338,7 @@ def recopy_damaged(
         if quota is not None:
             result.throttle_ms += quota.acquire(replacement.segment_size_in_bytes)
         store.add_remote_log_segment_metadata(replacement)
-        finished = _upload_and_finish(store, storage, replacement, data, clock)
+        finished = _upload_and_finish(store, storage, replacement, data, clock, manifest_context)
         delete_remote_log_segment(store, storage, md, clock)
         result.recopied.append(finished)
         log.warning("%s: re-copied damaged remote segment %d..%d (%s) as %s", tip.topic_partition, md.start_offset,
@@ -359,11 +419,16 @@ def _upload_and_finish(
     metadata: RemoteLogSegmentMetadata,
     data: LogSegmentData,
     clock: Clock,
+    manifest_context: ManifestContext | None = None,
 ) -> RemoteLogSegmentMetadata:
-    """After COPY_SEGMENT_STARTED: upload → FINISHED; on failure DELETE_STARTED → delete →
-    DELETE_FINISHED, and CopyFailed says whether that clean-up went through."""
+    """After COPY_SEGMENT_STARTED: upload → manifest → FINISHED; on failure DELETE_STARTED →
+    delete (the manifest first) → DELETE_FINISHED, and CopyFailed says whether that clean-up went
+    through. The manifest goes up only once every object is there, and FINISHED only once the
+    manifest is: no finished segment lacks one."""
     try:
         custom_metadata = storage.copy_log_segment_data(metadata, data)
+        context = manifest_context or manifest_context_for(store, metadata.topic_id_partition)
+        custom_metadata.update(write_manifest(storage, metadata, stored_objects(custom_metadata), context))
         return store.update_remote_log_segment_metadata(
             metadata.segment_id, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, clock.now_ms(), custom_metadata=custom_metadata
         )

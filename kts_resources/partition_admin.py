@@ -59,9 +59,12 @@ def current_log_start_offset(located: LocatedPartition | None, tip: TopicIdParti
 
 
 def delete_records(located: LocatedPartition | None, tip: TopicIdPartition, store: "RemoteLogMetadataStore",
-                   before: int, *, lock_timeout_s: float | None = 30.0) -> int:
+                   before: int, *, lock_timeout_s: float | None = 30.0, storage: "RemoteStorageManager | None" = None) -> int:
     """Kafka's DeleteRecords: offsets below ``before`` stop being part of the log. Returns the log
-    start offset after it (unchanged when ``before`` is at or below it)."""
+    start offset after it (unchanged when ``before`` is at or below it). With ``storage``, the
+    log start offset is also written beside the partition's segments (``kts recover`` reads it:
+    the segments' manifests only know it as of their copy); a failure there raises after the store
+    has moved, and the same request again writes it."""
     if before < 0:
         raise DeleteRecordsError(f"{tip.topic_partition}: offset {before} is negative")
     with store.partition_lock(tip, timeout_s=lock_timeout_s):
@@ -70,10 +73,16 @@ def delete_records(located: LocatedPartition | None, tip: TopicIdPartition, stor
             raise DeleteRecordsError(f"{tip.topic_partition}: offset {before} is above the high watermark {hw} "
                                      f"(Kafka answers OFFSET_OUT_OF_RANGE)")
         if before <= start:
-            return start
-        new = store.update_log_start_offset(tip, before)
-        if located is not None and located.owned:
-            _checkpoint_log_start(located, new)
+            new = start
+        else:
+            new = store.update_log_start_offset(tip, before)
+            if located is not None and located.owned:
+                _checkpoint_log_start(located, new)
+        recorded = store.partition_state(tip).log_start_offset
+        if storage is not None and recorded > 0:
+            from kts_resources.remote_storage.manifest import encode_log_start_offset
+
+            storage.put_object(storage.keys.log_start_offset_key(tip), encode_log_start_offset(tip, recorded))
     return new
 
 
@@ -121,7 +130,7 @@ def delete_partition_remote_data(tip: TopicIdPartition, store: "RemoteLogMetadat
             result.segments_deleted += 1
         prefix = storage.keys.remote_index_prefix(tip)
         keys = [o.key for o in storage.list_objects(prefix)]
-        storage.delete_objects(keys)
+        storage.delete_objects([*keys, storage.keys.log_start_offset_key(tip)])
         result.index_files_deleted = len(keys)
         if home is not None:
             shutil.rmtree(cache_directory(home, tip), ignore_errors=True)

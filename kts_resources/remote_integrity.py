@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kts_resources.remote_log import RemoteLogSegmentMetadata, TopicIdPartition
-from kts_resources.remote_storage.base import RemoteStorageError, RemoteStorageManager, stored_objects
+from kts_resources.remote_storage.base import RemoteStorageError, RemoteStorageManager, recorded_manifest, stored_objects
 
 # Objects up to this size are read back and their CRC-32C recomputed; larger ones are checked by size.
 VERIFY_CRC_MAX_BYTES = 1024 * 1024
@@ -25,6 +25,9 @@ class TierInspection:
 
     objects_checked: int = 0
     damaged: list[tuple[RemoteLogSegmentMetadata, list[str]]] = field(default_factory=list)
+    # Segments whose data is whole but whose recorded manifest is missing or wrong: the tier no
+    # longer describes them (``kts recover`` would not find them); the copy pass writes it again.
+    manifests_lost: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -60,4 +63,21 @@ def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartiti
                     problems.append(str(e))
         if problems:
             found.damaged.append((md, problems))
+            continue
+        manifest = recorded_manifest(md.custom_metadata)
+        if manifest is not None:  # none recorded yet: the copy pass's backfill writes it
+            found.objects_checked += 1
+            size = listed.get(manifest.key)
+            try:
+                if size is None:
+                    problem = f"{storage.location(manifest.key)}: manifest missing"
+                elif size != manifest.size:
+                    problem = f"{storage.location(manifest.key)}: manifest has {size} bytes, recorded {manifest.size}"
+                else:
+                    storage.fetch_object(manifest.key, verify_checksum=manifest.checksum)
+                    problem = None
+            except RemoteStorageError as e:
+                problem = f"manifest: {e}"
+            if problem is not None:
+                found.manifests_lost.append((md, problem))
     return found

@@ -152,7 +152,7 @@ def test_remote_segments_copies_exactly_the_eligible_segments_and_reports_both_t
     assert md["remote_log_start_offset"] == wanted[0].base_offset
     assert md["remote_log_end_offset"] == wanted[-1].next_base_offset - 1 <= md["high_watermark"]
     assert md["copy_lag_segments"] == md["copy_lag_bytes"] == 0 and md["copy_failed"] == 0
-    assert md["throttle_time_ms"] == 0
+    assert md["throttle_time_ms"] == 0 and md["manifests_backfilled"] == 0  # every copy wrote its manifest
 
     # A second run has nothing new to copy, and says so.
     again = dg.materialize([remote_segments], partition_key="orders-1", instance=instance, resources=resources)

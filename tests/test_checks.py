@@ -93,6 +93,22 @@ def test_a_missing_or_rewritten_remote_object_fails_the_bucket_check_until_the_n
     assert check_only(log_dir, pg_url, tmp_path, instance, remote_segments_in_bucket, "orders-0").passed
 
 
+def test_a_lost_manifest_fails_the_bucket_check_until_the_next_copy_writes_it_again(
+        log_dir, pg_url, tmp_path, kts_home, instance):
+    run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
+    manifest = sorted((tmp_path / "remote").rglob("*.manifest"))[0]
+    manifest.unlink()  # the segment's data is whole; the tier no longer describes it (kts recover)
+    evaluation = check_only(log_dir, pg_url, tmp_path, instance, remote_segments_in_bucket, "orders-0")
+    assert not evaluation.passed and "manifest missing" in evaluation.description
+    assert evaluation.metadata["manifests_lost"].value == 1 and evaluation.metadata["damaged_segments"].value == 0
+
+    result = run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
+    [materialization] = result.asset_materializations_for_node("remote_segments")
+    assert materialization.metadata["manifests_backfilled"].value == 1
+    assert materialization.metadata["recopied_segments"].value == 0 and manifest.exists()
+    assert check_only(log_dir, pg_url, tmp_path, instance, remote_segments_in_bucket, "orders-0").passed
+
+
 def test_a_segment_deleted_before_it_was_copied_raises_the_data_loss_alarm(log_dir, pg_url, tmp_path, kts_home, instance):
     checkpoint = log_dir / "replication-offset-checkpoint"
     hws = read_offset_checkpoint(checkpoint)

@@ -268,8 +268,14 @@ def test_eligible_segments_are_in_the_remote_tier_byte_identical_and_nothing_els
             for s in segments:
                 copies = by_start[s.base_offset]
                 assert len(copies) == 1, f"{where}: {len(copies)} copies of segment {s.base_offset}"
-                (objects,) = copies.values()
-                assert set(objects) == SEGMENT_SUFFIXES, f"{where}, segment {s.base_offset}"
+                ((segment_id, objects),) = copies.items()
+                assert set(objects) == SEGMENT_SUFFIXES | {"manifest"}, f"{where}, segment {s.base_offset}"
+                # The manifest (issue 13) describes this segment and its objects as they are in the tier.
+                manifest = json.loads(objects.pop("manifest"))
+                assert (manifest["topic"], manifest["topic_id"], manifest["partition"], manifest["segment_id"],
+                        manifest["start_offset"]) == (p.topic, kafka_uuid_string(p.topic_id), p.partition, segment_id,
+                                                      s.base_offset), f"{where}: manifest of segment {s.base_offset}"
+                assert {k: v["size"] for k, v in manifest["objects"].items()} == {k: len(v) for k, v in objects.items()}, where
                 assert objects["log"] == s.log.read_bytes(), f"{where}: {s.log.name} differs"
                 assert objects["index"] == s.index.read_bytes(), f"{where}: {s.index.name} differs"
                 assert objects["timeindex"] == s.timeindex.read_bytes(), f"{where}: {s.timeindex.name} differs"

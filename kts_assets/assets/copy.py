@@ -116,6 +116,7 @@ def remote_segments(
                 "copied_bytes": result.copied_bytes,
                 "repaired_segments": len(result.repaired),
                 "recopied_segments": len(result.recopied),  # replacements of damaged remote segments
+                "manifests_backfilled": result.manifests_backfilled,  # for segments copied before manifests existed
                 "throttle_time_ms": result.throttle_ms,
                 "copy_failed": 1 if result.stopped else 0,
                 **{name: value for name, value in dataclasses.asdict(partition_tiers(loc, store)).items()

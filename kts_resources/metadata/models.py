@@ -109,6 +109,9 @@ class RemoteSegment(Base):
         sa.Index("remote_segments_partition_start", "topic_id", "partition", "start_offset"),
         sa.Index("remote_segments_damaged", "topic_id", "partition", "start_offset",
                  postgresql_where=sa.text("damage IS NOT NULL")),
+        # Finished segments whose manifest is not recorded (migration 0006): empty in steady state.
+        sa.Index("remote_segments_without_manifest", "topic_id", "partition", "start_offset",
+                 postgresql_where=sa.text("state = 'COPY_SEGMENT_FINISHED' AND NOT (custom_metadata ? 'manifest.key')")),
     )
 
 

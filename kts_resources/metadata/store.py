@@ -75,6 +75,10 @@ EPOCHS = RemoteSegmentLeaderEpoch.__table__
 EVENTS = RemoteLogEvent.__table__
 LOST = LostRange.__table__
 
+# A finished segment whose manifest the store has not recorded (the partial index
+# "remote_segments_without_manifest" holds exactly these rows, so the copy pass's check is cheap).
+WITHOUT_MANIFEST_SQL = "state = 'COPY_SEGMENT_FINISHED' AND NOT (custom_metadata ? 'manifest.key')"
+
 # What Kafka's listRemoteLogSegments returns: everything not yet DELETE_SEGMENT_FINISHED.
 LISTED_STATES = frozenset(S) - {S.DELETE_SEGMENT_FINISHED}
 
@@ -95,6 +99,9 @@ class EventKind:
     LOST_RANGE_DETECTED = "LOST_RANGE_DETECTED"
     LOST_RANGE_ACKNOWLEDGED = "LOST_RANGE_ACKNOWLEDGED"
     SEGMENT_DAMAGE_FOUND = "SEGMENT_DAMAGE_FOUND"  # a finished segment's objects are missing or wrong in the tier
+    SEGMENT_MANIFEST_RECORDED = "SEGMENT_MANIFEST_RECORDED"  # a finished segment's manifest written afterwards
+    SEGMENT_RECOVERED = "SEGMENT_RECOVERED"  # `kts recover` restored it, COPY_SEGMENT_FINISHED, from its manifest
+    SEGMENT_MANIFEST_LOST = "SEGMENT_MANIFEST_LOST"  # its manifest was found missing or wrong; the copy pass rewrites it
 
 
 class DuplicateRemoteLogSegmentIdError(ValueError):
@@ -563,6 +570,133 @@ class RemoteLogMetadataStore:
         conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id == sid).values(referenced=True, copied=True))
         replaced.discard(sid)
         return replaced
+
+    # -- manifests and recovery -------------------------------------------------------------------
+
+    def finished_segments_without_manifest(self, tip: TopicIdPartition, limit: int = 1000) -> list[RemoteLogSegmentMetadata]:
+        """Up to ``limit`` of the partition's COPY_SEGMENT_FINISHED segments whose manifest is not
+        recorded (copied before manifests existed), by start offset. One probe of a partial index
+        that is empty once every segment has its manifest."""
+        stmt = (sa.select(SEGMENTS).where(*_partition_key(SEGMENTS, tip), sa.text(WITHOUT_MANIFEST_SQL))
+                .order_by(SEGMENTS.c.start_offset).limit(limit))
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all())
+        return [_to_metadata(row, tip) for row in rows]
+
+    def record_segment_manifest(self, segment_id: RemoteLogSegmentId | uuid.UUID, manifest: Mapping[str, str]) -> bool:
+        """Add the manifest's ``manifest.key`` / ``.size`` / ``.crc32c`` to a COPY_SEGMENT_FINISHED
+        segment's custom metadata (a manifest written after the fact). Not a state change; False
+        when the segment is no longer finished (deleted meanwhile) or already has these."""
+        sid = segment_id.id if isinstance(segment_id, RemoteLogSegmentId) else segment_id
+
+        def work(conn: Connection, _attempt: int) -> bool:
+            row = self._segment_row(conn, sid, lock=True)
+            if row is None or row.state != S.COPY_SEGMENT_FINISHED.name:
+                return False
+            custom = {**row.custom_metadata, **manifest}
+            if custom == row.custom_metadata:
+                return False  # also how a retry finds its own earlier commit
+            conn.execute(SEGMENTS.update().where(SEGMENTS.c.segment_id == sid)
+                         .values(custom_metadata=custom, updated_at=sa.func.now()))
+            topic = conn.execute(sa.select(PARTITIONS.c.topic).where(
+                PARTITIONS.c.topic_id == row.topic_id, PARTITIONS.c.partition == row.partition)).scalar_one()
+            _event(conn, EventKind.SEGMENT_MANIFEST_RECORDED, tip=TopicIdPartition(row.topic_id, TopicPartition(topic, row.partition)),
+                   segment_id=sid, details=dict(manifest))
+            return True
+
+        return self._tx(work)
+
+    def forget_segment_manifest(self, segment_id: RemoteLogSegmentId | uuid.UUID, problem: str) -> bool:
+        """Drop a finished segment's recorded manifest (found missing or wrong in the tier), so the
+        next copy pass writes it again (``finished_segments_without_manifest``). True when this
+        call dropped it."""
+        sid = segment_id.id if isinstance(segment_id, RemoteLogSegmentId) else segment_id
+
+        def work(conn: Connection, _attempt: int) -> bool:
+            row = self._segment_row(conn, sid, lock=True)
+            if row is None or row.state != S.COPY_SEGMENT_FINISHED.name or "manifest.key" not in row.custom_metadata:
+                return False  # also how a retry finds its own earlier commit
+            custom = {k: v for k, v in row.custom_metadata.items() if not k.startswith("manifest.")}
+            conn.execute(SEGMENTS.update().where(SEGMENTS.c.segment_id == sid)
+                         .values(custom_metadata=custom, updated_at=sa.func.now()))
+            _event(conn, EventKind.SEGMENT_MANIFEST_LOST, topic_id=row.topic_id, segment_id=sid,
+                   details={"partition": row.partition, "problem": problem})
+            return True
+
+        return self._tx(work)
+
+    def recover_remote_log_segments(self, tip: TopicIdPartition, segments: Iterable[RemoteLogSegmentMetadata]) -> int:
+        """Record segments described by their manifests (``kts recover``) straight in
+        COPY_SEGMENT_FINISHED, in one transaction and in the order given (the order they finished
+        in, so each epoch's offset map ends as it was). A segment whose id the store already has,
+        in any state, is left as it is: a rerun is a no-op. Each segment is absent or finished,
+        never COPY_SEGMENT_STARTED, so no copy pass ever takes one for a crashed copy and deletes
+        its objects. Returns how many were recorded; ValueError when the partition is being deleted."""
+        wanted = list(segments)
+        for md in wanted:
+            if md.state is not S.COPY_SEGMENT_FINISHED or md.topic_id_partition != tip:
+                raise ValueError(f"segment {md.segment_id.id} is not a COPY_SEGMENT_FINISHED segment of {_tip_str(tip)}")
+        if not wanted:
+            return 0
+
+        def work(conn: Connection, _attempt: int) -> int:
+            part = self._partition_row(conn, tip, create=True)
+            if part.delete_state is not None:
+                raise ValueError(f"{_tip_str(tip)} is {part.delete_state}: no segments are recovered into it")
+            present = set(conn.execute(sa.select(SEGMENTS.c.segment_id).where(
+                SEGMENTS.c.segment_id.in_([md.segment_id.id for md in wanted]))).scalars())
+            new: list[RemoteLogSegmentMetadata] = []
+            for md in wanted:
+                if md.segment_id.id not in present:
+                    present.add(md.segment_id.id)
+                    new.append(md)
+            if not new:
+                return 0
+            ranges = {md.segment_id.id: _epoch_ranges(md) for md in new}
+            # Rows and epochs in bulk (statements of many rows, not one per segment).
+            conn.execute(SEGMENTS.insert(), [
+                {"segment_id": md.segment_id.id, "topic_id": tip.topic_id, "partition": tip.partition,
+                 "start_offset": md.start_offset, "end_offset": md.end_offset, "max_timestamp_ms": md.max_timestamp_ms,
+                 "size_bytes": md.segment_size_in_bytes,
+                 "leader_epochs": {str(e): start for e, (start, _end) in ranges[md.segment_id.id].items()},
+                 "state": S.COPY_SEGMENT_FINISHED.name, "broker_id": md.broker_id,
+                 "event_timestamp_ms": md.event_timestamp_ms, "custom_metadata": dict(md.custom_metadata)}
+                for md in new
+            ])
+            conn.execute(EPOCHS.insert(), [
+                {"segment_id": md.segment_id.id, "leader_epoch": epoch, "topic_id": tip.topic_id, "partition": tip.partition,
+                 "start_offset": start, "end_offset": end}
+                for md in new for epoch, (start, end) in ranges[md.segment_id.id].items()
+            ])
+            # Each segment joins its epochs' offset maps as COPY_SEGMENT_FINISHED would put it there.
+            # The common case — segments one after another, all above what the maps hold — supersedes
+            # nothing, so they join at once; anything else goes one segment at a time, in order.
+            replaced: dict[uuid.UUID, set[uuid.UUID]] = {}
+            in_order = all(a.end_offset < b.start_offset for a, b in zip(new, new[1:]))
+            above = in_order and conn.execute(
+                sa.select(sa.literal(1)).where(*_partition_key(EPOCHS, tip), EPOCHS.c.referenced,
+                                               EPOCHS.c.start_offset >= new[0].start_offset).limit(1)).first() is None
+            if above:
+                conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id.in_([md.segment_id.id for md in new]))
+                             .values(referenced=True, copied=True))
+            else:
+                for md in new:
+                    replaced[md.segment_id.id] = self._reference_epochs(conn, md)
+            conn.execute(EVENTS.insert(), [
+                {"topic_id": tip.topic_id, "partition": tip.partition, "segment_id": md.segment_id.id,
+                 "kind": EventKind.SEGMENT_RECOVERED, "old_state": None, "new_state": S.COPY_SEGMENT_FINISHED.name,
+                 "details": {"start_offset": md.start_offset, "end_offset": md.end_offset,
+                             "size_bytes": md.segment_size_in_bytes, "event_timestamp_ms": md.event_timestamp_ms,
+                             **({"unreferenced_segment_ids": sorted(map(str, replaced[md.segment_id.id]))}
+                                if replaced.get(md.segment_id.id) else {})}}
+                for md in new
+            ])
+            highest = max(md.end_offset for md in new)
+            if highest > part.highest_copied_offset:
+                conn.execute(PARTITIONS.update().where(*_partition_key(PARTITIONS, tip))
+                             .values(highest_copied_offset=highest, updated_at=sa.func.now()))
+            return len(new)
+
+        return self._tx(work)
 
     def remote_log_segment_metadata(
         self, tip: TopicIdPartition, leader_epoch: int, offset: int

@@ -33,6 +33,7 @@ from kts_resources.remote_log import (
 )
 from kts_resources.remote_storage.keys import (
     LOG_SUFFIX,
+    MANIFEST_SUFFIX,
     SEGMENT_SUFFIXES,
     ObjectKeys,
     check_object_key,
@@ -113,6 +114,19 @@ def segment_custom_metadata(objects: Mapping[str, StoredObject]) -> dict[str, st
         out[size_field] = str(obj.size)
         out[crc_field] = obj.checksum
     return out
+
+
+def recorded_manifest(custom_metadata: Mapping[str, str]) -> StoredObject | None:
+    """The segment's manifest as recorded in its custom metadata (``manifest.key`` etc.), or None
+    when the store has not recorded one (a segment copied before manifests existed)."""
+    key_field, size_field, crc_field = custom_metadata_fields(MANIFEST_SUFFIX)
+    if key_field not in custom_metadata:
+        return None
+    try:
+        return StoredObject(check_object_key(custom_metadata[key_field]), int(custom_metadata[size_field]),
+                            parse_crc32c_hex(custom_metadata[crc_field]))
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"custom metadata of the manifest is malformed: {e}") from None
 
 
 def stored_objects(custom_metadata: Mapping[str, str]) -> dict[str, StoredObject]:
@@ -355,6 +369,9 @@ class RemoteStorageManager(abc.ABC):
         keys = {s: self.keys.segment_key(metadata.segment_id, metadata.start_offset, s) for s in SEGMENT_SUFFIXES}
         for suffix, obj in stored_objects(metadata.custom_metadata).items():
             keys[suffix] = obj.key
+        manifest = recorded_manifest(metadata.custom_metadata)
+        if manifest is not None:
+            keys[MANIFEST_SUFFIX] = manifest.key
         return keys
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> dict[str, str]:
@@ -434,11 +451,18 @@ class RemoteStorageManager(abc.ABC):
         return self.fetch_object(key, obj.checksum if obj else None)
 
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """Delete every object of the segment, idempotently: objects already gone (an earlier
+        """Delete every object of the segment and its manifest, idempotently: objects already gone (an earlier
         attempt, a copy that never finished) are fine, and leftovers of an interrupted upload of
         these keys go too."""
+        # The manifest goes first: a delete cut short leaves objects nothing describes (the scrub's
+        # orphans), never a manifest naming objects that are gone (which `kts recover` would trust).
+        recorded = self.segment_object_keys(metadata)
+        manifests = {self.keys.manifest_key(metadata.segment_id, metadata.start_offset)}
+        if MANIFEST_SUFFIX in recorded:
+            manifests.add(recorded.pop(MANIFEST_SUFFIX))
+        self._delete_objects(sorted(manifests))
         keys = {self.keys.segment_key(metadata.segment_id, metadata.start_offset, s) for s in SEGMENT_SUFFIXES}
-        keys.update(self.segment_object_keys(metadata).values())
+        keys.update(recorded.values())
         self._delete_objects(sorted(keys))
 
     # --- single objects (remote indexes, the scrub) ---

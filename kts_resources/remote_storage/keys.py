@@ -4,6 +4,8 @@ Layout (ARCHITECTURE.md; the same shape Aiven's plugin uses, so an operator read
 
     <prefix>/<topic>-<topic id>/<partition>/<20-digit start offset>-<segment id>.<suffix>
 
+with one ``.manifest`` per finished segment beside its objects (``manifest_key``).
+
 Topic id and segment id are Kafka's ``Uuid.toString`` (22 characters of URL-safe base64). The topic
 must be a legal Kafka topic name, so no key can hold a ``..`` segment or climb out of the prefix;
 the topic id in the key keeps a deleted and re-created topic's objects apart.
@@ -24,6 +26,11 @@ from kts_resources.remote_log import IndexType, RemoteLogSegmentId, TopicIdParti
 LOG_SUFFIX: Final = "log"
 INDEX_SUFFIXES: Final[dict[IndexType, str]] = {t: t.value.lstrip(".") for t in IndexType}
 SEGMENT_SUFFIXES: Final[tuple[str, ...]] = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
+# The segment's manifest (kts_resources.remote_storage.manifest): its RemoteLogSegmentMetadata as
+# JSON beside its objects, written last, so the tier alone describes every finished segment.
+MANIFEST_SUFFIX: Final = "manifest"
+# The partition's log start offset as DeleteRecords last set it (manifest.py), beside its segments.
+LOG_START_OFFSET_NAME: Final = "log-start-offset"
 
 MAX_OFFSET: Final = 2**63 - 1  # an offset is a Java long
 MAX_KEY_BYTES: Final = 1024  # S3's limit on a key's UTF-8 length
@@ -34,7 +41,7 @@ _SEGMENT_KEY = re.compile(
     rf"(?P<topic>[a-zA-Z0-9._-]{{1,249}})-(?P<topic_id>{_ID})"
     rf"/(?P<partition>0|[1-9][0-9]{{0,9}})"
     rf"/(?P<start_offset>[0-9]{{20}})-(?P<segment_id>{_ID})"
-    rf"\.(?P<suffix>{'|'.join(re.escape(s) for s in SEGMENT_SUFFIXES)})"
+    rf"\.(?P<suffix>{'|'.join(re.escape(s) for s in (*SEGMENT_SUFFIXES, MANIFEST_SUFFIX))})"
 )
 REMOTE_INDEX_DIR: Final = "remote-log-index"
 _REMOTE_INDEX_FILE = re.compile(r"[0-9]{20}\.remote(Log|Offset|Time)Index")
@@ -137,10 +144,19 @@ class ObjectKeys:
         return f"{self.partition_prefix(segment_id.topic_id_partition)}{start_offset:020d}-{uuid_to_base64(segment_id.id)}"
 
     def segment_key(self, segment_id: RemoteLogSegmentId, start_offset: int, suffix: str) -> str:
-        """The key of one object of a segment (``suffix`` is one of ``SEGMENT_SUFFIXES``)."""
-        if suffix not in SEGMENT_SUFFIXES:
-            raise ValueError(f"no object key for suffix {suffix!r}: not one of {', '.join(SEGMENT_SUFFIXES)}")
+        """The key of one object of a segment (``suffix`` is one of ``SEGMENT_SUFFIXES``, or
+        ``MANIFEST_SUFFIX`` for its manifest)."""
+        if suffix not in SEGMENT_SUFFIXES and suffix != MANIFEST_SUFFIX:
+            raise ValueError(f"no object key for suffix {suffix!r}: not one of {', '.join((*SEGMENT_SUFFIXES, MANIFEST_SUFFIX))}")
         return f"{self.segment_stem(segment_id, start_offset)}.{suffix}"
+
+    def manifest_key(self, segment_id: RemoteLogSegmentId, start_offset: int) -> str:
+        """``<partition prefix><20-digit start offset>-<segment id>.manifest``: the segment's manifest."""
+        return self.segment_key(segment_id, start_offset, MANIFEST_SUFFIX)
+
+    def log_start_offset_key(self, topic_id_partition: TopicIdPartition) -> str:
+        """``<partition prefix>log-start-offset``: the partition's log start offset record."""
+        return self.partition_prefix(topic_id_partition) + LOG_START_OFFSET_NAME
 
     def remote_index_prefix(self, topic_id_partition: TopicIdPartition) -> str:
         """``<partition prefix>remote-log-index/``: the partition's shipped remote log index files."""

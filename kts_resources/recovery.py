@@ -1,0 +1,452 @@
+"""Rebuild the metadata store from the remote tier alone (``kts recover``).
+
+The tier describes itself: every finished segment has a manifest beside its objects
+(``remote_storage/manifest.py``). Recovery lists the tier once, reads every manifest, and records
+what they describe — topics with their configs, partitions, COPY_SEGMENT_FINISHED segments with
+their leader epochs, log start offsets — then rebuilds each partition's remote log index.
+
+Rules it keeps:
+- Nothing is guessed: objects without a manifest are reported (a crashed copy's leftovers, or
+  segments copied before manifests existed whose store is gone), never recorded; a manifest
+  whose objects are not all listed (with their sizes) is reported, not recorded.
+- A damaged manifest stops recovery before anything is written: one error naming the object.
+- Never deletes or overwrites a remote object: it only lists and reads, and ships remote log
+  index files under names the tier does not have yet.
+- Idempotent: segments already in the store (any state) are left as they are, each segment is
+  recorded straight in COPY_SEGMENT_FINISHED (never STARTED, which a copy pass would clean up),
+  and each batch is one transaction, so a rerun — also after a SIGKILL half-way — converges.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+from crc32c import crc32c
+
+from kts_resources import remote_index as ri
+from kts_resources import remote_index_cache as index_cache
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from kts_resources.remote_storage.base import StoredObject, segment_custom_metadata
+from kts_resources.remote_storage.keys import LOG_START_OFFSET_NAME, MANIFEST_SUFFIX, MAX_TOPIC_IN_KEY, REMOTE_INDEX_DIR
+from kts_resources.remote_storage.manifest import ManifestError, SegmentManifest, decode_log_start_offset, decode_manifest
+
+if TYPE_CHECKING:
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+    from kts_resources.remote_storage.base import ObjectInfo, RemoteStorageManager
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+# Segments recorded per transaction: few round trips, and a kill loses at most one batch's work.
+BATCH_SEGMENTS = 500
+# Manifests read side by side (each is one small GET).
+READ_WORKERS = 16
+LISTING_PROGRESS_EVERY = 10_000
+MANIFEST_PROGRESS_EVERY = 2_000
+PARTITION_PROGRESS_EVERY = 100
+# Partitions whose remote log index is rebuilt side by side.
+INDEX_WORKERS = 4
+SAMPLE = 5
+
+Progress = Callable[[str], None]
+
+
+class RecoveryError(Exception):
+    """What stops a recovery before it writes anything (a damaged manifest, a manifest the store
+    cannot take): one line, starting with the object's location."""
+
+
+@dataclass
+class TierSurvey:
+    """The tier's listing, sorted out by what each object is."""
+
+    objects: int = 0
+    sizes: dict[str, int] = field(default_factory=dict)  # every segment object and manifest: key → size
+    manifests: list[str] = field(default_factory=list)  # manifest keys
+    segment_objects: dict[str, list[str]] = field(default_factory=dict)  # key stem → its objects' keys
+    index_files: dict[str, set[str]] = field(default_factory=dict)  # partition prefix → its remote log index file names
+    log_start_offsets: dict[str, str] = field(default_factory=dict)  # partition prefix → key of its log start offset record
+    other: list[str] = field(default_factory=list)  # keys of no kts layout
+
+
+@dataclass
+class RecoveryReport:
+    """What one ``recover`` did; ``to_json`` is ``kts recover --json``."""
+
+    objects_listed: int = 0
+    manifests: int = 0
+    topics: int = 0
+    topics_created: int = 0
+    partitions: int = 0
+    segments_recovered: int = 0
+    segments_present: int = 0
+    log_start_offsets_set: int = 0
+    objects_without_manifest: list[str] = field(default_factory=list)
+    unmanifested_sample: list[str] = field(default_factory=list)  # one key (its .log if listed) per segment, a few
+    segments_without_manifest: int = 0
+    incomplete_segments: list[str] = field(default_factory=list)  # one line each: manifest location: what is missing
+    skipped: list[str] = field(default_factory=list)  # one line each: what was not recovered and why
+    other_objects: list[str] = field(default_factory=list)
+    index_partitions: int = 0
+    index_files_written: int = 0
+    index_files_published: int = 0
+    index_segments_read: int = 0
+    index_errors: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        """Nothing that needs a person: every manifest recorded and every index built."""
+        return not (self.incomplete_segments or self.skipped or self.index_errors)
+
+    def to_json(self) -> dict:
+        return {
+            "objects_listed": self.objects_listed,
+            "manifests": self.manifests,
+            "topics": self.topics,
+            "topics_created": self.topics_created,
+            "partitions": self.partitions,
+            "segments_recovered": self.segments_recovered,
+            "segments_already_present": self.segments_present,
+            "log_start_offsets_set": self.log_start_offsets_set,
+            "objects_without_manifest": len(self.objects_without_manifest),
+            "segments_without_manifest": self.segments_without_manifest,
+            "objects_without_manifest_sample": self.unmanifested_sample,
+            "incomplete_segments": self.incomplete_segments,
+            "skipped": self.skipped,
+            "unrecognised_objects": len(self.other_objects),
+            "unrecognised_objects_sample": self.other_objects[:SAMPLE],
+            "index_partitions": self.index_partitions,
+            "index_files_written": self.index_files_written,
+            "index_files_published": self.index_files_published,
+            "index_segments_read": self.index_segments_read,
+            "index_errors": self.index_errors,
+        }
+
+
+# --- the listing ---------------------------------------------------------------------------------
+
+
+def survey_tier(rsm: "RemoteStorageManager", progress: Progress | None = None) -> TierSurvey:
+    """List the whole tier once and sort every object out: manifests, segment objects (by the
+    segment's key stem), remote log index files (by partition), and anything else."""
+    survey = TierSurvey()
+    root = rsm.keys.root
+    for info in rsm.list_objects():
+        survey.objects += 1
+        if progress is not None and survey.objects % LISTING_PROGRESS_EVERY == 0:
+            progress(f"listed {survey.objects} objects")
+        _classify(survey, rsm, root, info)
+    return survey
+
+
+def _classify(survey: TierSurvey, rsm: "RemoteStorageManager", root: str, info: "ObjectInfo") -> None:
+    parsed = rsm.keys.parse(info.key)
+    if parsed is None:
+        head, sep, name = info.key.rpartition(f"/{REMOTE_INDEX_DIR}/")
+        if sep and ri.file_base_offset(name) is not None and "/" not in name:
+            survey.index_files.setdefault(head + "/", set()).add(name)
+        elif info.key.endswith(f"/{LOG_START_OFFSET_NAME}"):
+            survey.log_start_offsets[info.key[: -len(LOG_START_OFFSET_NAME)]] = info.key
+        else:
+            survey.other.append(info.key)
+        return
+    survey.sizes[info.key] = info.size
+    if parsed.suffix == MANIFEST_SUFFIX:
+        survey.manifests.append(info.key)
+    else:
+        stem = info.key[: -len(parsed.suffix) - 1]
+        survey.segment_objects.setdefault(stem, []).append(info.key)
+
+
+def _index_names(survey: TierSurvey, rsm: "RemoteStorageManager", tip: TopicIdPartition) -> set[str]:
+    return survey.index_files.get(rsm.keys.partition_prefix(tip), set())
+
+
+# --- manifests -----------------------------------------------------------------------------------
+
+
+def read_manifests(rsm: "RemoteStorageManager", keys: Sequence[str], *, workers: int = READ_WORKERS,
+                   progress: Progress | None = None) -> list[tuple[str, SegmentManifest]]:
+    """(key, manifest) for every manifest key, read side by side. RecoveryError naming the first
+    damaged one (and how many more there are) when any is damaged: nothing may be recovered from
+    a tier whose own description is in doubt."""
+
+    def read(key: str) -> tuple[str, SegmentManifest | None, str | None]:
+        where = rsm.location(key)
+        try:
+            data = rsm.fetch_object(key)
+            manifest = decode_manifest(data, where=where)
+            _check_matches_key(rsm, key, manifest, where)
+            # The store records the manifest too (as the copy does), so no copy pass writes it again.
+            recorded = segment_custom_metadata({MANIFEST_SUFFIX: StoredObject(key, len(data), crc32c(data))})
+            md = replace(manifest.metadata, custom_metadata={**manifest.metadata.custom_metadata, **recorded})
+            return key, replace(manifest, metadata=md), None
+        except ManifestError as e:
+            return key, None, str(e)
+
+    out: list[tuple[str, SegmentManifest]] = []
+    damaged: list[str] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kts-recover-read") as pool:
+        for n, (key, manifest, error) in enumerate(pool.map(read, keys), start=1):
+            if progress is not None and n % MANIFEST_PROGRESS_EVERY == 0:
+                progress(f"read {n} of {len(keys)} manifests")
+            if error is not None:
+                damaged.append(error)
+            else:
+                out.append((key, manifest))
+    if damaged:
+        more = f" (and {len(damaged) - 1} more damaged manifests)" if len(damaged) > 1 else ""
+        raise RecoveryError(f"{sorted(damaged)[0]}{more}; nothing was recovered: move the damaged object aside and run kts recover again")
+    return out
+
+
+def _check_matches_key(rsm: "RemoteStorageManager", key: str, manifest: SegmentManifest, where: str) -> None:
+    """A manifest describes the segment its own key names (a copied or misplaced manifest is damaged)."""
+    parsed = rsm.keys.parse(key)
+    md = manifest.metadata
+    tip = md.topic_id_partition
+    named = (parsed.topic, parsed.topic_id, parsed.partition, parsed.start_offset, parsed.segment_id)
+    described = (tip.topic[:MAX_TOPIC_IN_KEY], tip.topic_id, tip.partition, md.start_offset, md.segment_id.id)
+    if named != described:
+        raise ManifestError(f"{where}: damaged manifest: it describes segment {md.segment_id.id} at offset {md.start_offset} "
+                            f"of {tip.topic_partition}, not the segment its key names")
+
+
+def _missing_objects(manifest: SegmentManifest, survey: TierSurvey) -> list[str]:
+    """What of the segment's objects the listing lacks (or has with another size)."""
+    problems = []
+    for suffix, obj in sorted(manifest.objects.items()):
+        size = survey.sizes.get(obj.key)
+        if size is None:
+            problems.append(f"{suffix} object {obj.key} is missing")
+        elif size != obj.size:
+            problems.append(f"{suffix} object {obj.key} has {size} bytes, not {obj.size}")
+    return problems
+
+
+# --- recovery ------------------------------------------------------------------------------------
+
+
+def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: Path | None, *,
+            progress: Progress | None = None, workers: int = READ_WORKERS) -> RecoveryReport:
+    """Rebuild the store's rows from the tier's listing and manifests (into an empty store, or
+    one missing rows), then each partition's remote log index under ``home`` (None: skip)."""
+    from kts_resources.metadata.store import StaleTopicIdError
+
+    say = progress or (lambda _line: None)
+    report = RecoveryReport()
+    survey = survey_tier(rsm, progress)
+    report.objects_listed = survey.objects
+    report.other_objects = sorted(survey.other)
+    if survey.objects >= LISTING_PROGRESS_EVERY:  # a short listing needs no progress lines
+        say(f"listed {survey.objects} objects: {len(survey.manifests)} manifests")
+    manifests = read_manifests(rsm, survey.manifests, workers=workers, progress=progress)
+    report.manifests = len(manifests)
+
+    described: set[str] = set()
+    complete: list[tuple[str, SegmentManifest]] = []
+    for key, manifest in manifests:
+        described.add(key[: -len(MANIFEST_SUFFIX) - 1])
+        described.update(obj.key[: obj.key.rfind(".")] for obj in manifest.objects.values())
+        problems = _missing_objects(manifest, survey)
+        if problems:
+            report.incomplete_segments.append(f"{rsm.location(key)}: not recovered: {'; '.join(problems)}")
+        else:
+            complete.append((key, manifest))
+    orphaned = sorted(stem for stem in survey.segment_objects if stem not in described)
+    report.objects_without_manifest = sorted(k for stem in orphaned for k in survey.segment_objects[stem])
+    report.segments_without_manifest = len(orphaned)
+    report.unmanifested_sample = [f"{stem}.log" if f"{stem}.log" in survey.sizes else sorted(survey.segment_objects[stem])[0]
+                                  for stem in orphaned[:SAMPLE]]
+
+    # topic name → topic id → partition → manifests; incarnations of a name oldest first, so the
+    # newest ends up current and the older ones' partitions are marked for deletion, as they were.
+    by_topic: dict[str, dict[uuid.UUID, dict[int, list[tuple[str, SegmentManifest]]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for key, manifest in complete:
+        tip = manifest.topic_id_partition
+        by_topic[tip.topic][tip.topic_id][tip.partition].append((key, manifest))
+    report.topics = sum(len(ids) for ids in by_topic.values())
+    deleted_below = read_log_start_offsets(rsm, survey, [m.topic_id_partition for _k, m in complete])
+    recovered_tips: list[TopicIdPartition] = []
+    for name in sorted(by_topic):
+        incarnations = by_topic[name]
+        newest = {tid: max((m for ms in parts.values() for m in ms), key=lambda km: km[1].metadata.event_timestamp_ms)
+                  for tid, parts in incarnations.items()}
+        for topic_id in sorted(incarnations, key=lambda tid: (newest[tid][1].metadata.event_timestamp_ms, str(tid))):
+            latest_key, latest = newest[topic_id]
+            current = store.topic_id(name)
+            if current != topic_id:
+                try:
+                    store.ensure_topic(name, topic_id, latest.topic_configs)
+                except StaleTopicIdError as e:
+                    # An earlier incarnation of a re-created topic: nothing new can join it. Its
+                    # segments already in the store (a rerun) are fine; any others are reported.
+                    ids = [m.metadata.segment_id for ms in incarnations[topic_id].values() for _k, m in ms]
+                    absent = [sid for sid in ids if store.segment(sid) is None]
+                    report.segments_present += len(ids) - len(absent)
+                    if absent:
+                        report.skipped.append(f"{len(absent)} segments of {name} (topic id {topic_id}) not recovered: {e}")
+                    continue
+                except ValueError as e:  # a config the store refuses, an id another topic has
+                    raise RecoveryError(f"{rsm.location(latest_key)}: topic {name!r}: {e}; nothing more was recovered") from None
+                report.topics_created += 1
+            for partition in sorted(incarnations[topic_id]):
+                tip = TopicIdPartition(topic_id, TopicPartition(name, partition))
+                _recover_partition(store, tip, incarnations[topic_id][partition], report, deleted_below.get(tip, 0))
+                recovered_tips.append(tip)
+                if len(recovered_tips) % PARTITION_PROGRESS_EVERY == 0:
+                    say(f"{len(recovered_tips)} partitions, {report.segments_recovered} segments recovered so far")
+    report.partitions = len(recovered_tips)
+
+    if home is not None:
+        rebuild_indexes(store, rsm, home, recovered_tips, survey, report, progress=progress)
+    return report
+
+
+def read_log_start_offsets(rsm: "RemoteStorageManager", survey: TierSurvey,
+                           tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, int]:
+    """The log start offsets DeleteRecords recorded in the tier for these partitions. A damaged
+    record, or one naming another partition than its key, is a RecoveryError (nothing written yet)."""
+    out: dict[TopicIdPartition, int] = {}
+    for tip in set(tips):
+        key = survey.log_start_offsets.get(rsm.keys.partition_prefix(tip))
+        if key is None:
+            continue
+        where = rsm.location(key)
+        try:
+            named, offset = decode_log_start_offset(rsm.fetch_object(key), where=where)
+        except ManifestError as e:
+            raise RecoveryError(f"{e}; nothing was recovered: move the damaged object aside and run kts recover again") from None
+        if named != tip:
+            raise RecoveryError(f"{where}: damaged log start offset record: it names {named.topic_partition} (topic id "
+                                f"{named.topic_id}), not the partition its key names; nothing was recovered")
+        out[tip] = offset
+    return out
+
+
+def _recover_partition(store: "RemoteLogMetadataStore", tip: TopicIdPartition,
+                       manifests: list[tuple[str, SegmentManifest]], report: RecoveryReport, deleted_below: int = 0) -> None:
+    """The partition's segments (in the order they finished), its log start offset (the highest
+    its manifests or a DeleteRecords record in the tier say) and the first offset kts watched,
+    under the partition lock so that no copy or expiry runs meanwhile."""
+    state = store.partition_state(tip).delete_state
+    if state is not None:  # being deleted: nothing joins it; what it has already is fine
+        absent = [m for _k, m in manifests if store.segment(m.metadata.segment_id) is None]
+        report.segments_present += len(manifests) - len(absent)
+        if absent:
+            report.skipped.append(f"{len(absent)} segments of {tip.topic_partition} (topic id {tip.topic_id}) not recovered: "
+                                  f"the partition is {state.name}")
+        return
+    ordered = sorted((m for _k, m in manifests),
+                     key=lambda m: (m.metadata.event_timestamp_ms, m.metadata.start_offset, str(m.metadata.segment_id.id)))
+    with store.partition_lock(tip):
+        added = 0
+        for i in range(0, len(ordered), BATCH_SEGMENTS):
+            added += store.recover_remote_log_segments(tip, [m.metadata for m in ordered[i:i + BATCH_SEGMENTS]])
+        report.segments_recovered += added
+        report.segments_present += len(ordered) - added
+        log_start = max(deleted_below, *(m.log_start_offset for m in ordered))
+        before = store.partition_state(tip).log_start_offset
+        if store.update_log_start_offset(tip, log_start) != before:
+            report.log_start_offsets_set += 1
+        # kts watched the partition from its first copied segment on (the data-loss rule's floor).
+        store.observe_first_offset(tip, min(m.metadata.start_offset for m in ordered))
+
+
+# --- the remote log index ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _IndexOutcome:
+    error: str | None = None
+    written: int = 0
+    published: int = 0
+    read: int = 0
+
+
+def rebuild_indexes(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: Path, tips: Sequence[TopicIdPartition],
+                    survey: TierSurvey, report: RecoveryReport, *, progress: Progress | None = None,
+                    workers: int = INDEX_WORKERS) -> None:
+    """Each partition's remote log index, ``workers`` partitions side by side (reading segments
+    and writing the cache wait on I/O, not on the GIL)."""
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kts-recover-index") as pool:
+        outcomes = pool.map(lambda tip: _rebuild_index(store, rsm, home, tip, survey), tips)
+        for n, (tip, outcome) in enumerate(zip(tips, outcomes), start=1):
+            if outcome is None:
+                continue
+            if outcome.error is not None:
+                report.index_errors.append(f"{tip.topic_partition}: remote log index not rebuilt: {outcome.error}")
+            else:
+                report.index_partitions += 1
+                report.index_files_written += outcome.written
+                report.index_files_published += outcome.published
+                report.index_segments_read += outcome.read
+            if progress is not None and n % PARTITION_PROGRESS_EVERY == 0:
+                progress(f"remote log index of {n} of {len(tips)} partitions rebuilt")
+
+
+def _rebuild_index(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: Path, tip: TopicIdPartition,
+                   survey: TierSurvey) -> _IndexOutcome | None:
+    """Bring the partition's remote log index under ``home`` up to its finished segments: the
+    files shipped to the tier first (fetched when this machine has none), each segment's entries
+    taken from them where they are whole, read from its .log object otherwise. Ships only files
+    the tier does not have (never replaces one). None: nothing finished to index."""
+    finished = store.list_remote_log_segments(tip, states={FINISHED})
+    if not finished:
+        return None
+    directory = index_cache.cache_directory(home, tip)
+    read = 0
+    try:
+        index_cache.ensure_cached(directory, rsm, tip)
+        seed_entries_from_files(directory, finished, rsm)
+
+        def entries_for(md: RemoteLogSegmentMetadata) -> list[ri.RemoteLogIndexEntry]:
+            nonlocal read
+            read += 1
+            return index_cache.read_segment_entries(rsm, md)
+
+        build = index_cache.build_partition_index(directory, finished, entries_for)
+        shipped = _index_names(survey, rsm, tip)
+        new = [name for name in build.written if name not in shipped]
+        for name in new:
+            rsm.put_object(rsm.keys.remote_index_key(tip, name), directory / name)
+    except Exception as e:  # noqa: BLE001 — one partition's index is its own; the store rows stand
+        return _IndexOutcome(error=" ".join(str(e).split()) or type(e).__name__)
+    return _IndexOutcome(written=len(build.written), published=len(new), read=read)
+
+
+def seed_entries_from_files(directory: Path, finished: Iterable[RemoteLogSegmentMetadata], rsm: "RemoteStorageManager") -> int:
+    """Cache each finished segment's entries from the partition's index files in ``directory``
+    when they cover the whole segment (positions from 0 to its size, its .log key, within its
+    offsets), so a rebuild does not read the segment again. Returns how many were cached."""
+    have = index_cache.cached_segment_ids(directory)
+    wanted = {md.segment_id.id: md for md in finished if md.segment_id.id not in have}
+    if not wanted:
+        return 0
+    grouped: dict[uuid.UUID, list[ri.RemoteLogIndexEntry]] = defaultdict(list)
+    for base in ri.file_set_offsets(directory):
+        try:
+            entries = ri.decode_entries((directory / f"{base:020d}{ri.LOG_INDEX_SUFFIX}").read_bytes())
+        except (OSError, ri.RemoteIndexFormatError):
+            continue  # a damaged file: its segments are read again
+        for _position, entry in entries:
+            if entry.segment_id in wanted:
+                grouped[entry.segment_id].append(entry)
+    cached = 0
+    for segment_id, entries in grouped.items():
+        md = wanted[segment_id]
+        key = rsm.segment_object_keys(md)["log"]
+        entries.sort(key=lambda e: e.rdi.position)
+        position = 0
+        whole = entries[0].first_offset >= md.start_offset and entries[-1].last_offset <= md.end_offset
+        for entry in entries:
+            whole = whole and entry.rdi.key == key and entry.rdi.position == position
+            position += entry.data_length
+        if whole and position == md.segment_size_in_bytes:
+            index_cache.store_segment_entries(directory, segment_id, index_cache.encode_segment_entries(entries))
+            cached += 1
+    return cached

@@ -1,0 +1,332 @@
+"""A remote segment's manifest: its RemoteLogSegmentMetadata as a small JSON object beside its
+objects, so the remote tier alone describes every finished segment (``kts recover``).
+
+Pure: values in, bytes out and back; no I/O, no Dagster. The copy writes the manifest after every
+object of the segment is uploaded and before the store records COPY_SEGMENT_FINISHED, so a
+finished segment always has one; the delete procedure removes it first, so a manifest never
+outlives an object it names. Parsing is strict: anything but exactly this layout is one
+``ManifestError`` naming the object.
+
+Version 1, canonical JSON (sorted keys, no blanks, UTF-8, one trailing newline)::
+
+    {"format": "kts-remote-segment-manifest", "version": 1,
+     "topic": "orders", "topic_id": "<Kafka Uuid.toString>", "partition": 0,
+     "segment_id": "<Kafka Uuid.toString>", "start_offset": 0, "end_offset": 99,
+     "max_timestamp_ms": 1700000000000, "broker_id": 0, "event_timestamp_ms": 1700000000123,
+     "segment_size_in_bytes": 16384, "segment_leader_epochs": [[0, 0], [3, 57]],
+     "objects": {"log": {"key": "...", "size": 16384, "crc32c": "1a2b3c4d"}, ...},
+     "topic_configs": {"retention.ms": "86400000"}, "log_start_offset": 0, "crc32c": "89abcdef"}
+
+``crc32c`` is the CRC-32C of the canonical encoding of every other field: a flipped bit anywhere
+(an object key, an offset) is a damaged manifest, never a plausible other segment.
+``topic_configs`` are the topic's overrides (Kafka's names) and ``log_start_offset`` the
+partition's log start offset in the metadata store, both as of the copy.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kts_resources.kafka.checkpoints import topic_id_from_base64, topic_id_to_base64
+from kts_resources.kafka.partition import MAX_PARTITION, TopicPartition, topic_name_problem
+from crc32c import crc32c
+
+from kts_resources.remote_log import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from kts_resources.remote_storage.base import StoredObject, crc32c_hex, parse_crc32c_hex, segment_custom_metadata
+from kts_resources.remote_storage.keys import LOG_SUFFIX, MAX_OFFSET, SEGMENT_SUFFIXES, check_object_key
+
+FORMAT = "kts-remote-segment-manifest"
+VERSION = 1
+# A manifest is a few hundred bytes; anything far larger is not one.
+MAX_MANIFEST_BYTES = 1024 * 1024
+# Objects every copied segment has (a .txnindex and a producer snapshot only when the segment had them).
+REQUIRED_OBJECTS = frozenset({LOG_SUFFIX, "index", "timeindex", "leader-epoch-checkpoint"})
+
+_FIELDS = frozenset({
+    "format", "version", "topic", "topic_id", "partition", "segment_id", "start_offset", "end_offset",
+    "max_timestamp_ms", "broker_id", "event_timestamp_ms", "segment_size_in_bytes", "segment_leader_epochs",
+    "objects", "topic_configs", "log_start_offset", "crc32c",
+})
+_OBJECT_FIELDS = frozenset({"key", "size", "crc32c"})
+_INT64 = (-(2**63), 2**63 - 1)
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+class ManifestError(ValueError):
+    """A manifest that is not one kts wrote (damaged, truncated, another version): the message
+    starts with where it is."""
+
+
+@dataclass(frozen=True)
+class SegmentManifest:
+    """What a manifest says: the segment (COPY_SEGMENT_FINISHED, custom metadata = its objects),
+    its objects by suffix, and the topic's configs and partition's log start offset at copy time."""
+
+    metadata: RemoteLogSegmentMetadata
+    objects: Mapping[str, StoredObject]
+    topic_configs: Mapping[str, str] = field(default_factory=dict)
+    log_start_offset: int = 0
+
+    @classmethod
+    def of(cls, metadata: RemoteLogSegmentMetadata, objects: Mapping[str, StoredObject], *,
+           topic_configs: Mapping[str, str] | None = None, log_start_offset: int = 0) -> "SegmentManifest":
+        """The manifest of a segment whose objects are ``objects`` (as the copy uploaded them)."""
+        finished = RemoteLogSegmentMetadata(
+            segment_id=metadata.segment_id, start_offset=metadata.start_offset, end_offset=metadata.end_offset,
+            max_timestamp_ms=metadata.max_timestamp_ms, broker_id=metadata.broker_id,
+            event_timestamp_ms=metadata.event_timestamp_ms, segment_size_in_bytes=metadata.segment_size_in_bytes,
+            segment_leader_epochs=dict(metadata.segment_leader_epochs), state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+            custom_metadata=segment_custom_metadata(objects),
+        )
+        return cls(finished, dict(objects), dict(topic_configs or {}), log_start_offset)
+
+    @property
+    def topic_id_partition(self) -> TopicIdPartition:
+        return self.metadata.topic_id_partition
+
+
+def encode_manifest(manifest: SegmentManifest) -> bytes:
+    """The manifest's bytes (canonical: the same manifest always encodes the same)."""
+    md = manifest.metadata
+    tip = md.topic_id_partition
+    body = {
+        "format": FORMAT,
+        "version": VERSION,
+        "topic": tip.topic,
+        "topic_id": topic_id_to_base64(tip.topic_id),
+        "partition": tip.partition,
+        "segment_id": topic_id_to_base64(md.segment_id.id),
+        "start_offset": md.start_offset,
+        "end_offset": md.end_offset,
+        "max_timestamp_ms": md.max_timestamp_ms,
+        "broker_id": md.broker_id,
+        "event_timestamp_ms": md.event_timestamp_ms,
+        "segment_size_in_bytes": md.segment_size_in_bytes,
+        "segment_leader_epochs": [[e, s] for e, s in sorted(md.segment_leader_epochs.items())],
+        "objects": {suffix: {"key": o.key, "size": o.size, "crc32c": crc32c_hex(o.crc32c)}
+                    for suffix, o in sorted(manifest.objects.items())},
+        "topic_configs": {k: str(v) for k, v in sorted(manifest.topic_configs.items())},
+        "log_start_offset": manifest.log_start_offset,
+    }
+    body["crc32c"] = crc32c_hex(crc32c(_canonical(body)))
+    data = _canonical(body) + b"\n"
+    # What is written must read back: a value the parser refuses is a bug here, not a damaged object later.
+    decode_manifest(data, where="the manifest being written")
+    return data
+
+
+def decode_manifest(data: bytes | bytearray | memoryview, *, where: str) -> SegmentManifest:
+    """The manifest in ``data``; ManifestError (its message starting with ``where``) for anything
+    that is not exactly a version-1 manifest with consistent values."""
+    try:
+        return _decode(bytes(data))
+    except ManifestError as e:
+        raise ManifestError(f"{where}: damaged manifest: {e}") from None
+
+
+def _decode(data: bytes) -> SegmentManifest:
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{len(data)} bytes, more than a manifest's {MAX_MANIFEST_BYTES}")
+    try:
+        text = data.decode("utf-8")
+        body = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"not UTF-8 (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"not JSON: {e.msg} at byte {e.pos}") from None
+    if not isinstance(body, dict):
+        raise ManifestError("not a JSON object")
+    if body.get("format") != FORMAT:
+        raise ManifestError(f"format is {body.get('format')!r}, not {FORMAT!r}")
+    if body.get("version") != VERSION or type(body.get("version")) is not int:
+        raise ManifestError(f"version {body.get('version')!r} is not {VERSION} (the only version this kts reads)")
+    missing, extra = _FIELDS - body.keys(), body.keys() - _FIELDS
+    if missing:
+        raise ManifestError(f"missing field(s) {', '.join(sorted(missing))}")
+    if extra:
+        raise ManifestError(f"unknown field(s) {', '.join(sorted(extra))}")
+    recorded = body.pop("crc32c")
+    actual = crc32c_hex(crc32c(_canonical(body)))
+    if recorded != actual:
+        raise ManifestError(f"its CRC-32C is {actual}, the manifest records {recorded!r}: it was altered or corrupted")
+
+    topic = _str(body, "topic")
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise ManifestError(f"topic: {problem}")
+    topic_id = _uuid(body, "topic_id")
+    partition = _int(body, "partition", 0, MAX_PARTITION)
+    segment_id = _uuid(body, "segment_id")
+    start = _int(body, "start_offset", 0, MAX_OFFSET)
+    end = _int(body, "end_offset", start, MAX_OFFSET)
+    size = _int(body, "segment_size_in_bytes", 0, _INT64[1])
+    epochs = _epochs(body.get("segment_leader_epochs"), start, end)
+    objects = _objects(body.get("objects"))
+    if objects[LOG_SUFFIX].size != size:
+        raise ManifestError(f"the log object has {objects[LOG_SUFFIX].size} bytes, segment_size_in_bytes says {size}")
+    configs = body.get("topic_configs")
+    if not isinstance(configs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
+        raise ManifestError("topic_configs is not an object of strings")
+    tip = TopicIdPartition(topic_id, TopicPartition(topic, partition))
+    metadata = RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId(tip, segment_id),
+        start_offset=start,
+        end_offset=end,
+        max_timestamp_ms=_int(body, "max_timestamp_ms", *_INT64),
+        broker_id=_int(body, "broker_id", *_INT32),
+        event_timestamp_ms=_int(body, "event_timestamp_ms", *_INT64),
+        segment_size_in_bytes=size,
+        segment_leader_epochs=epochs,
+        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+        custom_metadata=segment_custom_metadata(objects),
+    )
+    return SegmentManifest(metadata, objects, dict(configs), _int(body, "log_start_offset", 0, MAX_OFFSET))
+
+
+def _canonical(body: Mapping[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ManifestError(f"field {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ManifestError(f"{name} is not a JSON number")
+
+
+def _str(body: Mapping[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise ManifestError(f"{name} is {value!r}, not a string")
+    return value
+
+
+def _int(body: Mapping[str, Any], name: str, lo: int, hi: int) -> int:
+    value = body.get(name)
+    if type(value) is not int or not lo <= value <= hi:
+        raise ManifestError(f"{name} is {value!r}, not a whole number in [{lo}, {hi}]")
+    return value
+
+
+def _uuid(body: Mapping[str, Any], name: str) -> uuid.UUID:
+    text = _str(body, name)
+    try:
+        value = topic_id_from_base64(text)
+    except ValueError:
+        value = None
+    if value is None or topic_id_to_base64(value) != text:
+        raise ManifestError(f"{name} {text!r} is not a Kafka Uuid (22 characters of URL-safe base64)")
+    return value
+
+
+def _epochs(value: Any, start: int, end: int) -> dict[int, int]:
+    """epoch → first offset: non-empty, epochs ≥ 0 in increasing order, first offsets rising within
+    the segment (what the metadata store accepts)."""
+    if not isinstance(value, list) or not value:
+        raise ManifestError("segment_leader_epochs is not a non-empty list of [epoch, start offset] pairs")
+    epochs: dict[int, int] = {}
+    previous: tuple[int, int] | None = None
+    for pair in value:
+        if (not isinstance(pair, list) or len(pair) != 2 or any(type(x) is not int for x in pair)
+                or not 0 <= pair[0] <= _INT32[1] or not start <= pair[1] <= end):
+            raise ManifestError(f"segment_leader_epochs entry {pair!r} is not [epoch ≥ 0, start offset in [{start}, {end}]]")
+        if previous is not None and (pair[0] <= previous[0] or pair[1] <= previous[1]):
+            raise ManifestError(f"segment_leader_epochs {value!r} do not rise in both epoch and start offset")
+        epochs[pair[0]] = pair[1]
+        previous = (pair[0], pair[1])
+    return epochs
+
+
+def _objects(value: Any) -> dict[str, StoredObject]:
+    if not isinstance(value, dict):
+        raise ManifestError("objects is not an object")
+    unknown = value.keys() - set(SEGMENT_SUFFIXES)
+    if unknown:
+        raise ManifestError(f"objects has unknown suffix(es) {', '.join(sorted(unknown))}")
+    missing = REQUIRED_OBJECTS - value.keys()
+    if missing:
+        raise ManifestError(f"objects lacks {', '.join(sorted(missing))}")
+    out = {}
+    for suffix in SEGMENT_SUFFIXES:
+        if suffix not in value:
+            continue
+        entry = value[suffix]
+        if not isinstance(entry, dict) or entry.keys() != _OBJECT_FIELDS:
+            raise ManifestError(f"objects.{suffix} is not {{key, size, crc32c}}")
+        try:
+            key = check_object_key(entry["key"]) if isinstance(entry["key"], str) else None
+            crc = parse_crc32c_hex(entry["crc32c"]) if isinstance(entry["crc32c"], str) else None
+        except ValueError as e:
+            raise ManifestError(f"objects.{suffix}: {e}") from None
+        if key is None or crc is None:
+            raise ManifestError(f"objects.{suffix}: key and crc32c must be strings")
+        size = entry["size"]
+        if type(size) is not int or not 0 <= size <= _INT64[1]:
+            raise ManifestError(f"objects.{suffix}.size is {size!r}, not a whole number ≥ 0")
+        out[suffix] = StoredObject(key, size, crc)
+    return out
+
+
+# --- the partition's log start offset ------------------------------------------------------------
+#
+# A DeleteRecords moves the log start offset inside a segment; the segments' manifests carry the
+# offset as of their copy only, so DeleteRecords also writes it beside the partition's segments:
+# {"format": "kts-log-start-offset", "version": 1, "topic", "topic_id", "partition",
+#  "log_start_offset", "crc32c"} (canonical JSON, the CRC-32C of the rest, as a manifest).
+
+LOG_START_FORMAT = "kts-log-start-offset"
+_LOG_START_FIELDS = frozenset({"format", "version", "topic", "topic_id", "partition", "log_start_offset", "crc32c"})
+
+
+def encode_log_start_offset(tip: TopicIdPartition, log_start_offset: int) -> bytes:
+    body: dict[str, Any] = {"format": LOG_START_FORMAT, "version": VERSION, "topic": tip.topic,
+                            "topic_id": topic_id_to_base64(tip.topic_id), "partition": tip.partition,
+                            "log_start_offset": log_start_offset}
+    body["crc32c"] = crc32c_hex(crc32c(_canonical(body)))
+    data = _canonical(body) + b"\n"
+    decode_log_start_offset(data, where="the log start offset being written")
+    return data
+
+
+def decode_log_start_offset(data: bytes | bytearray | memoryview, *, where: str) -> tuple[TopicIdPartition, int]:
+    """(partition, log start offset); ManifestError (starting with ``where``) for anything else."""
+    try:
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{len(data)} bytes, far more than a log start offset record")
+        try:
+            body = json.loads(bytes(data).decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        except UnicodeDecodeError as e:
+            raise ManifestError(f"not UTF-8 (byte {e.start})") from None
+        except json.JSONDecodeError as e:
+            raise ManifestError(f"not JSON: {e.msg} at byte {e.pos}") from None
+        if not isinstance(body, dict) or body.get("format") != LOG_START_FORMAT:
+            raise ManifestError(f"not a {LOG_START_FORMAT} record")
+        if body.get("version") != VERSION or type(body.get("version")) is not int:
+            raise ManifestError(f"version {body.get('version')!r} is not {VERSION}")
+        if body.keys() != _LOG_START_FIELDS:
+            raise ManifestError(f"fields {', '.join(sorted(body))} are not {', '.join(sorted(_LOG_START_FIELDS))}")
+        recorded = body.pop("crc32c")
+        if recorded != crc32c_hex(crc32c(_canonical(body))):
+            raise ManifestError(f"its CRC-32C does not match the recorded {recorded!r}: it was altered or corrupted")
+        topic = _str(body, "topic")
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise ManifestError(f"topic: {problem}")
+        tip = TopicIdPartition(_uuid(body, "topic_id"), TopicPartition(topic, _int(body, "partition", 0, MAX_PARTITION)))
+        return tip, _int(body, "log_start_offset", 0, MAX_OFFSET)
+    except ManifestError as e:
+        raise ManifestError(f"{where}: damaged log start offset record: {e}") from None
