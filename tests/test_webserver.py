@@ -146,7 +146,11 @@ def webserver(tmp_path_factory: pytest.TempPathFactory, module_pg_url: str) -> I
     simulate(log_dir, SIMULATION)
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "KTS_LOG_DIRS": str(log_dir),
            "KTS_HOME": str(root / "kts_home"), "KTS_DATABASE_URL": module_pg_url,
-           "KTS_REMOTE_URI": remote.as_uri(), "KTS_SPARK_MASTER": "local[2]"}
+           "KTS_REMOTE_URI": remote.as_uri()}
+    # The sync runs on the Spark Connect path, kts's default: the session's standing server
+    # (KTS_SPARK_REMOTE from tests/fixtures_spark.py), never a classic JVM of its own.
+    env.pop("KTS_SPARK_MASTER", None)
+    assert env.get("KTS_SPARK_REMOTE"), "the session's Spark Connect server"
     _register_partitions_with_the_discovery_sensor(env)
 
     port = free_loopback_port()
