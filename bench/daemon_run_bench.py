@@ -19,9 +19,10 @@ Over one simulated log dir (``sync_bench.simulate_log_dir``), rounds interleave:
   the worker's start-up and code load, the Spark session and every step. The run's lifecycle
   events (enqueued, starting, started, resources up, finished) go into the JSON.
 
-Both attach to one standing embedded Spark Connect server (``KTS_SPARK_REMOTE``, started untimed),
-as kts's embedded default does. Correctness, untimed: both runs succeed and copy every eligible
-segment (the store holds exactly them as COPY_SEGMENT_FINISHED; the first and last byte-identical).
+Both attach to a standing Spark Connect server started untimed: the syncs to one named by
+``KTS_SPARK_REMOTE``, the daemon's run workers to their KTS_HOME's embedded server by kts's default
+(neither variable set), which the bench checks they used rather than starting one of their own.
+Correctness, untimed: both runs succeed and copy every eligible segment (the store holds exactly them as COPY_SEGMENT_FINISHED; the first and last byte-identical).
 The machine may be shared, so the result is the ratio, from rounds that interleave the two (order
 rotated each round); best and median rounds are reported. Prints a table, progress on stderr, JSON
 to bench/results/daemon_run.json by default.
@@ -109,14 +110,22 @@ class Daemon:
 class StandingDaemon:
     """One world (database, tier, KTS_HOME, DAGSTER_HOME) with ``dagster-daemon run`` up on it for
     the whole bench, as in a deployment; each round resets the world's data (the same database
-    name made again, the tier and KTS_HOME emptied) and the daemon launches one copy run."""
+    name made again, the tier and KTS_HOME's inventory and index cache emptied) and the daemon
+    launches one copy run.
 
-    def __init__(self, base: Path, dbs: Databases, root: Path, spark_env: dict[str, str], partition_keys: list[str]):
+    Spark is kts's embedded default here: neither KTS_SPARK_REMOTE nor KTS_SPARK_MASTER, and the
+    KTS_HOME's own Spark Connect server started beforehand, as a `kts sync` would have left it. Every
+    run worker must attach to that server: its pid is checked after each run (issue 10: a run the
+    daemon launches uses the standing server)."""
+
+    def __init__(self, base: Path, dbs: Databases, root: Path, partition_keys: list[str]):
         import dagster as dg
 
         self.dbs, self.partition_keys = dbs, partition_keys
         self.url = dbs.fresh()
-        self.env = make_sync_env(base, self.url, root, spark_env)
+        self.env = make_sync_env(base, self.url, root, {})
+        self.spark_home = self.env.kts_home / "spark-connect"
+        self.server_pid = spark_connect.ensure_running(self.spark_home).pid
         self.log = base / "daemon.log"
         self.instance = dg.DagsterInstance.from_config(str(self.env.dagster_home))
         # What the discovery sensor does before any copy run (kts sync does it itself, in its own time).
@@ -128,9 +137,11 @@ class StandingDaemon:
         """A fresh store, tier and KTS_HOME behind the same names (the daemon's environment)."""
         self.dbs.drop(self.url)
         self.dbs.fresh(make_url(self.url).database)
-        for d in (self.env.remote, self.env.kts_home):
-            shutil.rmtree(d)
-            d.mkdir()
+        shutil.rmtree(self.env.remote)
+        self.env.remote.mkdir()
+        for d in self.env.kts_home.iterdir():
+            if d != self.spark_home:  # the standing server stays; kts's data goes
+                shutil.rmtree(d) if d.is_dir() else d.unlink()
 
     def run(self) -> dict:
         """One copy_job run over every partition, submitted to the queue (``dagster job launch``,
@@ -163,6 +174,10 @@ class StandingDaemon:
             if kind in ("PIPELINE_ENQUEUED", "PIPELINE_STARTING", "PIPELINE_START", "RESOURCE_INIT_SUCCESS",
                         "PIPELINE_SUCCESS", "PIPELINE_FAILURE") and kind not in lifecycle:
                 lifecycle[kind] = round(entry.timestamp - created, 3)
+        server = spark_connect.running(self.spark_home)
+        if server is None or server.pid != self.server_pid:
+            raise SystemExit(f"the run worker did not use KTS_HOME's standing Spark Connect server (pid {self.server_pid}): "
+                             f"now {server.pid if server else 'none'} runs")
         # create_timestamp is when `dagster job launch` stored the run; end_time when its worker
         # reported it finished. Both are wall-clock seconds.
         return {"seconds": record.end_time - created, "status": record.dagster_run.status.value, "run_id": run_id,
@@ -172,6 +187,7 @@ class StandingDaemon:
         self.daemon.stop()
         self.instance.dispose()
         self.dbs.drop(self.url)
+        spark_connect.stop(self.spark_home)
 
 
 def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: dict[str, str]) -> dict:
@@ -193,7 +209,7 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: d
     counter = [0]
 
     progress("starting dagster-daemon on its world (untimed, as in a deployment)")
-    standing = StandingDaemon(tmpdir / "daemon-world", dbs, root, spark_env, partition_keys)
+    standing = StandingDaemon(tmpdir / "daemon-world", dbs, root, partition_keys)
 
     def one(name: str, record: bool) -> None:
         if name == "sync":
