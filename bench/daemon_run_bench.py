@@ -22,8 +22,8 @@ Over one simulated log dir (``sync_bench.simulate_log_dir``), rounds interleave:
 Both attach to a standing Spark Connect server started untimed: the syncs to one named by
 ``KTS_SPARK_REMOTE``, the daemon's run workers to their KTS_HOME's embedded server by kts's default
 (neither variable set), which the bench checks they used rather than starting one of their own.
-Correctness, untimed: both runs succeed and copy every eligible segment (the store holds exactly them as COPY_SEGMENT_FINISHED; the first and last byte-identical).
-The machine may be shared, so the result is the ratio, from rounds that interleave the two (order
+Correctness, untimed: both runs succeed and copy every eligible segment (the store holds exactly
+them as COPY_SEGMENT_FINISHED; the first and last byte-identical). The machine may be shared, so the result is the ratio, from rounds that interleave the two (order
 rotated each round); best and median rounds are reported. Prints a table, progress on stderr, JSON
 to bench/results/daemon_run.json by default.
 """
