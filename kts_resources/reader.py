@@ -42,6 +42,7 @@ from kts_resources.kafka.records import (
     CONTROL_ABORT,
     LOG_OVERHEAD,
     BatchHeader,
+    Record,
     decode_batch,
     parse_control_record,
     scan_batches,
@@ -157,12 +158,11 @@ class FetchResult:
     remote_requests: int = 0
     remote_bytes: int = 0
 
-    @property
-    def records(self) -> list[FetchedRecord]:
-        """The records a consumer gets: from the fetch offset on (the first batch may start before
-        it), control batches dropped; with ``read_committed``, the batches of aborted transactions
-        too (as Kafka's consumer filters them with the aborted list)."""
-        out: list[FetchedRecord] = []
+    def consumed(self) -> Iterator[tuple[BatchHeader, list[Record]]]:
+        """(batch header, its records) for what a consumer gets: records from the fetch offset on
+        (the first batch may start before it), control batches dropped; with ``read_committed``,
+        the batches of aborted transactions too (as Kafka's consumer filters them with the aborted
+        list). The batches' CRCs were checked when they were fetched."""
         pending = sorted(self.aborted, key=lambda t: t.first_offset) if self.isolation == READ_COMMITTED else []
         aborting: set[int] = set()
         i = 0
@@ -171,17 +171,22 @@ class FetchResult:
             while i < len(pending) and pending[i].first_offset <= h.last_offset:
                 aborting.add(pending[i].producer_id)
                 i += 1
-            records = decode_batch(batch.buffer, h)
+            records = decode_batch(batch.buffer, h, verify_crc=False)
             if h.is_control:
                 if records and h.producer_id in aborting and parse_control_record(records[0]).type == CONTROL_ABORT:
                     aborting.discard(h.producer_id)
                 continue
             if h.is_transactional and h.producer_id in aborting:
                 continue
-            ts_type = h.timestamp_type
-            out.extend(FetchedRecord(r.offset, r.timestamp, ts_type, r.key, r.value, tuple(r.headers), h.partition_leader_epoch)
-                       for r in records if r.offset >= self.fetch_offset)
-        return out
+            if h.base_offset < self.fetch_offset:
+                records = [r for r in records if r.offset >= self.fetch_offset]
+            yield h, records
+
+    @property
+    def records(self) -> list[FetchedRecord]:
+        """The records a consumer gets (see :meth:`consumed`)."""
+        return [FetchedRecord(r.offset, r.timestamp, h.timestamp_type, r.key, r.value, tuple(r.headers), h.partition_leader_epoch)
+                for h, records in self.consumed() for r in records]
 
     def to_json(self) -> dict:
         """ARCHITECTURE.md's fetch contract."""

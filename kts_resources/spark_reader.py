@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 TASK_BYTES = 4 * 1024 * 1024  # a task reads about this much
-COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch")
+
 
 
 @dataclass(frozen=True)
@@ -145,33 +145,66 @@ def _partitions_of(reader: TieredLogReader, topic: str) -> list[int]:
     return sorted(found)
 
 
-def read_task(reader: TieredLogReader, task: ReadTask, isolation: str, max_bytes: int = TASK_BYTES) -> dict[str, list]:
-    """The records of one task as columns (what an executor does)."""
+def read_task(reader: TieredLogReader, task: ReadTask, isolation: str, max_bytes: int = TASK_BYTES):
+    """The records of one task as an Arrow record batch of ``schema()`` (what an executor does),
+    or None when the range holds none. Columns are filled straight from the decoded batches, and
+    the headers column is built from flat arrays: per-record objects cost more than the decoding."""
+    import bisect
+
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     part = reader.partition(task.topic, task.partition)
-    columns: dict[str, list] = {name: [] for name in COLUMNS}
-    offsets, timestamps, types, keys, values, headers, epochs = (columns[n] for n in (
-        "offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch"))
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    types: list[int] = []
+    keys: list = []
+    values: list = []
+    epochs: list[int] = []
+    header_ends: list[int] = [0]
+    header_keys: list[str] = []
+    header_values: list = []
     position = task.start
     while position < task.end:
         result = part.fetch(position, max_bytes, isolation)
         if result.throttled:
             raise RuntimeError(f"{task.topic}-{task.partition}: the remote fetch quota holds reads back at offset {position}")
-        for r in result.records:
-            if r.offset >= task.end:
-                break
-            offsets.append(r.offset)
-            timestamps.append(r.timestamp)
-            types.append(r.timestamp_type)
-            keys.append(r.key)
-            values.append(r.value)
-            headers.append([{"key": k, "value": v} for k, v in r.headers])
-            epochs.append(r.leader_epoch)
+        for h, records in result.consumed():
+            if records and records[-1].offset >= task.end:
+                records = records[:bisect.bisect_left([r.offset for r in records], task.end)]
+            n = len(records)
+            types += [h.timestamp_type] * n
+            epochs += [h.partition_leader_epoch] * n
+            for r in records:
+                offsets.append(r.offset)
+                timestamps.append(r.timestamp)
+                keys.append(r.key)
+                values.append(r.value)
+                if r.headers:
+                    for k, v in r.headers:
+                        header_keys.append(k)
+                        header_values.append(v)
+                header_ends.append(len(header_keys))
         if result.next_offset <= position:
             break
         position = result.next_offset
-    columns["topic"] = [task.topic] * len(offsets)
-    columns["partition"] = [task.partition] * len(offsets)
-    return columns
+    if not offsets:
+        return None
+    arrow = to_arrow_schema(schema())
+    header_type = arrow.field("headers").type
+    headers = pa.ListArray.from_arrays(
+        pa.array(header_ends, type=pa.int32()),
+        pa.StructArray.from_arrays([pa.array(header_keys, type=pa.string()), pa.array(header_values, type=pa.binary())],
+                                   fields=list(header_type.value_type)))
+    n = len(offsets)
+    columns = {
+        "topic": pa.array([task.topic] * n, type=pa.string()), "partition": pa.array([task.partition] * n, type=pa.int32()),
+        "offset": pa.array(offsets, type=pa.int64()), "timestamp": pa.array(timestamps, type=pa.int64()),
+        "timestamp_type": pa.array(types, type=pa.int32()), "key": pa.array(keys, type=pa.binary()),
+        "value": pa.array(values, type=pa.binary()), "headers": headers.cast(header_type),
+        "leader_epoch": pa.array(epochs, type=pa.int32()),
+    }
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in arrow], schema=arrow)
 
 
 def read_tiered(spark: "SparkSession", topic: str, partitions: Sequence[int] | None, start: int, end: int | None = None, *,
@@ -191,15 +224,11 @@ def read_tiered(spark: "SparkSession", topic: str, partitions: Sequence[int] | N
     task_tuples = [(t.topic, t.partition, t.start, t.end) for t in tasks]
 
     def run(batches):
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        arrow = to_arrow_schema(schema())
         with ReaderConfig(**plain).reader() as executor_reader:
             for batch in batches:
                 for i in batch.column(0).to_pylist():
-                    columns = read_task(executor_reader, ReadTask(*task_tuples[i]), isolation, task_bytes)
-                    if columns["offset"]:
-                        yield pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in arrow], schema=arrow)
+                    records = read_task(executor_reader, ReadTask(*task_tuples[i]), isolation, task_bytes)
+                    if records is not None:
+                        yield records
 
     return spark.range(0, len(tasks), 1, numPartitions=len(tasks)).mapInArrow(run, schema())
