@@ -1,6 +1,7 @@
 """`kts delete-records` and `kts topic delete`: Kafka's DeleteRecords and topic deletion on kts's
 tiers (kts_resources.partition_admin); `kts recover`: the metadata store rebuilt from the remote
-tier alone (kts_resources.recovery). One clear line for bad input."""
+tier alone (kts_resources.recovery); `kts restore`: a partition's log dir rebuilt from the remote
+tier (kts_resources.restore). One clear line for bad input."""
 
 from __future__ import annotations
 
@@ -121,6 +122,47 @@ def cmd_recover(args) -> int:
     return 0 if outcome.clean else 1
 
 
+def cmd_restore(args) -> int:
+    """Rebuild a partition's log directory under ``--to`` from the remote tier, byte for byte."""
+    import sys
+    import time
+
+    from kts_assets.cli import _metadata_store, _remote_storage, directory_to_write
+    from kts_resources.remote_storage.base import RemoteStorageError
+    from kts_resources.restore import RestoreError, restore_partition
+
+    to_dir = directory_to_write(args.to, "--to")
+    last = {"at": 0.0}
+
+    def progress(done, total: int) -> None:
+        now = time.monotonic()
+        if now - last["at"] >= 2.0 or done.segments == total:  # a line every couple of seconds
+            last["at"] = now
+            print(f"kts restore: {done.segments}/{total} segments, {done.bytes:,} bytes", file=sys.stderr, flush=True)
+
+    store = _metadata_store()
+    storage = _remote_storage()
+    try:
+        _tip(store, args.topic, args.partition)  # an odd or unknown topic: one line
+        result = restore_partition(store, storage, args.topic, args.partition, to_dir, from_offset=args.from_offset,
+                                   progress=progress)
+    except (RestoreError, RemoteStorageError) as e:
+        raise CommandError(str(e)) from None
+    finally:
+        storage.close()
+        store.close()
+    summary = {"partition_dir": str(result.partition_dir), "segments": result.segments, "files": result.files,
+               "bytes": result.bytes, "already_whole": result.already_whole, "log_start_offset": result.log_start_offset,
+               "log_end_offset": result.log_end_offset}
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"restored {_n(result.segments, 'segment')} ({result.bytes:,} bytes in {_n(result.files, 'file')}"
+              f"{f', {result.already_whole} already whole' if result.already_whole else ''}) of {args.topic}-{args.partition} "
+              f"into {result.partition_dir}: offsets {result.log_start_offset}..{result.log_end_offset - 1}")
+    return 0
+
+
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
@@ -142,3 +184,12 @@ def add_admin_parsers(sub) -> None:
                                        "and the remote log indexes from the remote tier's listing and manifests alone")
     p.add_argument("--json", action="store_true", help="print what was recovered and reported as JSON")
     p.set_defaults(func=cmd_recover)
+    p = sub.add_parser("restore", help="rebuild a partition's log directory (segments, indexes, snapshots, leader-epoch "
+                                       "checkpoint, partition.metadata, checkpoints) from the remote tier, byte for byte")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("partition", metavar="PARTITION", type=bounded(int, 0, 2**31 - 1))
+    p.add_argument("--to", required=True, metavar="DIR", help="the log dir to restore into (its partition dir must hold no segments)")
+    p.add_argument("--from-offset", type=bounded(int, 0, 2**63 - 1), metavar="N", help="start at the segment holding offset N")
+    p.add_argument("--json", action="store_true", help="print what was restored as JSON")
+    p.set_defaults(func=cmd_restore)
+
