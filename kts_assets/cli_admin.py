@@ -5,7 +5,7 @@ tier (kts_resources.restore). One clear line for bad input."""
 
 from __future__ import annotations
 
-from kts_assets.cli import EXIT_USAGE, CommandError, bounded, print_json
+from kts_assets.cli import EXIT_USAGE, CommandError, bounded, parse_duration_ms, print_json
 
 
 def _tip(store, topic: str, partition: int):
@@ -163,6 +163,41 @@ def cmd_restore(args) -> int:
     return 0
 
 
+def cmd_scrub(args) -> int:
+    """Reconcile the remote tier with the metadata store (kts_resources.scrub); exit 1 on damage."""
+    import sys
+
+    from kts_assets.cli import _metadata_store, _remote_storage, report
+    from kts_resources.remote_storage.base import RemoteStorageError
+    from kts_resources.scrub import scrub
+
+    def progress(line: str) -> None:
+        print(f"kts scrub: {line}", file=sys.stderr, flush=True)
+
+    if args.grace < 0:
+        raise CommandError(f"--grace {args.grace} ms: a grace period is not negative", EXIT_USAGE)
+    store = _metadata_store()
+    storage = _remote_storage()
+    try:
+        outcome = scrub(store, storage, deep=args.deep, grace_s=args.grace / 1000, dry_run=args.dry_run, progress=progress)
+    except RemoteStorageError as e:
+        raise CommandError(f"{e}; nothing was deleted") from None
+    finally:
+        storage.close()
+        store.close()
+    if args.json:
+        print_json(outcome.to_json())
+    else:
+        verb = "would delete" if outcome.dry_run else "deleted"
+        print(f"scrubbed {_n(outcome.objects_listed, 'object')} and {_n(outcome.segments_checked, 'finished segment')}"
+              f"{' (deep)' if args.deep else ''}: {verb} {_n(len(outcome.orphans_deleted), 'orphaned object')}, finished "
+              f"{_n(outcome.deletes_finished, 'interrupted delete')}, aborted {_n(outcome.uploads_aborted, 'stale upload')}; "
+              f"{_n(len(outcome.damaged), 'damaged segment')}")
+    if outcome.damaged:
+        report(outcome.damaged + ["damaged segments are re-copied by the next copy pass while their local segments exist"])
+    return 0 if outcome.clean else 1
+
+
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
@@ -192,4 +227,12 @@ def add_admin_parsers(sub) -> None:
     p.add_argument("--from-offset", type=bounded(int, 0, 2**63 - 1), metavar="N", help="start at the segment holding offset N")
     p.add_argument("--json", action="store_true", help="print what was restored as JSON")
     p.set_defaults(func=cmd_restore)
+    p = sub.add_parser("scrub", help="reconcile the remote tier with the metadata store: delete orphaned objects, finish "
+                                     "interrupted deletes, abort stale uploads, record missing or (--deep) corrupt objects")
+    p.add_argument("--deep", action="store_true", help="read every object of every finished segment and check its CRC-32C")
+    p.add_argument("--grace", type=parse_duration_ms, default=24 * 3600 * 1000, metavar="DURATION",
+                   help="leave objects younger than this alone (a copy may be in flight; default 1d)")
+    p.add_argument("--dry-run", action="store_true", help="report what would be done; change nothing")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_scrub)
 

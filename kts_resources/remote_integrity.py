@@ -9,11 +9,19 @@ segment from its local segment while that exists (``copier.recopy_damaged``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from crc32c import crc32c
+
 from kts_resources.remote_log import RemoteLogSegmentMetadata, TopicIdPartition
-from kts_resources.remote_storage.base import RemoteStorageError, RemoteStorageManager, recorded_manifest, stored_objects
+from kts_resources.remote_storage.base import (
+    RemoteStorageError,
+    RemoteStorageManager,
+    StoredObject,
+    recorded_manifest,
+    stored_objects,
+)
 
 # Objects up to this size are read back and their CRC-32C recomputed; larger ones are checked by size.
 VERIFY_CRC_MAX_BYTES = 1024 * 1024
@@ -36,14 +44,17 @@ class TierInspection:
 
 def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartition,
                               finished: Sequence[RemoteLogSegmentMetadata], *,
-                              verify_crc_max_bytes: int = VERIFY_CRC_MAX_BYTES) -> TierInspection:
+                              verify_crc_max_bytes: int = VERIFY_CRC_MAX_BYTES,
+                              listed: Mapping[str, int] | None = None) -> TierInspection:
     """Every object each finished segment recorded is listed with its recorded size; those up to
-    ``verify_crc_max_bytes`` also match their recorded checksum. A segment with no log object
-    recorded is damaged too (it could never be read)."""
+    ``verify_crc_max_bytes`` also match their recorded checksum (read in chunks: memory stays
+    bounded whatever the object's size). A segment with no log object recorded is damaged too (it
+    could never be read). ``listed``: key → size of a listing already made (the scrub's)."""
     found = TierInspection()
     if not finished:
         return found
-    listed = {o.key: o.size for o in storage.list_objects(storage.keys.partition_prefix(tip))}
+    if listed is None:
+        listed = {o.key: o.size for o in storage.list_objects(storage.keys.partition_prefix(tip))}
     for md in finished:
         problems: list[str] = []
         objects = stored_objects(md.custom_metadata)
@@ -58,9 +69,11 @@ def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartiti
                 problems.append(f"{storage.location(obj.key)}: {size} bytes, recorded {obj.size}")
             elif obj.size <= verify_crc_max_bytes:
                 try:
-                    storage.fetch_object(obj.key, verify_checksum=obj.checksum)
+                    problem = object_checksum_problem(storage, obj)
                 except RemoteStorageError as e:
-                    problems.append(str(e))
+                    problem = str(e)
+                if problem is not None:
+                    problems.append(problem)
         if problems:
             found.damaged.append((md, problems))
             continue
@@ -81,3 +94,25 @@ def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartiti
             if problem is not None:
                 found.manifests_lost.append((md, problem))
     return found
+
+
+CHECKSUM_READ_BYTES = 8 * 1024 * 1024
+
+
+def object_checksum_problem(storage: RemoteStorageManager, obj: StoredObject) -> str | None:
+    """None when the object's bytes have the CRC-32C the copy recorded, else what is wrong. Read
+    in ranged chunks. The copy recorded the checksum of bytes whose every batch CRC it had just
+    verified, so a whole-object match is every batch CRC holding too."""
+    crc, read = 0, 0
+    while read < obj.size:
+        chunk = storage.fetch_range(obj.key, read, min(read + CHECKSUM_READ_BYTES, obj.size) - 1)
+        if not chunk:
+            break
+        crc = crc32c(chunk, crc)
+        read += len(chunk)
+    if read != obj.size:
+        return f"{storage.location(obj.key)}: {read} bytes readable, recorded {obj.size}"
+    if crc != obj.crc32c:
+        return f"{storage.location(obj.key)}: CRC-32C {crc:08x}, recorded {obj.crc32c:08x} (the bytes changed in the tier)"
+    return None
+

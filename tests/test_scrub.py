@@ -1,0 +1,145 @@
+"""Scrub on both tiers: orphans (a segment id the store does not know) are deleted once past the grace
+period and young ones left alone; an interrupted delete is finished; a missing object is reported,
+recorded and re-copied by the next copy pass; a flipped byte is found only by a deep scrub, naming
+the object; a listing that fails half-way deletes nothing; a stale multipart upload is aborted; no
+referenced object is ever touched."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from kts_resources.copier import copy_log_dir, copy_partition
+from kts_resources.kafka.logdir import LogDir
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentState, TopicIdPartition
+from kts_resources.remote_storage.base import RemoteStorageError, stored_objects
+from kts_resources.scrub import scrub
+
+S = RemoteLogSegmentState
+LATER = 2 * 24 * 3600  # seconds: everything planted is past the default grace period by then
+
+
+@pytest.fixture
+def copied(tmp_path, metadata_store, remote_storage):
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=12, topics=("orders",), partitions=1, total_bytes=120 * 1024, segment_bytes=24 * 1024))
+    [result] = copy_log_dir(LogDir(root), metadata_store, remote_storage)
+    assert result.stopped is None and len(result.copied) >= 3
+    partition = LogDir(root).partitions()[0]
+    return root, TopicIdPartition(partition.metadata().topic_id, partition.topic_partition), result.copied
+
+
+def _keys(storage) -> set[str]:
+    return {o.key for o in storage.list_objects()}
+
+
+def test_orphans_go_after_the_grace_period_and_nothing_referenced_is_touched(copied, metadata_store, remote_storage):
+    _root, tip, _segments = copied
+    referenced = _keys(remote_storage)
+    orphan_id = RemoteLogSegmentId(tip, uuid.uuid4())  # a copy whose STARTED row was lost
+    orphans = {remote_storage.keys.segment_key(orphan_id, 0, suffix) for suffix in ("log", "index")}
+    for key in orphans:
+        remote_storage.put_object(key, b"left behind")
+
+    young = scrub(metadata_store, remote_storage)
+    assert young.orphans_deleted == [] and young.young_left == 2 and young.clean
+    assert _keys(remote_storage) == referenced | orphans
+
+    dry = scrub(metadata_store, remote_storage, now=time.time() + LATER, dry_run=True)
+    assert set(dry.orphans_deleted) == orphans and _keys(remote_storage) == referenced | orphans
+
+    done = scrub(metadata_store, remote_storage, now=time.time() + LATER)
+    assert set(done.orphans_deleted) == orphans and done.clean
+    assert _keys(remote_storage) == referenced  # exactly the orphans went
+
+
+def test_an_interrupted_delete_is_finished(copied, metadata_store, remote_storage):
+    _root, tip, segments = copied
+    victim = segments[0]
+    metadata_store.update_remote_log_segment_metadata(victim.segment_id, S.DELETE_SEGMENT_STARTED, 1)
+    report = scrub(metadata_store, remote_storage)
+    assert report.deletes_finished == 1
+    assert metadata_store.segment(victim.segment_id).state is S.DELETE_SEGMENT_FINISHED
+    assert not set(remote_storage.segment_object_keys(victim).values()) & _keys(remote_storage)
+
+
+def test_a_missing_object_is_reported_recorded_and_recopied_by_the_next_copy_pass(copied, metadata_store, remote_storage):
+    root, tip, segments = copied
+    victim = segments[1]
+    remote_storage.delete_objects([stored_objects(victim.custom_metadata)["timeindex"].key])
+    report = scrub(metadata_store, remote_storage)
+    assert not report.clean and len(report.damaged) == 1 and "missing" in report.damaged[0]
+    assert [md.segment_id for md, _ in metadata_store.damaged_segments(tip)] == [victim.segment_id]
+    result = copy_partition(LogDir(root).partitions()[0], LogDir(root), metadata_store, remote_storage)
+    assert len(result.recopied) == 1
+    assert scrub(metadata_store, remote_storage).clean
+
+
+def test_only_a_deep_scrub_finds_a_flipped_byte_and_names_the_object(copied, metadata_store, remote_storage):
+    _root, _tip, segments = copied
+    log = stored_objects(segments[2].custom_metadata)["log"]
+    data = bytearray(remote_storage.fetch_object(log.key))
+    data[len(data) // 3] ^= 0x04
+    remote_storage.put_object(log.key, bytes(data))
+    assert scrub(metadata_store, remote_storage).clean  # same size: the listing cannot tell
+    deep = scrub(metadata_store, remote_storage, deep=True)
+    assert len(deep.damaged) == 1 and remote_storage.location(log.key) in deep.damaged[0] and "CRC-32C" in deep.damaged[0]
+
+
+class _ListingThatBreaks:
+    """The tier, except that its listing fails after two objects."""
+
+    def __init__(self, inner):
+        self.inner, self.deleted = inner, []
+
+    def list_objects(self, prefix: str = ""):
+        for i, obj in enumerate(self.inner.list_objects(prefix)):
+            if i == 2:
+                raise RemoteStorageError("listing broke off half-way")
+            yield obj
+
+    def delete_objects(self, keys):
+        self.deleted += list(keys)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_listing_that_fails_half_way_deletes_nothing(copied, metadata_store, remote_storage):
+    _root, tip, _segments = copied
+    remote_storage.put_object(remote_storage.keys.segment_key(RemoteLogSegmentId(tip, uuid.uuid4()), 0, "log"), b"x")
+    broken = _ListingThatBreaks(remote_storage)
+    with pytest.raises(RemoteStorageError, match="half-way"):
+        scrub(metadata_store, broken, now=time.time() + LATER)
+    assert broken.deleted == []
+
+
+def test_a_stale_multipart_upload_is_aborted(copied, metadata_store, remote_storage):
+    if not hasattr(remote_storage, "bucket"):
+        pytest.skip("multipart uploads are S3's")
+    client = remote_storage.client
+    key = remote_storage.keys.root + "stale-upload"
+    client.create_multipart_upload(Bucket=remote_storage.bucket, Key=key)
+    report = scrub(metadata_store, remote_storage, grace_s=0)
+    assert report.uploads_aborted == 1
+    assert client.list_multipart_uploads(Bucket=remote_storage.bucket).get("Uploads", []) == []
+
+
+def test_the_cli_reports_and_exits_1_on_damage(copied, tmp_path, pg_url, remote_storage):
+    import os
+    import subprocess
+    import sys
+
+    if hasattr(remote_storage, "bucket"):
+        pytest.skip("the CLI path is the same for both tiers")
+    _root, _tip, segments = copied
+    remote_storage.delete_objects([stored_objects(segments[0].custom_metadata)["log"].key])
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_HOME": str(tmp_path / "home"),
+           "KTS_REMOTE_URI": remote_storage.location("")}
+    run = subprocess.run([sys.executable, "-m", "kts_assets.cli", "scrub"], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert run.stdout.startswith("scrubbed ") and "1 damaged segment" in run.stdout
+    assert "missing" in run.stderr and "re-copied by the next copy pass" in run.stderr
