@@ -143,3 +143,29 @@ def test_the_cli_reports_and_exits_1_on_damage(copied, tmp_path, pg_url, remote_
     assert run.returncode == 1, run.stderr
     assert run.stdout.startswith("scrubbed ") and "1 damaged segment" in run.stdout
     assert "missing" in run.stderr and "re-copied by the next copy pass" in run.stderr
+
+
+def test_the_weekly_scrub_job_reports_its_numbers_and_fails_on_damage(copied, tmp_path, pg_url, remote_storage):
+    import dagster as dg
+
+    from kts_assets.definitions import defs
+    from kts_assets.scrub_job import scrub_job
+    from kts_resources.resources import MetadataStoreResource, RemoteTierResource
+
+    if hasattr(remote_storage, "bucket"):
+        pytest.skip("the job's path is the same for both tiers")
+    assert {s.name for s in defs.get_repository_def().schedule_defs} >= {"scrub_schedule"}
+    resources = {"metadata_store": MetadataStoreResource(database_url=pg_url),
+                 "remote_tier": RemoteTierResource(remote_uri=remote_storage.location(""))}
+    with dg.instance_for_test() as instance:
+        healthy = scrub_job.execute_in_process(resources=resources, instance=instance)
+        assert healthy.success
+        [output] = [e for e in healthy.all_events if e.event_type_value == "STEP_OUTPUT"]
+        metadata = output.event_specific_data.metadata
+        assert metadata["damaged_segments"].value == 0 and metadata["objects_listed"].value > 0
+        _root, _tip, segments = copied
+        remote_storage.delete_objects([stored_objects(segments[0].custom_metadata)["log"].key])
+        damaged = scrub_job.execute_in_process(resources=resources, instance=instance, raise_on_error=False)
+        assert not damaged.success
+        [failure] = [e for e in damaged.all_events if e.is_step_failure]
+        assert "missing" in failure.step_failure_data.user_failure_data.description

@@ -374,7 +374,7 @@ def test_each_asset_lists_its_asset_checks_partitioned_like_it(webserver):
             assert "copy_job" in check["jobNames"], check  # copy runs evaluate the checks too
 
 
-def test_the_repository_has_the_copy_job_both_sensors_and_the_reconcile_schedule(webserver):
+def test_the_repository_has_its_jobs_sensors_and_schedules(webserver):
     repository = webserver.graphql(
         REPOSITORY_QUERY, {"selector": {"repositoryName": REPOSITORY, "repositoryLocationName": LOCATION}}
     )["repositoryOrError"]
@@ -385,13 +385,16 @@ def test_the_repository_has_the_copy_job_both_sensors_and_the_reconcile_schedule
                                "segment_roll_sensor"]
     assert sensors["retention_sensor"]["targets"] == [{"pipelineName": "expiry_job"}]
     assert sensors["index_rebuild_sensor"]["targets"] == [{"pipelineName": "index_rebuild_job"}]
-    assert {"copy_job", "expiry_job", "index_rebuild_job", "backfill_job"} <= {job["name"] for job in repository["jobs"]}
+    assert {"copy_job", "expiry_job", "index_rebuild_job", "backfill_job", "scrub_job"} <= {job["name"] for job in repository["jobs"]}
     assert all(s["defaultStatus"] == "RUNNING" for s in sensors.values())
     assert sensors["partition_discovery_sensor"]["minIntervalSeconds"] == 30
     assert sensors["segment_roll_sensor"]["targets"] == [{"pipelineName": "copy_job"}]
-    [schedule] = repository["schedules"]
-    assert schedule == {"name": "reconcile_schedule", "pipelineName": "copy_job",
-                        "cronSchedule": "15 * * * *", "defaultStatus": "RUNNING"}
+    schedules = {s["name"]: s for s in repository["schedules"]}
+    assert sorted(schedules) == ["reconcile_schedule", "scrub_schedule"]
+    assert schedules["reconcile_schedule"] == {"name": "reconcile_schedule", "pipelineName": "copy_job",
+                                               "cronSchedule": "15 * * * *", "defaultStatus": "RUNNING"}
+    assert schedules["scrub_schedule"] == {"name": "scrub_schedule", "pipelineName": "scrub_job",
+                                           "cronSchedule": "30 3 * * 0", "defaultStatus": "RUNNING"}
 
 
 DESCRIPTIONS = """
@@ -434,7 +437,7 @@ def test_every_job_sensor_schedule_resource_and_asset_has_a_markdown_safe_descri
     assert {"sensors partition_discovery_sensor", "sensors segment_roll_sensor", "jobs copy_job", "jobs expiry_job",
             "sensors retention_sensor", "sensors index_rebuild_sensor", "jobs index_rebuild_job",
             "asset retention_state", "asset remote_log_index",
-            "schedules reconcile_schedule", "allTopLevelResourceDetails pyspark",
+            "schedules reconcile_schedule", "schedules scrub_schedule", "jobs scrub_job", "allTopLevelResourceDetails pyspark",
             "allTopLevelResourceDetails metadata_store"} <= set(described)
     for name, description in described.items():
         assert description and description.strip(), f"{name} has no description"
