@@ -127,3 +127,20 @@ def test_kts_restore_on_the_command_line(copied, tmp_path, pg_url, remote_storag
 def test_nothing_remote_is_one_clear_error(tmp_path, metadata_store, remote_storage):
     with pytest.raises(RestoreError, match="not known"):
         restore_partition(metadata_store, remote_storage, "never-seen", 0, tmp_path / "restored")
+
+
+def test_a_restore_sigkilled_half_way_is_converged_by_a_rerun(copied, tmp_path, pg_url, metadata_store, remote_storage):
+    if not remote_storage.location("").startswith("file:"):
+        pytest.skip("the driver names the tier by URI; the S3 path differs only below the read")
+    root, segments = copied
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_REMOTE_URI": remote_storage.location("")}
+    target = tmp_path / "restored"
+    killed = subprocess.run([sys.executable, "-m", "tests.tier_tools_driver", "restore", "5", TOPIC, "0", str(target)],
+                            env=env, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert killed.returncode == -9, killed.stderr
+    partition_dir = target / f"{TOPIC}-0"
+    assert (partition_dir / MARKER).exists()  # half-way, and it says so
+    result = restore_partition(metadata_store, remote_storage, TOPIC, 0, target)
+    assert result.already_whole >= 1
+    whole = restore_partition(metadata_store, remote_storage, TOPIC, 0, tmp_path / "whole").partition_dir
+    assert _files(partition_dir) == _files(whole) and not list(partition_dir.glob(f"*{PARTIAL}"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,28 @@ def test_the_weekly_scrub_job_reports_its_numbers_and_fails_on_damage(copied, tm
         assert not damaged.success
         [failure] = [e for e in damaged.all_events if e.is_step_failure]
         assert "missing" in failure.step_failure_data.user_failure_data.description
+
+
+def test_a_scrub_sigkilled_half_way_is_converged_by_a_rerun(tmp_path, pg_url, metadata_store):
+    import os
+    import subprocess
+    import sys
+
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+    uri = (tmp_path / "tier").as_uri()  # the tier as the driver names it: by KTS_REMOTE_URI
+    storage = remote_storage_from_uri(uri)
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=13, topics=("orders",), partitions=1, total_bytes=96 * 1024, segment_bytes=24 * 1024))
+    [result] = copy_log_dir(LogDir(root), metadata_store, storage)
+    tip = result.copied[0].topic_id_partition
+    referenced = _keys(storage)
+    for _ in range(3):
+        storage.put_object(storage.keys.segment_key(RemoteLogSegmentId(tip, uuid.uuid4()), 0, "log"), b"x")
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_REMOTE_URI": uri}
+    killed = subprocess.run([sys.executable, "-m", "tests.tier_tools_driver", "scrub", "1"], env=env, capture_output=True,
+                            text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert killed.returncode == -9, killed.stderr
+    assert referenced < _keys(storage) and len(_keys(storage) - referenced) == 2  # one orphan went; nothing referenced
+    again = scrub(metadata_store, storage, grace_s=0)
+    assert len(again.orphans_deleted) == 2 and _keys(storage) == referenced and again.clean
