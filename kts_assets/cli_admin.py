@@ -87,22 +87,15 @@ def cmd_recover(args) -> int:
     the remote log indexes from the remote tier's listing and manifests alone."""
     import sys
 
-    from kts_assets.cli import _metadata_store, _remote_storage, report
+    from kts_assets.cli import report
     from kts_resources import settings
     from kts_resources.recovery import RecoveryError, recover
 
     def progress(line: str) -> None:
         print(f"kts recover: {line}", file=sys.stderr, flush=True)
 
-    store = _metadata_store()
-    storage = _remote_storage()
-    try:
-        outcome = recover(store, storage, settings.kts_home(), progress=progress)
-    except RecoveryError as e:
-        raise CommandError(str(e)) from None
-    finally:
-        storage.close()
-        store.close()
+    outcome = _on_the_tier(lambda store, storage: recover(store, storage, settings.kts_home(), progress=progress),
+                           (RecoveryError,))
     if args.json:
         print_json(outcome.to_json())
     else:
@@ -127,7 +120,7 @@ def cmd_restore(args) -> int:
     import sys
     import time
 
-    from kts_assets.cli import _metadata_store, _remote_storage, directory_to_write
+    from kts_assets.cli import directory_to_write
     from kts_resources.remote_storage.base import RemoteStorageError
     from kts_resources.restore import RestoreError, restore_partition
 
@@ -140,17 +133,12 @@ def cmd_restore(args) -> int:
             last["at"] = now
             print(f"kts restore: {done.segments}/{total} segments, {done.bytes:,} bytes", file=sys.stderr, flush=True)
 
-    store = _metadata_store()
-    storage = _remote_storage()
-    try:
+    def restore(store, storage):
         _tip(store, args.topic, args.partition)  # an odd or unknown topic: one line
-        result = restore_partition(store, storage, args.topic, args.partition, to_dir, from_offset=args.from_offset,
-                                   progress=progress)
-    except (RestoreError, RemoteStorageError) as e:
-        raise CommandError(str(e)) from None
-    finally:
-        storage.close()
-        store.close()
+        return restore_partition(store, storage, args.topic, args.partition, to_dir, from_offset=args.from_offset,
+                                 progress=progress)
+
+    result = _on_the_tier(restore, (RestoreError, RemoteStorageError))
     summary = {"partition_dir": str(result.partition_dir), "segments": result.segments, "files": result.files,
                "bytes": result.bytes, "already_whole": result.already_whole, "log_start_offset": result.log_start_offset,
                "log_end_offset": result.log_end_offset}
@@ -167,7 +155,7 @@ def cmd_scrub(args) -> int:
     """Reconcile the remote tier with the metadata store (kts_resources.scrub); exit 1 on damage."""
     import sys
 
-    from kts_assets.cli import _metadata_store, _remote_storage, report
+    from kts_assets.cli import report
     from kts_resources.remote_storage.base import RemoteStorageError
     from kts_resources.scrub import scrub
 
@@ -176,15 +164,9 @@ def cmd_scrub(args) -> int:
 
     if args.grace < 0:
         raise CommandError(f"--grace {args.grace} ms: a grace period is not negative", EXIT_USAGE)
-    store = _metadata_store()
-    storage = _remote_storage()
-    try:
-        outcome = scrub(store, storage, deep=args.deep, grace_s=args.grace / 1000, dry_run=args.dry_run, progress=progress)
-    except RemoteStorageError as e:
-        raise CommandError(f"{e}; nothing was deleted") from None
-    finally:
-        storage.close()
-        store.close()
+    outcome = _on_the_tier(lambda store, storage: scrub(store, storage, deep=args.deep, grace_s=args.grace / 1000,
+                                                        dry_run=args.dry_run, progress=progress),
+                           (RemoteStorageError,), then="; nothing was deleted")
     if args.json:
         print_json(outcome.to_json())
     else:
@@ -196,6 +178,22 @@ def cmd_scrub(args) -> int:
     if outcome.damaged:
         report(outcome.damaged + ["damaged segments are re-copied by the next copy pass while their local segments exist"])
     return 0 if outcome.clean else 1
+
+
+def _on_the_tier(work, errors: tuple[type[Exception], ...], *, then: str = ""):
+    """``work(store, storage)`` on the metadata store and the remote tier this environment names,
+    both closed after it; ``errors`` become one line (with ``then`` after it)."""
+    from kts_assets.cli import _metadata_store, _remote_storage
+
+    store = _metadata_store()
+    storage = _remote_storage()
+    try:
+        return work(store, storage)
+    except errors as e:
+        raise CommandError(f"{e}{then}") from None
+    finally:
+        storage.close()
+        store.close()
 
 
 def _n(count: int, noun: str) -> str:
