@@ -8,7 +8,7 @@ from kts_assets.assets import hourly_record_counts, local_segments, remote_log_i
 from kts_assets.checks import asset_checks
 from kts_assets.jobs import jobs
 from kts_assets.schedules import reconcile_schedule
-from kts_assets.scrub_job import scrub_job, scrub_schedule
+from kts_assets.scrub_job import remote_tier_scrubbed, scrub_job, scrub_schedule
 from kts_assets.sensors import sensors
 from kts_resources.resources import (
     CopyQuotaResource,
@@ -36,7 +36,7 @@ def default_resources() -> dict[str, object]:
 
 defs = dg.Definitions(
     assets=[local_segments, remote_segments, retention_state, remote_log_index, hourly_record_counts],
-    asset_checks=asset_checks,
+    asset_checks=[*asset_checks, remote_tier_scrubbed],
     jobs=[*jobs, scrub_job],
     sensors=sensors,
     schedules=[reconcile_schedule, scrub_schedule],

@@ -7,6 +7,7 @@ partitions_def is deprecated.
 import dagster as dg
 
 from kts_assets.assets import hourly_record_counts, local_segments, remote_log_index, remote_segments, retention_state
+from kts_assets.scrub_job import remote_tier_scrubbed
 
 COPY_JOB_NAME = "copy_job"
 EXPIRY_JOB_NAME = "expiry_job"
@@ -18,7 +19,9 @@ REBUILD_CONFIG = {"ops": {"local_segments": {"config": {"rebuild_indexes": True}
 
 copy_job = dg.define_asset_job(
     COPY_JOB_NAME,
-    selection=[local_segments, remote_segments, retention_state, remote_log_index],
+    # The assets' checks come along, but not the weekly scrub's tier-wide one (it reads the whole tier).
+    selection=(dg.AssetSelection.assets(local_segments, remote_segments, retention_state, remote_log_index)
+               - dg.AssetSelection.checks(remote_tier_scrubbed)),
     description="Scan the partitions' local segments with Spark, copy the eligible ones to the remote tier, expire what "
                 "retention takes, then bring the remote log index up to the finished segments.",
     # One process per run, as `kts sync` runs it: the inventory step and its CRC check share one

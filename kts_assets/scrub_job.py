@@ -1,12 +1,15 @@
-"""``scrub_job`` and its weekly schedule: ``kts scrub --deep`` as a Dagster run (kts_resources.scrub).
+"""The scrub as an asset check, ``remote_tier_scrubbed``, its ``scrub_job`` and weekly schedule:
+``kts scrub --deep`` as a Dagster run (kts_resources.scrub).
 
-The scrub is tier-wide, not per partition, so it is an op job rather than a partitioned asset: its
-numbers go on its output's metadata (the run's page plots them), and a damaged segment fails the
-run, naming it — the next copy pass re-copies it while its local segment exists.
+The scrub is tier-wide, not per partition, so the check is not partitioned: its result sits on
+``remote_segments`` beside the per-partition checks, with the scrub's numbers as metadata (the
+check's history plots them). A damaged segment fails it, naming the segment — the next copy pass
+re-copies it while its local segment exists.
 """
 
 import dagster as dg
 
+from kts_assets.assets import remote_segments
 from kts_resources.resources import MetadataStoreResource, RemoteTierResource
 from kts_resources.scrub import DEFAULT_GRACE_S
 
@@ -16,10 +19,13 @@ class ScrubConfig(dg.Config):
     grace_seconds: int = DEFAULT_GRACE_S  # objects younger than this are left alone (a copy may be in flight)
 
 
-@dg.op(description="Reconcile the remote tier's listing with the metadata store: orphans and stale uploads removed, "
-                   "interrupted deletes finished, missing or corrupt objects of finished segments recorded for re-copy.")
-def scrub_remote_tier(context: dg.OpExecutionContext, config: ScrubConfig, metadata_store: MetadataStoreResource,
-                      remote_tier: RemoteTierResource) -> dg.Output[int]:
+@dg.asset_check(asset=remote_segments,
+                description="Scrub of the whole remote tier: its listing reconciled with the metadata store (orphans past a grace "
+                            "period and stale multipart uploads removed, interrupted deletes finished); with `deep`, every "
+                            "object read back and every batch CRC checked. Fails naming each finished segment whose objects are "
+                            "missing or corrupt; the next copy pass re-copies those whose local segment exists.")
+def remote_tier_scrubbed(context: dg.AssetCheckExecutionContext, config: ScrubConfig,
+                         metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> dg.AssetCheckResult:
     from kts_resources.scrub import scrub
 
     report = scrub(metadata_store.store(), remote_tier.storage(), deep=config.deep, grace_s=config.grace_seconds,
@@ -28,15 +34,19 @@ def scrub_remote_tier(context: dg.OpExecutionContext, config: ScrubConfig, metad
                 "orphans_deleted": len(report.orphans_deleted), "deletes_finished": report.deletes_finished,
                 "uploads_aborted": report.uploads_aborted, "damaged_segments": len(report.damaged),
                 "deep": config.deep}
-    if report.damaged:
-        raise dg.Failure(description="; ".join(report.damaged[:20]), metadata=metadata, allow_retries=False)
-    return dg.Output(len(report.orphans_deleted), metadata=metadata)
+    for line in report.damaged:
+        context.log.error(line)
+    description = ("; ".join(report.damaged[:20]) + "; re-copied by the next copy pass while their local segments exist"
+                   if report.damaged else f"{report.segments_checked} finished segments intact, "
+                                          f"{len(report.orphans_deleted)} orphaned objects removed")
+    return dg.AssetCheckResult(passed=report.clean, severity=dg.AssetCheckSeverity.ERROR, metadata=metadata,
+                               description=description)
 
 
-@dg.job(description="kts scrub --deep as a run: the remote tier reconciled with the metadata store (weekly, scrub_schedule).")
-def scrub_job():
-    scrub_remote_tier()
-
+scrub_job = dg.define_asset_job(
+    "scrub_job", selection=dg.AssetSelection.checks(remote_tier_scrubbed),
+    description="kts scrub --deep as a run: the remote tier reconciled with the metadata store (weekly, scrub_schedule).",
+)
 
 scrub_schedule = dg.ScheduleDefinition(
     name="scrub_schedule",

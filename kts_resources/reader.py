@@ -158,16 +158,19 @@ class FetchResult:
     remote_requests: int = 0
     remote_bytes: int = 0
 
-    def consumed(self) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    def consumed(self, until: int | None = None) -> Iterator[tuple[BatchHeader, list[Record]]]:
         """(batch header, its records) for what a consumer gets: records from the fetch offset on
         (the first batch may start before it), control batches dropped; with ``read_committed``,
         the batches of aborted transactions too (as Kafka's consumer filters them with the aborted
-        list). The batches' CRCs were checked when they were fetched."""
+        list). The batches' CRCs were checked when they were fetched. ``until``: batches from that
+        offset on are not decoded (a reader of a bounded range; the last batch may run past it)."""
         pending = sorted(self.aborted, key=lambda t: t.first_offset) if self.isolation == READ_COMMITTED else []
         aborting: set[int] = set()
         i = 0
         for batch in self.batches:
             h = batch.header
+            if until is not None and h.base_offset >= until:
+                return
             while i < len(pending) and pending[i].first_offset <= h.last_offset:
                 aborting.add(pending[i].producer_id)
                 i += 1

@@ -22,8 +22,7 @@ from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
-from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
+from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 
 from .test_assets import instance, kts_home, pipeline_resources  # noqa: F401
 
@@ -50,10 +49,19 @@ def _index_files(directory):
     return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+@pytest.fixture(params=["filesystem", "s3"])
+def tier(request, tmp_path) -> RemoteTierResource:
+    """The remote tier the pipeline copies to: a directory, or a bucket behind moto's S3 HTTP endpoint."""
+    if request.param == "filesystem":
+        return RemoteTierResource(remote_uri=(tmp_path / "remote").as_uri())
+    return RemoteTierResource(remote_uri=f"s3://{request.getfixturevalue('s3_bucket')}/tiered",
+                              s3_endpoint_url=request.getfixturevalue("s3_endpoint"))
+
+
 def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_a_fresh_build_writes_it(
-        log_dir, pg_url, tmp_path, kts_home, instance, monkeypatch):  # noqa: F811
+        log_dir, pg_url, tmp_path, kts_home, instance, monkeypatch, tier):  # noqa: F811
     monkeypatch.setattr(index_rebuild_module, "FINISHED_GRACE_MS", 0)  # the segments were finished just now
-    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
+    resources = {**pipeline_resources(log_dir, pg_url, tmp_path / "remote"), "remote_tier": tier}
     instance.add_dynamic_partitions("topic_partitions", KEYS)
     assert dg.materialize([local_segments, remote_segments, remote_log_index], instance=instance, resources=resources,
                           tags=RANGE).success
@@ -79,7 +87,7 @@ def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_
                              run_config=request.run_config)
     assert rebuilt.success
 
-    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    storage = tier.storage()
     for key in KEYS:
         finished = store.list_remote_log_segments(tips[key], states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
         fresh = tmp_path / "fresh" / key

@@ -146,11 +146,12 @@ def test_the_cli_reports_and_exits_1_on_damage(copied, tmp_path, pg_url, remote_
     assert "missing" in run.stderr and "re-copied by the next copy pass" in run.stderr
 
 
-def test_the_weekly_scrub_job_reports_its_numbers_and_fails_on_damage(copied, tmp_path, pg_url, remote_storage):
+def test_the_weekly_scrub_job_records_the_scrub_as_a_check_that_fails_on_damage(copied, tmp_path, pg_url, remote_storage):
     import dagster as dg
 
-    from kts_assets.definitions import defs
-    from kts_assets.scrub_job import scrub_job
+    from kts_assets.assets import remote_segments
+    from kts_assets.definitions import default_resources, defs
+    from kts_assets.scrub_job import remote_tier_scrubbed, scrub_job
     from kts_resources.resources import MetadataStoreResource, RemoteTierResource
 
     if hasattr(remote_storage, "bucket"):
@@ -158,18 +159,24 @@ def test_the_weekly_scrub_job_reports_its_numbers_and_fails_on_damage(copied, tm
     assert {s.name for s in defs.get_repository_def().schedule_defs} >= {"scrub_schedule"}
     resources = {"metadata_store": MetadataStoreResource(database_url=pg_url),
                  "remote_tier": RemoteTierResource(remote_uri=remote_storage.location(""))}
+    job = dg.Definitions(assets=[remote_segments], asset_checks=[remote_tier_scrubbed], jobs=[scrub_job],
+                         resources={**default_resources(), **resources}).resolve_job_def("scrub_job")
     with dg.instance_for_test() as instance:
-        healthy = scrub_job.execute_in_process(resources=resources, instance=instance)
+        healthy = job.execute_in_process(instance=instance)
         assert healthy.success
-        [output] = [e for e in healthy.all_events if e.event_type_value == "STEP_OUTPUT"]
-        metadata = output.event_specific_data.metadata
-        assert metadata["damaged_segments"].value == 0 and metadata["objects_listed"].value > 0
+        [evaluation] = healthy.get_asset_check_evaluations()
+        assert evaluation.passed and evaluation.check_name == "remote_tier_scrubbed"
+        assert evaluation.metadata["damaged_segments"].value == 0 and evaluation.metadata["objects_listed"].value > 0
         _root, _tip, segments = copied
         remote_storage.delete_objects([stored_objects(segments[0].custom_metadata)["log"].key])
-        damaged = scrub_job.execute_in_process(resources=resources, instance=instance, raise_on_error=False)
-        assert not damaged.success
-        [failure] = [e for e in damaged.all_events if e.is_step_failure]
-        assert "missing" in failure.step_failure_data.user_failure_data.description
+        damaged = job.execute_in_process(instance=instance)
+        [evaluation] = damaged.get_asset_check_evaluations()
+        assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
+        assert "missing" in evaluation.description and evaluation.metadata["damaged_segments"].value == 1
+        # The check's latest result is what the UI shows on remote_segments: failed.
+        record = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [dg.AssetCheckKey(remote_segments.key, "remote_tier_scrubbed")])[dg.AssetCheckKey(remote_segments.key, "remote_tier_scrubbed")]
+        assert record.event.dagster_event.event_specific_data.passed is False
 
 
 def test_a_scrub_sigkilled_half_way_is_converged_by_a_rerun(tmp_path, pg_url, metadata_store):

@@ -14,7 +14,7 @@ from kts_resources.reader import READ_COMMITTED, READ_UNCOMMITTED
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.spark import build_spark_session
-from kts_resources.spark_reader import ReaderConfig, plan_tasks, read_tiered
+from kts_resources.spark_reader import ReaderConfig, arrow_schema, plan_tasks, read_tiered, schema
 
 pytestmark = pytest.mark.spark
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -110,3 +110,11 @@ def test_the_example_backfill_counts_records_per_hour_from_both_tiers(tiered, kt
 def kts_home_env(tiered, monkeypatch):
     monkeypatch.setenv("KTS_HOME", tiered.home)
     return tiered.home
+
+
+def test_the_arrow_schema_executors_build_is_the_one_spark_expects():
+    # Executors build it with pyarrow alone (PySpark's converter imports pandas in every worker);
+    # mapInArrow rejects batches whose schema differs from the DataFrame's.
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    assert arrow_schema() == to_arrow_schema(schema())

@@ -354,10 +354,19 @@ def test_both_assets_are_partitioned_by_topic_partitions_holding_exactly_the_log
         assert sorted(node["partitionKeys"]) == EXPECTED_KEYS, name
 
 
+TIER_WIDE_CHECK = "remote_tier_scrubbed"
+
+
+def _partitioned_checks(nodes: dict) -> list[dict]:
+    return [c for node in nodes.values() if node["assetChecksOrError"].get("checks")
+            for c in node["assetChecksOrError"]["checks"] if c["name"] != TIER_WIDE_CHECK]
+
+
 def test_each_asset_lists_its_asset_checks_partitioned_like_it(webserver):
     expected = {
         "local_segments": {"local_segments_crc_clean"},
-        "remote_segments": {"offset_invariants", "remote_segments_in_bucket", "no_uncopied_segment_lost", "copy_completed"},
+        "remote_segments": {"offset_invariants", "remote_segments_in_bucket", "no_uncopied_segment_lost", "copy_completed",
+                            TIER_WIDE_CHECK},
         "retention_state": {"retention_completed"},
         "remote_log_index": {"remote_log_index_covers_finished_segments"},
     }
@@ -370,6 +379,10 @@ def test_each_asset_lists_its_asset_checks_partitioned_like_it(webserver):
         assert {c["name"] for c in checks["checks"]} == expected[name]
         for check in checks["checks"]:
             assert check["assetKey"] == {"path": [name]}, check
+            if check["name"] == TIER_WIDE_CHECK:  # the weekly scrub's, of the whole tier
+                assert check["partitionDefinition"] is None and "scrub_job" in check["jobNames"], check
+                assert "copy_job" not in check["jobNames"], check  # a sync never reads the whole tier
+                continue
             assert check["partitionDefinition"] == {"name": "topic_partitions"}, check
             assert "copy_job" in check["jobNames"], check  # copy runs evaluate the checks too
 
@@ -467,14 +480,14 @@ def test_one_sync_shows_every_partition_of_both_assets_materialized(webserver):
 
 def test_every_check_passed_in_the_sync_run(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
-    checks = [c for node in nodes.values() if node["assetChecksOrError"].get("checks") for c in node["assetChecksOrError"]["checks"]]
+    checks = _partitioned_checks(nodes)
     assert len(checks) == 7
     assert all(c["executionForLatestMaterialization"] == {"status": "SUCCEEDED"} for c in checks), checks
 
 
 def test_every_check_shows_passed_for_every_partition_after_one_sync(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
-    checks = [c for node in nodes.values() if node["assetChecksOrError"].get("checks") for c in node["assetChecksOrError"]["checks"]]
+    checks = _partitioned_checks(nodes)
     assert len(checks) == 7
     for check in checks:
         statuses = check["partitionStatuses"]
@@ -497,6 +510,8 @@ def test_every_check_execution_belongs_to_a_partition(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
     for name, node in nodes.items():
         for check in node["assetChecksOrError"].get("checks") or []:
+            if check["name"] == TIER_WIDE_CHECK:
+                continue  # unpartitioned by design, and not evaluated by a sync
             executions = webserver.graphql(CHECK_EXECUTIONS, {"assetKey": {"path": [name]}, "checkName": check["name"]})
             partitions = [e["partition"] for e in executions["assetCheckExecutions"]]
             assert sorted(partitions) == EXPECTED_KEYS, (name, check["name"], partitions)
