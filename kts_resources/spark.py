@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
@@ -262,39 +263,71 @@ def _scanner(scans: list[tuple]):
     return scan_batches
 
 
-def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
-                      previous: Mapping[str, "Row"] | None = None) -> tuple["DataFrame", int]:
-    """One row per segment of the given partitions: header-only scan with every CRC checked.
+@dataclass
+class InventoryScanPlan:
+    """What an inventory must scan, and what it may keep (see :func:`plan_inventory_scan`)."""
 
-    ``previous`` (path → inventory row of an earlier scan) spares rescanning what cannot have
-    changed: a segment closed then and now, of the same size and modification time — Kafka
-    never rewrites a rolled segment in place. Returns the rows and how many were kept that way.
+    scans: list[tuple]  # (topic, partition, path, base offset, active, mtime_ns): one scan task each
+    kept_rows: list[tuple]  # previous rows of segments that cannot have changed
+    unreadable: list[tuple]  # rows made on the driver for segments it could not even stat
 
-    DataFrame APIs only (``range`` + ``mapInArrow``, no RDD or ``sparkContext``), so the job runs
-    the same on a classic session and on Spark Connect.
-    """
+    @property
+    def unchanged(self) -> bool:
+        """Nothing to scan and nothing unreadable: every row is a kept one."""
+        return not self.scans and not self.unreadable
+
+
+def plan_inventory_scan(partitions: Iterable[PartitionDir], previous: Mapping[str, "Row"] | None = None) -> InventoryScanPlan:
+    """Which segments an inventory scans. ``previous`` (path → inventory row of an earlier scan)
+    spares rescanning what cannot have changed: a segment of the same size and modification time,
+    closed then and now (Kafka never rewrites a rolled segment in place) or active then and now
+    (appends move both; a preallocated active segment keeps its size but not its mtime)."""
     previous = previous or {}
-    scans: list[tuple] = []
-    kept_rows: list[tuple] = []
-    unreadable: list[tuple] = []  # rows made on the driver for segments it could not even stat
+    plan = InventoryScanPlan([], [], [])
     for p in partitions:
         for s in p.segments():
             try:
                 st = os.stat(s.log)
             except OSError as e:  # gone since listed, a dangling link: that segment's row says so
-                unreadable.append(unreadable_row(p.topic, p.partition, str(s.log), s.base_offset, s.active, None,
-                                                 e.strerror or str(e)))
+                plan.unreadable.append(unreadable_row(p.topic, p.partition, str(s.log), s.base_offset, s.active, None,
+                                                      e.strerror or str(e)))
                 continue
             row = previous.get(str(s.log))
-            if (row is not None and not s.active and not row.active
-                    and (row.size_bytes, row.mtime_ns) == (st.st_size, st.st_mtime_ns)):
-                kept_rows.append(tuple(row))
+            if row is not None and row.active == s.active and (row.size_bytes, row.mtime_ns) == (st.st_size, st.st_mtime_ns):
+                plan.kept_rows.append(tuple(row[c] for c in INVENTORY_COLUMNS))
             else:
-                scans.append((p.topic, p.partition, str(s.log), s.base_offset, s.active, st.st_mtime_ns))
+                plan.scans.append((p.topic, p.partition, str(s.log), s.base_offset, s.active, st.st_mtime_ns))
+    return plan
+
+
+def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
+                      previous: Mapping[str, "Row"] | None = None) -> tuple["DataFrame", int]:
+    """One row per segment of the given partitions: header-only scan with every CRC checked,
+    except what :func:`plan_inventory_scan` keeps from ``previous``. Returns the rows and how many
+    were kept.
+
+    DataFrame APIs only (``range`` + ``mapInArrow``, no RDD or ``sparkContext``), so the job runs
+    the same on a classic session and on Spark Connect.
+    """
+    plan = plan_inventory_scan(partitions, previous)
     schema = inventory_schema()
-    kept = spark.createDataFrame(kept_rows + unreadable, schema)
-    if not scans:
-        return kept, len(kept_rows)
+    kept = spark.createDataFrame(plan.kept_rows + plan.unreadable, schema)
+    if not plan.scans:
+        return kept, len(plan.kept_rows)
     # One segment per task: range's partitions are the tasks, each index naming its scan.
-    scanned = spark.range(0, len(scans), 1, numPartitions=len(scans)).mapInArrow(_scanner(scans), schema)
-    return (scanned.unionByName(kept) if kept_rows or unreadable else scanned), len(kept_rows)
+    scanned = spark.range(0, len(plan.scans), 1, numPartitions=len(plan.scans)).mapInArrow(_scanner(plan.scans), schema)
+    return (scanned.unionByName(kept) if plan.kept_rows or plan.unreadable else scanned), len(plan.kept_rows)
+
+
+def previous_inventory_rows(paths: Iterable[os.PathLike | str]) -> dict[str, "Row"]:
+    """path → row of the stored inventories at ``paths``, read on the driver with pyarrow: a row per
+    segment, too small to be worth a Spark job. Columns an older inventory lacks come back None."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import Row
+
+    rows: dict[str, Row] = {}
+    for path in paths:
+        for record in pq.read_table(str(path)).to_pylist():
+            row = Row(**{c: record.get(c) for c in INVENTORY_COLUMNS})
+            rows[row.path] = row
+    return rows

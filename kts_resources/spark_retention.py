@@ -73,5 +73,7 @@ def plan_partitions_job(spark: "SparkSession", keys: list[str], *, log_dirs: lis
 
     schema = StructType([StructField("partition_key", StringType(), False), StructField("plan", StringType(), True),
                          StructField("error", StringType(), True)])
-    frame = spark.range(0, len(keys), 1, numPartitions=max(1, min(len(keys), 16))).mapInArrow(run, schema)
+    # Spark's default parallelism, at most 16 tasks (each holds one store connection): a task and
+    # its connection cost as much as planning a few partitions.
+    frame = spark.range(0, len(keys)).coalesce(16).mapInArrow(run, schema)
     return {r.partition_key: (None if r.plan is None else json.loads(r.plan), r.error) for r in frame.collect()}

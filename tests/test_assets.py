@@ -16,6 +16,7 @@ from kts_assets.assets import local_segments, remote_log_index, remote_segments,
 from kts_assets.definitions import defs
 from kts_assets.jobs import copy_job
 from kts_assets.partitions import topic_partitions
+from kts_assets.scrub_job import remote_tier_scrubbed
 from kts_resources.inventory import inventory_path
 from kts_resources.kafka.checkpoints import PartitionMetadata, read_offset_checkpoint, write_partition_metadata
 from kts_resources.kafka.logdir import LogDir
@@ -123,7 +124,7 @@ def test_local_segments_stores_the_inventory_and_reports_the_partitions_offsets(
     assert "KiB local" in md["size"]
 
 
-def test_a_second_inventory_scans_only_what_is_new_or_active_unless_asked_to_rescan(log_dir, pg_url, tmp_path, kts_home, instance):
+def test_a_second_inventory_scans_only_what_was_written_since_unless_asked_to_rescan(log_dir, pg_url, tmp_path, kts_home, instance):
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
 
     def inventory(**config) -> tuple[int, int]:
@@ -137,6 +138,13 @@ def test_a_second_inventory_scans_only_what_is_new_or_active_unless_asked_to_res
 
     segments = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0").segments()
     assert inventory() == (len(segments), 0)
+    stored = kts_home / "inventory" / "local_segments" / "orders-0.parquet"
+    written = stored.stat().st_mtime_ns
+    assert inventory() == (0, len(segments))  # not a byte written: the inventory stands as it was
+    assert stored.stat().st_mtime_ns == written
+    [active] = [s for s in segments if s.active]
+    with open(active.log, "ab") as f:
+        f.write(b"\0" * 12)  # the broker appends (a partial batch, as mid-write)
     assert inventory() == (1, len(segments) - 1)  # the active one
     assert inventory(rescan_unchanged=True) == (len(segments), 0)
 
@@ -199,7 +207,9 @@ def test_copy_lag_counts_eligible_segments_not_yet_copied(log_dir, pg_url, tmp_p
 
 
 def test_one_run_scans_and_copies_many_partitions_in_one_spark_step(log_dir, pg_url, tmp_path, kts_home, instance):
+    # copy_job names the weekly scrub's check to leave it out, so the definitions must hold it.
     job = dg.Definitions(assets=[local_segments, remote_segments, retention_state, remote_log_index], jobs=[copy_job],
+                         asset_checks=[remote_tier_scrubbed],
                          resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote")).resolve_job_def("copy_job")
     result = job.execute_in_process(instance=instance, tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]})
     assert result.success

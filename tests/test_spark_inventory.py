@@ -14,7 +14,16 @@ import pytest
 from kts_resources.kafka.logdir import discover_partitions
 from kts_resources.kafka.segment import summarize_segment
 from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.spark import CLASSIC, INVENTORY_COLUMNS, build_spark_session, segment_inventory, spark_mode
+from kts_resources.spark import (
+    CLASSIC,
+    INVENTORY_COLUMNS,
+    build_spark_session,
+    plan_inventory_scan,
+    previous_inventory_rows,
+    read_inventory,
+    segment_inventory,
+    spark_mode,
+)
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
@@ -80,7 +89,7 @@ def test_closed_segments_unchanged_since_the_last_scan_keep_their_rows_and_are_n
     victim.write_bytes(bytes(data))
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
     again, kept = segment_inventory(spark, partitions, previous)
-    assert kept == len(closed)
+    assert kept == len(previous)  # every segment, the active ones too: none was written since
     assert sorted(tuple(r) for r in again.collect()) == sorted(tuple(r) for r in previous.values())
 
 
@@ -98,8 +107,8 @@ def test_new_active_or_changed_segments_are_scanned_again(spark, log_dir):
     again, kept = segment_inventory(spark, partitions, previous)
     rows = again.collect()
     unchanged = [s for p in partitions for s in p.segments()
-                 if not s.active and str(s.log) in previous and not previous[str(s.log)].active
-                 and s.log != victim]
+                 if str(s.log) in previous and previous[str(s.log)].active == s.active and s.log != victim
+                 and (previous[str(s.log)].size_bytes, previous[str(s.log)].mtime_ns) == (s.log.stat().st_size, s.log.stat().st_mtime_ns)]
     assert kept == len(unchanged) and len(rows) == sum(len(p.segments()) for p in partitions)
     assert [(r.path, r.health) for r in rows if r.health != "ok"] == [(str(victim), "corrupt")]
 
@@ -138,3 +147,24 @@ def test_a_segment_gone_since_it_was_listed_gets_an_unreadable_row_and_the_rest_
     [bad] = [r for r in rows if r.health != "ok"]
     assert (bad.topic, bad.partition, bad.base_offset) == (partitions[0].topic, partitions[0].partition, gone.base_offset)
     assert bad.health.startswith("unreadable: ") and "\n" not in bad.health and bad.size_bytes == 0
+
+
+def test_an_active_segment_keeps_its_row_until_it_is_appended_to_or_rolls(spark, log_dir):
+    partitions = discover_partitions(log_dir)
+    first, _ = segment_inventory(spark, partitions)
+    previous = {row.path: row for row in first.collect()}
+    plan = plan_inventory_scan(partitions, previous)
+    assert plan.unchanged and len(plan.kept_rows) == len(previous)  # nothing written since: no Spark job needed
+    active = next(s for s in partitions[0].segments() if s.active)
+    with open(active.log, "ab") as f:
+        f.write(b"\0" * 12)  # an append (a partial batch as a broker mid-write leaves it)
+    plan = plan_inventory_scan(partitions, previous)
+    assert [scan[2] for scan in plan.scans] == [str(active.log)] and not plan.unchanged
+
+
+def test_the_driver_reads_a_stored_inventory_as_spark_does(spark, log_dir, tmp_path):
+    partitions = discover_partitions(log_dir)
+    first, _ = segment_inventory(spark, partitions)
+    first.write.parquet(str(tmp_path / "inventory.parquet"))
+    by_spark = {row.path: row for row in read_inventory(spark, [tmp_path / "inventory.parquet"]).collect()}
+    assert previous_inventory_rows([tmp_path / "inventory.parquet"]) == by_spark

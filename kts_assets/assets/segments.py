@@ -58,9 +58,9 @@ def local_segments(
     context: dg.AssetExecutionContext, pyspark: KtsPySparkResource, kafka_log_dirs: KafkaLogDirsResource,
     config: LocalSegmentsConfig,
 ) -> dg.MaterializeResult:
-    from pyspark.sql import functions as F
+    from pyspark.sql import Row
 
-    from kts_resources.spark import read_inventory, segment_inventory
+    from kts_resources.spark import INVENTORY_COLUMNS, inventory_schema, plan_inventory_scan, previous_inventory_rows
 
     record_run_worker(context)  # so a dead worker's run is failed and its slots freed
     keys = list(context.partition_keys)
@@ -70,7 +70,6 @@ def local_segments(
         context.log.warning(f"{key}: in none of the log dirs ({', '.join(map(str, kafka_log_dirs.paths()))}); nothing scanned")
         context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, partition_key=key)
 
-    spark = pyspark.spark_session
     listed = {}
     for key, loc in list(located.items()):
         # One partition dir that cannot be listed (permissions, a file in its place) fails alone:
@@ -83,29 +82,21 @@ def local_segments(
             context.log.error(f"{key}: {problem}")
             context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, partition_key=key)
     reindexed = _rebuild_local_indexes(context, pyspark, located, listed) if config.rebuild_indexes else {}
-    with pyspark.server_loss_as_failure():
-        earlier = [path for path in map(inventory_path, located) if path.is_dir()]
-        previous = {}
-        if earlier and not config.rescan_unchanged:
-            # One small read (a row per segment) so that only new, active or changed segments are scanned.
-            previous = {row.path: row for row in read_inventory(spark, earlier).collect()}
-        inventory, kept = segment_inventory(spark, [loc.partition for loc in located.values()], previous)
-        inventory = inventory.withColumn("partition_key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string")))
-        # Spark names each output directory after its partition column: a digest, never the key itself,
-        # which a 249-character topic makes longer than a file name may be.
-        inventory = inventory.withColumn("partition_digest", F.substring(F.sha1(F.col("partition_key")), 1, 16))
-        inventory = inventory.cache()
-        rows = inventory.drop("leader_epochs", "path", "partition_digest").collect()
-        # The columns of each partition's Parquet files (the key and its digest are not written in them).
-        columns = table_schema(inventory.drop("partition_key", "partition_digest").schema)
-
-        # One Spark write for the whole run, split into one Parquet directory per partition key.
-        root = inventory_root()
-        root.mkdir(parents=True, exist_ok=True)
-        staging = root / f".staging-{context.run.run_id}"
-        if rows:
-            inventory.drop("partition_key").write.mode("overwrite").partitionBy("partition_digest").parquet(str(staging))
-        inventory.unpersist()
+    earlier = {key: path for key in located if (path := inventory_path(key)).is_dir()}
+    previous = {}
+    if earlier and not config.rescan_unchanged:
+        # A row per segment, read on the driver, so only new, active-and-written or changed segments are scanned.
+        previous = previous_inventory_rows(earlier.values())
+    plan = plan_inventory_scan([loc.partition for loc in located.values()], previous)
+    columns = table_schema(inventory_schema())  # the columns of each partition's Parquet files
+    root = inventory_root()
+    staging = root / f".staging-{context.run.run_id}"
+    if plan.unchanged and len(earlier) == len(located) and len(plan.kept_rows) == len(previous):
+        # Not a byte written since the last inventory: it stands as it is, and no Spark job runs.
+        rows = [Row(**dict(zip(INVENTORY_COLUMNS, r)), partition_key=f"{r[0]}-{r[1]}") for r in plan.kept_rows]
+        kept = len(rows)
+    else:
+        rows, kept = _scan_and_write(pyspark, located, previous, staging)
 
     by_key: dict[str, list] = {key: [] for key in located}
     for row in rows:
@@ -154,6 +145,31 @@ def local_segments(
     record_run_totals(context, {"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept,
                                 "segments_unchanged": kept})
     return dg.MaterializeResult()
+
+
+def _scan_and_write(pyspark: KtsPySparkResource, located: dict, previous: dict, staging) -> tuple[list, int]:
+    """The Spark inventory of the run's partitions (rows kept from ``previous`` where nothing
+    changed), written as one Parquet directory per partition digest under ``staging``; its rows
+    (with partition_key) and how many were kept."""
+    from pyspark.sql import functions as F
+
+    from kts_resources.spark import segment_inventory
+
+    spark = pyspark.spark_session
+    with pyspark.server_loss_as_failure():
+        inventory, kept = segment_inventory(spark, [loc.partition for loc in located.values()], previous)
+        inventory = inventory.withColumn("partition_key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string")))
+        # Spark names each output directory after its partition column: a digest, never the key itself,
+        # which a 249-character topic makes longer than a file name may be.
+        inventory = inventory.withColumn("partition_digest", F.substring(F.sha1(F.col("partition_key")), 1, 16))
+        inventory = inventory.cache()
+        rows = inventory.drop("leader_epochs", "path", "partition_digest").collect()
+        # One Spark write for the whole run, split into one Parquet directory per partition key.
+        staging.parent.mkdir(parents=True, exist_ok=True)
+        if rows:
+            inventory.drop("partition_key").write.mode("overwrite").partitionBy("partition_digest").parquet(str(staging))
+        inventory.unpersist()
+    return rows, kept
 
 
 def _rebuild_local_indexes(context: dg.AssetExecutionContext, pyspark: KtsPySparkResource,
