@@ -414,39 +414,81 @@ class PartitionReader:
             result.aborted = self.aborted_transactions(offset, position)
         return result
 
-    def replay(self, start: int, end: int | None = None, *, chunk_bytes: int = 8 * 1024 * 1024,
-               isolation: str = READ_UNCOMMITTED) -> Iterator[FetchedBatch]:
-        """Every batch from the one holding ``start`` up to ``end`` (default: the fetchable end),
-        across remote segments and into the local log. While the caller works on one chunk the next
-        is fetched in a background thread (one chunk ahead); a fetch's error surfaces when the caller
-        reaches its chunk. A throttled remote read (fetch quota) waits for the quota, as a consumer
-        would back off."""
+    def chunk_bounds(self, lo: int, hi: int, chunk_bytes: int) -> list[int]:
+        """Offsets cutting ``[lo, hi)`` into reads of about ``chunk_bytes``: the remote part along
+        whole remote log index entries (a remote segment the index does not cover stays whole),
+        the local part along local segments. Sorted, from ``lo`` to ``hi``. What a replay prefetches
+        and ``read_tiered``'s tasks are cut by."""
+        entries = []
+        if self.index_dir is not None:
+            try:
+                entries = list(ri.iter_entries(ri.load_file_set(self.index_dir, b) for b in ri.file_set_offsets(self.index_dir)))
+            except (OSError, ri.RemoteIndexFormatError):
+                entries = []  # damaged or being rebuilt: whole segments then
+        finished_ids = {md.segment_id.id for md in self.finished}
+        cuts: list[int] = []
+        size = 0
+        for e in entries:
+            if e.segment_id in finished_ids:
+                size += e.data_length
+                if size >= chunk_bytes:
+                    cuts.append(e.last_offset + 1)
+                    size = 0
+        cuts += [md.start_offset for md in self.finished] + [s.base_offset for s in self.segments]
+        return sorted({lo, hi, *(c for c in cuts if lo < c < hi)})
+
+    def read_range(self, start: int, end: int, *, chunk_bytes: int = 8 * 1024 * 1024,
+                   isolation: str = READ_UNCOMMITTED, throttled_wait: bool = True) -> list[FetchedBatch]:
+        """The batches from the one holding ``start`` to the last that begins below ``end``, by
+        fetches of ``chunk_bytes``. A throttled remote read (fetch quota) waits for the quota, as a
+        consumer would back off (or, with ``throttled_wait=False``, raises ReadError)."""
         import time
+
+        out: list[FetchedBatch] = []
+        position = start
+        while position < end:
+            result = self.fetch(position, chunk_bytes, isolation)
+            if result.throttled:
+                if not throttled_wait:
+                    raise ReadError(f"{self.topic}-{self.partition}: the remote fetch quota holds reads back at offset {position}")
+                time.sleep(max(0.05, (self.fetch_quota.manager.throttle_time_ms() if self.fetch_quota else 0) / 1000))
+                continue
+            if result.next_offset <= position:
+                break
+            for batch in result.batches:
+                if batch.header.base_offset >= end:
+                    return out
+                out.append(batch)
+            position = result.next_offset
+        return out
+
+    def replay(self, start: int, end: int | None = None, *, chunk_bytes: int = 8 * 1024 * 1024,
+               isolation: str = READ_UNCOMMITTED, ahead: int = 2) -> Iterator[FetchedBatch]:
+        """Every batch from the one holding ``start`` up to ``end`` (default: the fetchable end),
+        across remote segments and into the local log. The range is cut along the remote log index
+        (:meth:`chunk_bounds`) and the next ``ahead`` chunks are fetched in background threads while
+        the caller works on one (reads and CRC-32C release the GIL, so two cores share the work); a
+        chunk's error surfaces when the caller reaches it. A throttled remote read waits for the quota."""
+        from collections import deque
         from concurrent.futures import ThreadPoolExecutor
 
         end = self.fetch_limit(isolation) if end is None else min(end, self.fetch_limit(isolation))
         if start >= end:
             return
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-prefetch") as pool:
-            pending = pool.submit(self.fetch, start, chunk_bytes, isolation)
-            position = start
-            while True:
-                result = pending.result()
-                if result.throttled:
-                    time.sleep(max(0.05, (self.fetch_quota.manager.throttle_time_ms() if self.fetch_quota else 0) / 1000))
-                    pending = pool.submit(self.fetch, position, chunk_bytes, isolation)
-                    continue
-                if result.next_offset <= position:
-                    return
-                position = result.next_offset
-                if position < end:
-                    pending = pool.submit(self.fetch, position, chunk_bytes, isolation)  # the next chunk, while this one is used
-                for batch in result.batches:
-                    if batch.header.base_offset >= end:
-                        return
-                    yield batch
-                if position >= end:
-                    return
+        bounds = self.chunk_bounds(start, end, chunk_bytes)
+        ranges = iter(zip(bounds, bounds[1:]))
+        with ThreadPoolExecutor(max_workers=max(1, ahead), thread_name_prefix="kts-prefetch") as pool:
+            pending: deque = deque()
+            for a, b in ranges:
+                pending.append(pool.submit(self.read_range, a, b, chunk_bytes=chunk_bytes, isolation=isolation))
+                if len(pending) > ahead:
+                    break
+            while pending:
+                batches = pending.popleft().result()
+                for a, b in ranges:  # keep ``ahead`` chunks in flight
+                    pending.append(pool.submit(self.read_range, a, b, chunk_bytes=chunk_bytes, isolation=isolation))
+                    break
+                yield from batches
 
     # --- the local tier ---
 

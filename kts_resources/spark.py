@@ -67,7 +67,7 @@ def build_spark_session(app_name: str = "kts", master: str | None = None, extra:
         return connect_session(remote or settings.spark_remote(), embedded=False)
     from kts_resources import spark_connect
 
-    return connect_session(spark_connect.ensure_running().url, embedded=True)
+    return connect_session(spark_connect.ensure_running().session_url, embedded=True)
 
 
 def _classic_session(app_name: str, master: str | None, extra: dict[str, str] | None) -> "SparkSession":
@@ -146,7 +146,7 @@ def lost_connect_server(session: "SparkSession | None", error: BaseException) ->
         e = e.__cause__ or e.__context__
     if not any(sign in text for text in texts for sign in _SERVER_GONE_SIGNS):
         return None
-    return (f"the Spark Connect server at {url} stopped answering mid-job (killed, out of memory, or stopped); "
+    return (f"the Spark Connect server at {url.split('/;')[0]} stopped answering mid-job (killed, out of memory, or stopped); "
             "this run failed, and the next run starts a fresh embedded server (or waits for KTS_SPARK_REMOTE's) "
             "— `kts services` shows it")
 

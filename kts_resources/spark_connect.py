@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,10 +43,19 @@ class ConnectServer:
     home: Path
     pid: int
     port: int
+    # The server-side session every kts process attaches to (None in a state written before it
+    # existed: each process then makes its own). Spark gives each session its own Python workers,
+    # so one shared session keeps the workers, and the kts modules they imported, warm across runs.
+    session_id: str | None = None
 
     @property
     def url(self) -> str:
         return f"sc://{LOOPBACK}:{self.port}"
+
+    @property
+    def session_url(self) -> str:
+        """``url`` naming the shared session (Spark Connect's ``session_id`` parameter)."""
+        return f"{self.url}/;session_id={self.session_id}" if self.session_id else self.url
 
     @property
     def log(self) -> Path:
@@ -62,7 +72,7 @@ def recorded(home: Path | None = None) -> ConnectServer | None:
     home = server_home(home)
     try:
         raw = json.loads((home / STATE_FILE).read_text())
-        return ConnectServer(home, int(raw["pid"]), int(raw["port"]))
+        return ConnectServer(home, int(raw["pid"]), int(raw["port"]), raw.get("session_id"))
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return None
 
@@ -124,6 +134,9 @@ def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
         "spark.connect.grpc.binding.port": str(port),
         "spark.log.level": "WARN",
         "spark.local.dir": str(home / "tmp"),
+        # The shared session (ConnectServer.session_id) lives while the server does, idle or not:
+        # an expired session's id cannot be used again.
+        "spark.connect.session.manager.defaultSessionTimeout": "3650d",
     })
     make_dirs(home / "tmp", 0o700)
     argv = [str(spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", "kts Spark Connect server"]
@@ -143,7 +156,7 @@ def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
         # A session of its own: outlives this process, and its process group is what stop() ends.
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=env, cwd=home, start_new_session=True)
-    server = ConnectServer(home, proc.pid, port)
+    server = ConnectServer(home, proc.pid, port, str(uuid.uuid4()))
     deadline = time.monotonic() + timeout_s
     while not _answers(port):
         if proc.poll() is not None:
@@ -159,7 +172,7 @@ def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
 def _write_state(home: Path, server: ConnectServer) -> None:
     fd, tmp = tempfile.mkstemp(dir=home, prefix=f".{STATE_FILE}.")
     with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"pid": server.pid, "port": server.port, "url": server.url}) + "\n")
+        f.write(json.dumps({"pid": server.pid, "port": server.port, "url": server.url, "session_id": server.session_id}) + "\n")
     os.replace(tmp, home / STATE_FILE)  # whole or not at all, for a concurrent reader
 
 

@@ -108,10 +108,7 @@ def arrow_schema():
 def plan_tasks(reader: TieredLogReader, topic: str, partitions: Sequence[int] | None, start: int, end: int | None, *,
                by: str = "offset", isolation: str = READ_UNCOMMITTED, task_bytes: int = TASK_BYTES) -> list[ReadTask]:
     """The tasks covering ``[start, end)`` (offsets, or timestamps with ``by="timestamp"``) of each
-    partition: remote parts cut along the remote log index entries (whole segments when the index
-    does not cover them), local parts along local segments."""
-    from kts_resources import remote_index as ri
-
+    partition, cut as ``PartitionReader.chunk_bounds`` cuts them."""
     if by not in ("offset", "timestamp"):
         raise ValueError(f"by={by!r}: expected 'offset' or 'timestamp'")
     if partitions is None:
@@ -130,23 +127,7 @@ def plan_tasks(reader: TieredLogReader, topic: str, partitions: Sequence[int] | 
             lo, hi = max(start, part.log_start_offset), limit if end is None else min(end, limit)
         if lo >= hi:
             continue
-        cuts: list[int] = []
-        entries = []
-        if part.index_dir is not None:
-            try:
-                entries = list(ri.iter_entries(ri.load_file_set(part.index_dir, b) for b in ri.file_set_offsets(part.index_dir)))
-            except ri.RemoteIndexFormatError:
-                entries = []
-        finished_ids = {md.segment_id.id for md in part.finished}
-        size = 0
-        for e in entries:
-            if e.segment_id in finished_ids:
-                size += e.data_length
-                if size >= task_bytes:
-                    cuts.append(e.last_offset + 1)
-                    size = 0
-        cuts += [md.start_offset for md in part.finished] + [s.base_offset for s in part.segments]
-        bounds = sorted({lo, hi, *(c for c in cuts if lo < c < hi)})
+        bounds = part.chunk_bounds(lo, hi, task_bytes)
         tasks += [ReadTask(topic, p, a, b) for a, b in zip(bounds, bounds[1:])]
     return tasks
 

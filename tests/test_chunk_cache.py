@@ -82,3 +82,16 @@ def test_replay_returns_exactly_the_batches_of_a_fetch_loop(tiered):  # noqa: F8
         loop += [b.data for b in result.batches]
         position = result.next_offset
     assert [b.data for b in part.replay(part.log_start_offset, chunk_bytes=16 * 1024)] == loop
+
+
+def test_replay_of_any_range_holds_the_batches_that_cover_it_once_each_in_order(tiered):  # noqa: F811
+    # Chunks are read side by side along the remote log index's entries: whatever the range, the
+    # batches come back once each, in offset order, from the one holding the start.
+    reader, _expected, _gone = tiered
+    part = reader.partition(TOPIC, 0)
+    every = list(part.replay(part.log_start_offset, chunk_bytes=16 * 1024))
+    assert [b.header.base_offset for b in every] == sorted({b.header.base_offset for b in every})
+    last = part.high_watermark
+    for start, end in [(part.log_start_offset + 1, last), (last // 3, 2 * last // 3), (last // 2, last // 2 + 1)]:
+        want = [b.data for b in every if b.header.last_offset >= start and b.header.base_offset < end]
+        assert [b.data for b in part.replay(start, end, chunk_bytes=8 * 1024, ahead=3)] == want, (start, end)

@@ -95,7 +95,13 @@ def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop
         assert ours and all(line.split()[3].rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]") for line in ours), ours
 
         workers = python_workers_of(server.pid)
-        assert workers  # the jobs above ran Python on the server's own workers
+        # The jobs above ran Python on the server's own workers; every process attaches to the one
+        # server-side session, so they share one worker daemon, and a later process reuses it warm.
+        assert len(workers) == 1, workers
+        later = subprocess.run([sys.executable, "-c", ATTACH], env=embedded_env(home), cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=300)
+        assert later.returncode == 0, later.stderr[-2000:]
+        assert python_workers_of(server.pid) == workers
 
         stopped = kts(home, "services", "stop")
         assert stopped.returncode == 0 and "spark-connect" in stopped.stdout, stopped.stderr

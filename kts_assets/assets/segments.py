@@ -94,9 +94,10 @@ def local_segments(
     if plan.unchanged and len(earlier) == len(located) and len(plan.kept_rows) == len(previous):
         # Not a byte written since the last inventory: it stands as it is, and no Spark job runs.
         rows = [Row(**dict(zip(INVENTORY_COLUMNS, r)), partition_key=f"{r[0]}-{r[1]}") for r in plan.kept_rows]
-        kept = len(rows)
+        kept, scanned_by_spark = len(rows), False
     else:
         rows, kept = _scan_and_write(pyspark, located, previous, staging)
+        scanned_by_spark = True
 
     by_key: dict[str, list] = {key: [] for key in located}
     for row in rows:
@@ -139,7 +140,8 @@ def local_segments(
             partition_key=key,
         )
     shutil.rmtree(staging, ignore_errors=True)
-    context.log.info(f"inventoried {len(rows)} segments of {len(located)} partitions in one Spark job: "
+    how = "in one Spark job" if scanned_by_spark else "without a Spark job (nothing written since the last inventory)"
+    context.log.info(f"inventoried {len(rows)} segments of {len(located)} partitions {how}: "
                      f"{len(rows) - kept} scanned, {kept} unchanged since the last inventory")
     # Run totals go on the run, not on every partition the run materialises.
     record_run_totals(context, {"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept,
