@@ -264,7 +264,7 @@ class SyncEnv:
     kts_home: Path
     dagster_home: Path
     log_dir: Path
-    spark: dict[str, str]  # KTS_SPARK_REMOTE (the standing server) or KTS_SPARK_MASTER
+    spark: dict[str, str]  # KTS_SPARK_MASTER for --spark classic; empty for the embedded default (see make_sync_env)
 
     def environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KTS_", "DAGSTER_"))}
@@ -275,10 +275,14 @@ class SyncEnv:
         return env
 
 
-def make_sync_env(base: Path, url: str, log_dir: Path, spark: dict[str, str]) -> SyncEnv:
+def make_sync_env(base: Path, url: str, log_dir: Path, spark: dict[str, str], standing_spark: Path | None = None) -> SyncEnv:
     env = SyncEnv(url, base / "remote", base / "kts_home", base / "dagster_home", log_dir, spark)
     for d in (env.remote, env.kts_home, env.dagster_home):
         d.mkdir(parents=True)
+    if standing_spark is not None:
+        # The fresh KTS_HOME's embedded Spark Connect server is the standing one: the sync takes
+        # kts's default path (the embedded server and its shared session), not KTS_SPARK_REMOTE's.
+        (env.kts_home / "spark-connect").symlink_to(standing_spark, target_is_directory=True)
     # The instance `kts sync` uses in a source checkout is the repo's dagster.yaml (telemetry off,
     # pools, SQLite storage); a copy of it in a fresh DAGSTER_HOME, so no run sees another's.
     shutil.copy(REPO_ROOT / "dagster.yaml", env.dagster_home / "dagster.yaml")
@@ -409,7 +413,8 @@ def median(values: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: dict[str, str]) -> dict:
+def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: dict[str, str],
+            standing_spark: Path | None = None) -> dict:
     root = tmpdir / "logs"
     progress(f"simulating a log dir: {args.size / MiB:.0f} MiB in closed {args.segment_size / MiB:.0f} MiB segments "
              f"over {args.partitions} partitions (seed {args.seed})")
@@ -456,7 +461,7 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: d
     def run_syncs(record: bool) -> None:
         url = dbs.fresh()
         base = fresh("sync")
-        env = make_sync_env(base, url, root, spark_env)
+        env = make_sync_env(base, url, root, spark_env, standing_spark)
         try:
             warm(files)
             progress("  kts sync …")
@@ -595,12 +600,12 @@ def run(args: argparse.Namespace) -> dict:
         try:
             if args.spark == "connect":
                 # The standing server every sync attaches to, as kts's embedded default runs: started
-                # once, untimed (each sync has a fresh KTS_HOME, so it is named by KTS_SPARK_REMOTE).
+                # once, untimed; each sync's fresh KTS_HOME links its spark-connect directory to it.
                 progress(f"starting an embedded Spark Connect server under {spark_home.parent}")
-                spark_env = {"KTS_SPARK_REMOTE": spark_connect.ensure_running(spark_home).url}
+                spark_connect.ensure_running(spark_home)
             else:
                 spark_env = {"KTS_SPARK_MASTER": "local[*]"}
-            result = measure(args, Path(tmp), dbs, spark_env)
+            result = measure(args, Path(tmp), dbs, spark_env, spark_home if args.spark == "connect" else None)
         finally:
             dbs.close()
             if spark_connect.stop(spark_home):

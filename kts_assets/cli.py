@@ -496,19 +496,21 @@ def cmd_services(args) -> int:
     from kts_resources.settings import kts_home
 
     home = kts_home()
+    only = getattr(args, "only", None)
+    what = f"embedded {only} server" if only else "embedded server"
     if args.services_command == "stop":
-        stopped = stop_services(home)
+        stopped = stop_services(home, only)
         # Stopping what is not running is no error: the goal, nothing running, holds.
-        print(f"stopped {', '.join(stopped)} of {home}" if stopped else f"no embedded server of {home} is running")
+        print(f"stopped {', '.join(stopped)} of {home}" if stopped else f"no {what} of {home} is running")
         return 0
-    found = services(home)
+    found = services(home, only)
     if args.json:
         print_json([s.as_json() for s in found])
     elif found:
         print_table([{**s.as_json(), "pid": s.pid if s.pid is not None else "-", "port": s.port if s.port is not None else "-"}
                      for s in found], ["kind", "state", "pid", "port", "data_dir"])
     else:
-        print(f"no embedded server of {home} is running")
+        print(f"no {what} of {home} is running")
     return 0
 
 
@@ -518,6 +520,11 @@ def add_services_parser(sub) -> None:
                    help="stop the embedded servers this KTS_HOME started (they run until then)")
     p.add_argument("--json", action="store_true", help="print JSON (one object per server)")
     p.set_defaults(func=cmd_services)
+    p = sub.add_parser("spark", help="the embedded Spark Connect server of this KTS_HOME: `status` (the default) or `stop`")
+    p.add_argument("services_command", nargs="?", choices=["status", "stop"], default="status", metavar="status|stop",
+                   help="show it, or stop it and its Python workers (the next process needing Spark starts a fresh one)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_services, only="spark-connect")
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

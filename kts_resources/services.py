@@ -89,11 +89,15 @@ SERVICE_KINDS: tuple[ServiceKind, ...] = (
 )
 
 
-def services(kts_home: Path) -> list[Service]:
-    """The embedded servers of ``kts_home`` that are running or left state behind."""
-    return [s for kind in SERVICE_KINDS if (s := kind.describe(kts_home)) is not None]
+def _kinds(only: str | None) -> tuple[ServiceKind, ...]:
+    return tuple(kind for kind in SERVICE_KINDS if only is None or kind.name == only)
 
 
-def stop_services(kts_home: Path) -> list[str]:
-    """Stop every embedded server of ``kts_home``; the kinds that were running and stopped."""
-    return [kind.name for kind in SERVICE_KINDS if kind.stop(kts_home)]
+def services(kts_home: Path, only: str | None = None) -> list[Service]:
+    """The embedded servers of ``kts_home`` (of kind ``only``, when given) that are running or left state behind."""
+    return [s for kind in _kinds(only) if (s := kind.describe(kts_home)) is not None]
+
+
+def stop_services(kts_home: Path, only: str | None = None) -> list[str]:
+    """Stop every embedded server of ``kts_home`` (of kind ``only``, when given); the kinds that were running and stopped."""
+    return [kind.name for kind in _kinds(only) if kind.stop(kts_home)]

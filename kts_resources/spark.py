@@ -115,6 +115,8 @@ def connect_session(url: str, *, embedded: bool) -> "SparkSession":
                 from pyspark.sql.connect.client.retries import DefaultPolicy
 
                 session.client.set_retry_policies([DefaultPolicy(max_retries=3, max_backoff=1000)])
+                # The server-side session is every kts process's: `stop()` closes this client only.
+                session.release_session_on_close = False
             else:
                 artifact = _code_artifact()
                 try:
@@ -144,6 +146,9 @@ def lost_connect_server(session: "SparkSession | None", error: BaseException) ->
         seen.add(id(e))
         texts.append(f"{type(e).__name__}: {e}")
         e = e.__cause__ or e.__context__
+    if any("SESSION_CLOSED" in text for text in texts):
+        return (f"the shared session of the Spark Connect server at {url.split('/;')[0]} was closed by a client; "
+                "this run failed — `kts spark stop`, and the next run starts a fresh server and session")
     if not any(sign in text for text in texts for sign in _SERVER_GONE_SIGNS):
         return None
     return (f"the Spark Connect server at {url.split('/;')[0]} stopped answering mid-job (killed, out of memory, or stopped); "

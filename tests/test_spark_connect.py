@@ -87,8 +87,10 @@ def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop
         assert server is not None and str(server.pid) in pids
 
         listed = json.loads(kts(home, "services", "--json").stdout)
-        assert {"kind": "spark-connect", "state": "running", "pid": server.pid, "port": server.port,
-                "data_dir": str(home / "spark-connect")} in listed
+        entry = {"kind": "spark-connect", "state": "running", "pid": server.pid, "port": server.port,
+                 "data_dir": str(home / "spark-connect")}
+        assert entry in listed
+        assert json.loads(kts(home, "spark", "--json").stdout) == [entry]  # `kts spark status`: this server only
         # Nothing listens beyond loopback: every port the server holds is bound to 127.0.0.1.
         listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
         ours = [line for line in listening if f"pid={server.pid}," in line]
@@ -112,6 +114,23 @@ def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop
         while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [pid for pid in workers if alive(pid)]  # the workers end with their JVM: nothing left behind
+    finally:
+        spark_connect.stop(home / "spark-connect")
+
+
+def test_a_client_that_stops_its_session_leaves_the_shared_one_open_for_every_later_process(tmp_path):
+    # `spark.stop()` would release the server-side session every kts process shares; kts's clients
+    # only close their own channel, so later processes attach to the same session and its workers.
+    home = tmp_path / "kts-home"
+    try:
+        closing = subprocess.run([sys.executable, "-c", ATTACH + "spark.stop()\n"], env=embedded_env(home), cwd=REPO_ROOT,
+                                 capture_output=True, text=True, timeout=300)
+        assert closing.returncode == 0, closing.stderr[-2000:]
+        shared = spark_connect.recorded(home / "spark-connect").session_id
+        later = subprocess.run([sys.executable, "-c", ATTACH], env=embedded_env(home), cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=120)
+        assert later.returncode == 0 and later.stdout.split()[1] == "4", later.stderr[-2000:]
+        assert spark_connect.recorded(home / "spark-connect").session_id == shared
     finally:
         spark_connect.stop(home / "spark-connect")
 

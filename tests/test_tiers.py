@@ -16,6 +16,7 @@ from kts_resources.kafka.logdir import LogDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.tiers import (
+    active_log_end_offset,
     copy_candidates,
     eligible_segment_count,
     log_start_offset,
@@ -123,3 +124,42 @@ def test_kts_status_imports_neither_dagster_nor_pyspark(tmp_path, pg_url):
     assert found == {"code": 0, "heavy": []}, done.stderr
     rows = json.loads(done.stdout)
     assert [(r["topic"], r["partition"]) for r in rows] == [("orders", 0), ("orders", 1)]
+
+
+def _active(tmp_path) -> list[SegmentFiles]:
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=17, topics=("orders",), partitions=1, total_bytes=200 * 1024, segment_bytes=64 * 1024))
+    [partition] = LogDir(root).partitions()
+    return partition.segments()
+
+
+def test_the_log_end_offset_reads_only_the_active_segments_tail_after_its_offset_index(tmp_path, monkeypatch):
+    from kts_resources.kafka import segment
+    from kts_resources.kafka.indexes import read_offset_index
+    from kts_resources.kafka.segment import summarize_segment
+
+    segments = _active(tmp_path)
+    active = segments[-1]
+    assert len(read_offset_index(active.offset_index, active.base_offset)) > 1  # the index has a tail to start from
+    whole = summarize_segment(active.log, active.base_offset, active=True).next_offset
+
+    def no_whole_scan(*args, **kwargs):
+        raise AssertionError("the whole active segment was scanned")
+
+    monkeypatch.setattr(segment, "summarize_segment", no_whole_scan)
+    assert active_log_end_offset(segments) == whole
+
+
+def test_an_offset_index_that_points_at_no_batch_means_the_whole_segment_is_scanned(tmp_path):
+    from kts_resources.kafka.segment import summarize_segment
+
+    segments = _active(tmp_path)
+    active = segments[-1]
+    whole = summarize_segment(active.log, active.base_offset, active=True).next_offset
+    data = bytearray(active.offset_index.read_bytes())
+    for position in (active.log.stat().st_size + 100, 7):  # past the end; inside the first batch
+        data[-4:] = position.to_bytes(4, "big")  # the last entry's position
+        active.offset_index.write_bytes(bytes(data))
+        assert active_log_end_offset(segments) == whole, position
+    active.offset_index.unlink()
+    assert active_log_end_offset(segments) == whole

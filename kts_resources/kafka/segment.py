@@ -117,18 +117,19 @@ def summarize_segment(log_path: str | os.PathLike, base_offset: int, *, active: 
 
 
 def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
-                      chunk_bytes: int = SCAN_CHUNK_BYTES) -> tuple[int, SegmentScan]:
-    """``scan_batches`` over a whole file, read in chunks rather than mapped: (file size, scan),
-    the same scan a mapping of the file gives. Memory stays at a chunk plus one batch, and a file
-    truncated while it is read (a broker truncating its active segment after a leader change)
-    raises FileChangedError where a mapping would take SIGBUS, which no Python code can catch."""
+                      chunk_bytes: int = SCAN_CHUNK_BYTES, start: int = 0) -> tuple[int, SegmentScan]:
+    """``scan_batches`` over a whole file (from byte ``start``: a batch boundary), read in chunks
+    rather than mapped: (file size, scan), the same scan a mapping of the file gives. Memory stays
+    at a chunk plus one batch, and a file truncated while it is read (a broker truncating its
+    active segment after a leader change) raises FileChangedError where a mapping would take
+    SIGBUS, which no Python code can catch."""
     scan = SegmentScan()
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         buf = bytearray()
-        base = 0  # the file position of buf[0]
-        read_to = 0
+        base = start  # the file position of buf[0]
+        read_to = start
         need = 0  # bytes the buffer must hold before the next scan (a batch cut off by a chunk)
         while True:
             while read_to < size:
