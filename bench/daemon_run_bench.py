@@ -169,8 +169,14 @@ class StandingDaemon:
         created = record.create_timestamp.timestamp()
         # Where the launch's time goes: the run's lifecycle events, seconds after its creation.
         lifecycle: dict[str, float] = {}
+        failures: list[str] = []
         for entry in self.instance.all_logs(run_id):
             kind = entry.dagster_event.event_type_value if entry.dagster_event else None
+            if kind == "STEP_FAILURE":
+                error = entry.dagster_event.step_failure_data.error
+                cause = error.cause if error is not None and error.cause is not None else error
+                said = f"{cause.cls_name}: {cause.message}" if cause is not None else entry.message or ""
+                failures.append(f"{entry.step_key}: {' '.join(said.split())[:800]}")
             if kind in ("PIPELINE_ENQUEUED", "PIPELINE_STARTING", "PIPELINE_START", "RESOURCE_INIT_SUCCESS",
                         "PIPELINE_SUCCESS", "PIPELINE_FAILURE") and kind not in lifecycle:
                 lifecycle[kind] = round(entry.timestamp - created, 3)
@@ -181,6 +187,7 @@ class StandingDaemon:
         # create_timestamp is when `dagster job launch` stored the run; end_time when its worker
         # reported it finished. Both are wall-clock seconds.
         return {"seconds": record.end_time - created, "status": record.dagster_run.status.value, "run_id": run_id,
+                "failures": failures,
                 "lifecycle": lifecycle, "queued_to_start_seconds": (record.start_time or record.end_time) - created}
 
     def close(self) -> None:
@@ -231,7 +238,8 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: d
                 progress("  daemon-launched copy_job …")
                 result = standing.run()
                 if result["status"] != "SUCCESS":
-                    raise SystemExit(f"the daemon-launched run {result['run_id']} ended {result['status']}")
+                    raise SystemExit(f"the daemon-launched run {result['run_id']} ended {result['status']}:\n"
+                                     + "\n".join(result["failures"][-5:]))
             seconds = result["seconds"]
             # Every round, untimed: the store holds exactly the eligible segments, the tier their bytes.
             checked = verify(url, env.remote, root, eligible)

@@ -137,6 +137,9 @@ def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
         # The shared session (ConnectServer.session_id) lives while the server does, idle or not:
         # an expired session's id cannot be used again.
         "spark.connect.session.manager.defaultSessionTimeout": "3650d",
+        # No analysed plans kept between calls: in a session that outlives runs, a cached
+        # `read.parquet(path)` keeps the file listing of an inventory a later run has replaced.
+        "spark.connect.session.planCache.enabled": "false",
     })
     make_dirs(home / "tmp", 0o700)
     argv = [str(spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", "kts Spark Connect server"]

@@ -135,6 +135,23 @@ def test_a_client_that_stops_its_session_leaves_the_shared_one_open_for_every_la
         spark_connect.stop(home / "spark-connect")
 
 
+def test_a_later_process_in_the_shared_session_reads_a_parquet_directory_as_it_is_now(tmp_path):
+    # The inventory is replaced whole between runs (new part files under the same path). In a
+    # session shared by every run, a plan cached from an earlier read would list the old files.
+    home, table = tmp_path / "kts-home", tmp_path / "table.parquet"
+    write = ("import shutil, sys\nfrom kts_resources.spark import build_spark_session\nspark = build_spark_session()\n"
+             f"shutil.rmtree({str(table)!r}, ignore_errors=True)\n"
+             f"spark.range(0, int(sys.argv[1])).write.parquet({str(table)!r})\n"
+             f"print(spark.read.parquet({str(table)!r}).count())\n")
+    try:
+        for n in ("3", "5"):
+            run = subprocess.run([sys.executable, "-c", write, n], env=embedded_env(home), cwd=REPO_ROOT,
+                                 capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0 and run.stdout.split() == [n], run.stderr[-2000:]
+    finally:
+        spark_connect.stop(home / "spark-connect")
+
+
 def test_a_server_killed_mid_job_fails_the_job_in_seconds_and_the_next_use_starts_a_fresh_one(tmp_path, monkeypatch):
     monkeypatch.setenv("KTS_HOME", str(tmp_path / "kts-home"))
     monkeypatch.delenv("KTS_SPARK_REMOTE", raising=False)
