@@ -354,10 +354,14 @@ class PartitionReader:
 
     # --- fetch ---
 
-    def fetch(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES, isolation: str = READ_UNCOMMITTED) -> FetchResult:
+    def fetch(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES, isolation: str = READ_UNCOMMITTED,
+              end: int | None = None) -> FetchResult:
+        """Kafka's fetch (see the module docstring); ``end``: no batch from that offset on (a reader
+        of a bounded range: the fetch stops there instead of reading on into what it would drop)."""
         if max_bytes <= 0:
             raise ReadError(f"max bytes {max_bytes} is not positive")
         limit = self.fetch_limit(isolation)
+        stop = limit if end is None else min(end, limit)  # no batch begins at or past it
         if offset < self.log_start_offset or offset > self.log_end_offset or self.log_start_offset < 0:
             raise OffsetOutOfRangeError(
                 f"{self.topic}-{self.partition}: offset {offset} is out of range: the log holds "
@@ -367,7 +371,7 @@ class PartitionReader:
         used = 0
         position = offset
         admitted = False  # the quota is asked once per fetch, as Kafka asks it once per remote read
-        while position < limit and (used < max_bytes or not result.batches):
+        while position < stop and (used < max_bytes or not result.batches):
             if self.local_log_start_offset < 0 or position < self.local_log_start_offset:
                 if not admitted and self.fetch_quota is not None and not self.fetch_quota.try_acquire():
                     result.throttled = not result.batches
@@ -389,7 +393,7 @@ class PartitionReader:
                 first, last = batches[0].header, batches[-1].header
                 total = sum(b.header.batch_length for b in batches) + LOG_OVERHEAD * len(batches)
                 if (first.base_offset + first.last_offset_delta >= position
-                        and last.base_offset + last.last_offset_delta + 1 <= limit
+                        and last.base_offset + last.last_offset_delta + 1 <= limit and last.base_offset < stop
                         and (used + total <= max_bytes or (not result.batches and len(batches) == 1))):
                     result.batches.extend(batches)
                     used += total
@@ -400,7 +404,8 @@ class PartitionReader:
                     continue
                 # Whole batches below the bound only, and (past the first) within max_bytes: a
                 # batch left out ends the fetch — reading on would fetch the same chunk again.
-                if batch.header.next_offset > limit or (result.batches and used + batch.size > max_bytes):
+                if (batch.header.next_offset > limit or batch.header.base_offset >= stop
+                        or (result.batches and used + batch.size > max_bytes)):
                     full = True
                     break
                 result.batches.append(batch)
@@ -430,10 +435,12 @@ class PartitionReader:
         size = 0
         for e in entries:
             if e.segment_id in finished_ids:
-                size += e.data_length
-                if size >= chunk_bytes:
-                    cuts.append(e.last_offset + 1)
+                # Cut before the entry that would take a chunk past chunk_bytes: one fetch of
+                # chunk_bytes from a cut then reads exactly to the next.
+                if size and size + e.data_length > chunk_bytes:
+                    cuts.append(e.first_offset)
                     size = 0
+                size += e.data_length
         cuts += [md.start_offset for md in self.finished] + [s.base_offset for s in self.segments]
         return sorted({lo, hi, *(c for c in cuts if lo < c < hi)})
 
@@ -447,7 +454,7 @@ class PartitionReader:
         out: list[FetchedBatch] = []
         position = start
         while position < end:
-            result = self.fetch(position, chunk_bytes, isolation)
+            result = self.fetch(position, chunk_bytes, isolation, end=end)
             if result.throttled:
                 if not throttled_wait:
                     raise ReadError(f"{self.topic}-{self.partition}: the remote fetch quota holds reads back at offset {position}")

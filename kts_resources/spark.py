@@ -123,6 +123,13 @@ def connect_session(url: str, *, embedded: bool) -> "SparkSession":
                     session.addArtifacts(str(artifact), pyfile=True)
                 finally:
                     artifact.unlink(missing_ok=True)
+            # Reads must list files as they are now: kts replaces Parquet directories (inventories)
+            # under the same paths, and a plan cached by an earlier identical read keeps the old
+            # listing. A server may refuse the setting; the embedded one is started without the cache.
+            try:
+                session.conf.set("spark.connect.session.planCache.enabled", "false")
+            except Exception:  # noqa: BLE001 - a server that does not know or allow it
+                pass
             _connect_sessions[url] = session
         return session
 
