@@ -25,7 +25,7 @@ from kts_resources.inventory import inventory_path
 from kts_resources.remote_index_check import check_partition_index
 from kts_resources.remote_integrity import inspect_finished_segments
 from kts_resources.lost_ranges import describe, detect_lost_ranges
-from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
+from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import (
     LocatedPartition,
     active_log_end_offset,
@@ -132,37 +132,37 @@ def offset_invariants(context: dg.AssetCheckExecutionContext, kafka_log_dirs: Ka
                        _per_partition(kafka_log_dirs, _partition_keys(context), judge))
 
 
-@dg.asset_check(asset=local_segments, partitions_def=topic_partitions, pool="spark",
+@dg.asset_check(asset=local_segments, partitions_def=topic_partitions,
                 description="Every batch of every local segment passes its CRC-32C and no segment ends in invalid bytes (from the Parquet inventory).")
-def local_segments_crc_clean(context: dg.AssetCheckExecutionContext, pyspark: KtsPySparkResource) -> Iterator:
-    from pyspark.sql import functions as F
-
-    from kts_resources.spark import read_inventory
-
+def local_segments_crc_clean(context: dg.AssetCheckExecutionContext) -> Iterator:
     keys = _partition_keys(context)
-    present = {key: path for key in keys if (path := inventory_path(key)).is_dir()}
-    verdicts: dict[str, Verdict] = {
-        key: (True, {"segments": 0}, "no inventory yet: materialise local_segments first") for key in keys if key not in present
-    }
-    if present:
-        with pyspark.server_loss_as_failure():
-            # One read and two Spark jobs for all of the run's partitions, not two or three per partition.
-            inventory = (read_inventory(pyspark.spark_session, present.values())
-                         .withColumn("key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"))))
-            totals = {row.key: row["count"] for row in inventory.groupBy("key").count().collect()}
-            unhealthy: dict[str, list] = {}
-            for row in (inventory.filter((F.col("health") != "ok") | (F.col("crc_failures") > 0))
-                        .select("key", "base_offset", "path", "health", "crc_failures").collect()):
-                unhealthy.setdefault(row.key, []).append(row)
-            for key in present:
-                bad = sorted(unhealthy.get(key, []), key=lambda r: r.base_offset)
-                total = totals.get(key, 0)
-                description = "; ".join(f"{r.path}: {r.health}" + (f", {r.crc_failures} batches fail their CRC" if r.crc_failures else "")
-                                        for r in bad[:10])
-                verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
-                                           "first_unhealthy_base_offset": bad[0].base_offset if bad else -1},
-                                 description or f"{total} segments CRC-clean")
-    yield from _report(context, local_segments.key, "local_segments_crc_clean", {key: verdicts[key] for key in keys})
+    verdicts: dict[str, Verdict] = {}
+    for key in keys:
+        path = inventory_path(key)
+        if not path.is_dir():
+            verdicts[key] = (True, {"segments": 0}, "no inventory yet: materialise local_segments first")
+            continue
+        # Read on the driver: a row per segment, which local_segments' Spark job has just written;
+        # a Spark job of its own here cost a second a run for a few kilobytes of Parquet.
+        total, bad = _unhealthy_inventory_rows(path)
+        description = "; ".join(f"{r['path']}: {r['health']}" + (f", {r['crc_failures']} batches fail their CRC" if r["crc_failures"] else "")
+                                for r in bad[:10])
+        verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
+                                   "first_unhealthy_base_offset": bad[0]["base_offset"] if bad else -1},
+                         description or f"{total} segments CRC-clean")
+    yield from _report(context, local_segments.key, "local_segments_crc_clean", verdicts)
+
+
+def _unhealthy_inventory_rows(path) -> tuple[int, list[dict]]:
+    """(segments in the inventory at ``path``, its rows whose segment is unhealthy or fails a CRC,
+    by base offset)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(path), columns=["base_offset", "path", "health", "crc_failures"])
+    unhealthy = pc.or_(pc.not_equal(table["health"], "ok"), pc.greater(table["crc_failures"], 0))
+    bad = table.filter(unhealthy).sort_by("base_offset").to_pylist()
+    return table.num_rows, bad
 
 
 @dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,

@@ -24,8 +24,8 @@ copy_job = dg.define_asset_job(
                - dg.AssetSelection.checks(remote_tier_scrubbed)),
     description="Scan the partitions' local segments with Spark, copy the eligible ones to the remote tier, expire what "
                 "retention takes, then bring the remote log index up to the finished segments.",
-    # One process per run, as `kts sync` runs it: the inventory step and its CRC check share one
-    # Spark session (each step process of the multiprocess executor started a JVM of its own, which
+    # One process per run, as `kts sync` runs it: the Spark steps (inventory, retention plan, index
+    # build) share one Spark session (each step process of the multiprocess executor started a JVM of its own, which
     # made daemon runs ~4x slower than `kts sync`); the copy parallelises partitions in threads anyway.
     executor_def=dg.in_process_executor,
 )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import dagster as dg
@@ -146,10 +145,11 @@ class SlotWaitReporter:
         self._thread.join(timeout=5)
 
     def _watch(self) -> None:
-        last_said = 0.0
-        while not self._stop.wait(1.0):
-            if time.monotonic() - last_said < self._interval:
-                continue
+        # One look per interval, the first after a short grace: each look is several instance
+        # queries, and a run that never waits (the usual case) should not pay them every second.
+        wait_s = min(2.0, self._interval)
+        while not self._stop.wait(wait_s):
+            wait_s = self._interval
             try:
                 waits = list(slot_waits(self._instance, self._run_id))
             except Exception:  # noqa: BLE001 - a report, never a reason to fail the pass
@@ -157,4 +157,3 @@ class SlotWaitReporter:
             for pool, holders in waits:
                 held = f"held by run {', '.join(holders)}" if holders else "(no run holds it yet)"
                 self._say(f"waiting for a free `{pool}` slot {held}")
-                last_said = time.monotonic()
