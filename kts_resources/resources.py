@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from kts_resources import settings
 from kts_resources.kafka.logdir import Discovery, LogDir
@@ -201,17 +201,31 @@ class KtsPySparkResource(PySparkResource):
     (`spark_config["spark.master"]` or `KTS_SPARK_MASTER`); see `kts_resources.spark.spark_mode`.
 
     A Connect session is one per process and endpoint, a classic one is the process's JVM: every
-    Spark step of a run, and every run of an in-process `kts sync`, shares it.
+    Spark step of a run, and every run of an in-process `kts sync`, shares it. The session is made
+    when a step first asks for it, not when the run starts: a run with nothing for Spark to do (a
+    copy pass with nothing new) neither attaches nor imports the Connect client.
     """
 
     spark_remote: str = Field(default="", description="A Spark Connect endpoint (sc://host:port); empty takes KTS_SPARK_REMOTE.")
+    _session_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._spark_session = None
+
+    @property
+    def spark_session(self) -> Any:
+        with self._session_lock:
+            if self._spark_session is None:
+                self._spark_session = self.build_session()
+            return self._spark_session
+
+    def build_session(self) -> Any:
+        """The Spark session this resource's configuration names (see ``spark_mode``)."""
         from kts_resources.spark import build_spark_session
 
         config = {key: str(value) for key, value in self.spark_config.items()}
         master = config.pop("spark.master", None)
-        self._spark_session = build_spark_session("kts", master=master, extra=config, remote=self.spark_remote or None)
+        return build_spark_session("kts", master=master, extra=config, remote=self.spark_remote or None)
 
     @contextlib.contextmanager
     def server_loss_as_failure(self) -> Iterator[None]:

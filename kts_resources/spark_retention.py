@@ -2,17 +2,28 @@
 topic's configs, the store's finished segments, the local segments' sizes and largest timestamps)
 and returns the plan's numbers, so planning thousands of partitions runs side by side.
 DataFrame APIs only (``range`` + ``mapInArrow``): it runs on Spark Connect as on a classic session.
+
+A run of few partitions is planned on the driver instead (``plan_partitions``): a partition's plan
+takes milliseconds, a Spark job about a second of fixed cost, and a routine copy pass (a few
+partitions, nothing due) would otherwise spend most of its retention step on that cost.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+
 PLAN_COLUMNS = ("partition_key", "plan", "error")
+# From this many partitions a run's plans are a Spark job; fewer are planned on the driver.
+SPARK_PLAN_MIN_PARTITIONS = 33
+
+PlanOutcome = tuple["dict | None", "str | None"]  # the plan's numbers, or None; the error, or None
 
 
 def _plan_one(key: str, log_dirs: list[str], owned: list[str], database_url: str, now_ms: int, store_cache: dict) -> tuple[str | None, str | None]:
@@ -46,9 +57,26 @@ def _plan_one(key: str, log_dirs: list[str], owned: list[str], database_url: str
         return None, " ".join(str(e).split()) or type(e).__name__
 
 
+def plan_partitions(spark: Callable[[], "SparkSession"], store: "RemoteLogMetadataStore", keys: list[str], *,
+                    log_dirs: list[str], owned_log_dirs: list[str], database_url: str, now_ms: int,
+                    spark_min_partitions: int = SPARK_PLAN_MIN_PARTITIONS) -> dict[str, PlanOutcome]:
+    """partition key → its plan's outcome: a Spark job (``spark()`` gives the session) from
+    ``spark_min_partitions`` partitions on, else on the driver with the driver's ``store``; the
+    same ``_plan_one`` either way."""
+    if len(keys) >= spark_min_partitions:
+        return plan_partitions_job(spark(), keys, log_dirs=log_dirs, owned_log_dirs=owned_log_dirs,
+                                   database_url=database_url, now_ms=now_ms)
+    cache = {"store": store}
+    return {key: _parsed(*_plan_one(key, log_dirs, owned_log_dirs, database_url, now_ms, cache)) for key in keys}
+
+
+def _parsed(plan: str | None, error: str | None) -> PlanOutcome:
+    return (None if plan is None else json.loads(plan)), error
+
+
 def plan_partitions_job(spark: "SparkSession", keys: list[str], *, log_dirs: list[str], owned_log_dirs: list[str],
-                        database_url: str, now_ms: int) -> dict[str, tuple[dict | None, str | None]]:
-    """partition key → (the plan's numbers, or None; the error, or None)."""
+                        database_url: str, now_ms: int) -> dict[str, PlanOutcome]:
+    """partition key → its plan's outcome, one Spark job for all of them."""
     if not keys:
         return {}
 
@@ -76,4 +104,4 @@ def plan_partitions_job(spark: "SparkSession", keys: list[str], *, log_dirs: lis
     # Spark's default parallelism, at most 16 tasks (each holds one store connection): a task and
     # its connection cost as much as planning a few partitions.
     frame = spark.range(0, len(keys)).coalesce(16).mapInArrow(run, schema)
-    return {r.partition_key: (None if r.plan is None else json.loads(r.plan), r.error) for r in frame.collect()}
+    return {r.partition_key: _parsed(r.plan, r.error) for r in frame.collect()}

@@ -29,13 +29,13 @@ def session_starts(monkeypatch) -> list[int]:
     import os
 
     starts: list[int] = []
-    original = kts_resources_module.KtsPySparkResource.setup_for_execution
+    original = kts_resources_module.KtsPySparkResource.build_session
 
-    def counting(self, context):
+    def counting(self):
         starts.append(os.getpid())
-        return original(self, context)
+        return original(self)
 
-    monkeypatch.setattr(kts_resources_module.KtsPySparkResource, "setup_for_execution", counting)
+    monkeypatch.setattr(kts_resources_module.KtsPySparkResource, "build_session", counting)
     return starts
 
 
@@ -65,4 +65,4 @@ def test_a_copy_job_run_executes_every_step_in_one_process_with_one_spark_sessio
     assert any("local_segments_crc_clean" in step for step in steps)  # the check ran in this run …
     assert {e.partition for e in crc} == set(KEYS) and all(e.passed for e in crc)
     assert pids == {os.getpid()}  # … every step in this one process, none in a child
-    assert session_starts == [os.getpid()]  # … and one Spark session served the inventory and the CRC check
+    assert session_starts == [os.getpid()]  # … and one Spark session served every Spark step

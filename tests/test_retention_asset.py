@@ -48,16 +48,28 @@ def _finished(pg_url):
     return store, tip, sorted(store.list_remote_log_segments(tip, states={FINISHED}), key=lambda m: m.start_offset)
 
 
-def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
+@pytest.mark.parametrize("planned_by", ["driver", "spark"])
+def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_url, tmp_path, kts_home, instance, planned_by,  # noqa: F811
+                                                                   monkeypatch):
+    """A run of few partitions is planned on the driver; from spark_plan_min_partitions on, by a
+    Spark job (forced here with a minimum of one): the same plan and the same deletions."""
+    from kts_resources import spark_retention
+
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote", owned=True)
+    minimum = 1 if planned_by == "spark" else 2
+    run_config = {"ops": {"retention_state": {"config": {"spark_plan_min_partitions": minimum}}}}
+    spark_jobs: list[list[str]] = []
+    real_job = spark_retention.plan_partitions_job
+    monkeypatch.setattr(spark_retention, "plan_partitions_job", lambda spark, keys, **kw: spark_jobs.append(keys) or real_job(spark, keys, **kw))
     assert dg.materialize([local_segments, remote_segments], partition_key=KEY, instance=instance, resources=resources).success
     store, tip, finished = _finished(pg_url)
     assert len(finished) >= 3
     # retention.ms that puts exactly the two oldest segments' largest timestamps past it, now.
     store.set_topic_config("orders", "retention.ms", _retention_between(finished[1], finished[2]))
     result = dg.materialize([retention_state, remote_log_index, retention_completed], partition_key=KEY, instance=instance,
-                            resources=resources)
+                            resources=resources, run_config=run_config)
     assert result.success
+    assert spark_jobs == ([[KEY]] if planned_by == "spark" else [])
     md = partition_metadata(result, "retention_state")[KEY]
     assert md["remote_segments_to_expire"] == md["remote_segments_deleted"] == 2
     assert md["log_start_offset"] == finished[2].start_offset == store.partition_state(tip).log_start_offset

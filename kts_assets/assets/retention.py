@@ -1,13 +1,15 @@
 """``retention_state``: what retention takes from each partition, and taking it.
 
 Spark plans every partition of the run (``kts_resources.spark_retention``: the rules of
-``kts_resources.retention`` over the store's finished segments and the local segments); the driver
-then carries out the plans with something to expire (``kts_resources.expiry.expire_partition``:
+``kts_resources.retention`` over the store's finished segments and the local segments; a run of
+fewer than ``spark_plan_min_partitions`` is planned on the driver, where a Spark job's fixed cost
+would be most of the step); the driver then carries out the plans with something to expire (``kts_resources.expiry.expire_partition``:
 log start offset recorded first, remote segments through the delete states, local segments in
 owned log dirs). In broker-owned log dirs the local part is reported only.
 """
 
 import dagster as dg
+from pydantic import Field
 
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.reporting import OWNERS, record_run_totals
@@ -20,6 +22,7 @@ from kts_resources.expiry import expire_partition
 from kts_resources.partition_admin import delete_on_disable_applies, delete_partition_remote_data
 from kts_resources.quotas import SystemClock
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
+from kts_resources.spark_retention import SPARK_PLAN_MIN_PARTITIONS, plan_partitions
 from kts_resources.tiers import locate_partitions, topic_id_partition
 
 RETENTION_CODE_VERSION = "1"
@@ -29,6 +32,9 @@ class RetentionStateConfig(dg.Config):
     """Run config of ``retention_state`` (sensor and schedule runs take the defaults)."""
 
     dry_run: bool = False  # True: plan and report, delete nothing
+    spark_plan_min_partitions: int = Field(
+        default=SPARK_PLAN_MIN_PARTITIONS, ge=0,
+        description="From this many partitions in a run the plans are one Spark job; fewer are planned on the driver.")
 
 
 @dg.asset(
@@ -57,19 +63,17 @@ def retention_state(
     remote_tier: RemoteTierResource,
     config: RetentionStateConfig,
 ) -> dg.MaterializeResult:
-    from kts_resources.spark_retention import plan_partitions_job
-
     record_run_worker(context)
     keys = list(context.partition_keys)
     log_dirs, owned = kafka_log_dirs.paths(), kafka_log_dirs.owned_paths()
     located, missing = locate_partitions(log_dirs, keys, owned_log_dirs=owned)
     fail_if_no_partition_is_found(keys, missing, log_dirs)
     clock = SystemClock()
-    with pyspark.server_loss_as_failure():
-        plans = plan_partitions_job(pyspark.spark_session, keys, log_dirs=[str(p) for p in log_dirs],
-                                    owned_log_dirs=[str(p) for p in owned], database_url=metadata_store.url(),
-                                    now_ms=clock.now_ms())
     store = metadata_store.store()
+    with pyspark.server_loss_as_failure():
+        plans = plan_partitions(lambda: pyspark.spark_session, store, keys, log_dirs=[str(p) for p in log_dirs],
+                                owned_log_dirs=[str(p) for p in owned], database_url=metadata_store.url(),
+                                now_ms=clock.now_ms(), spark_min_partitions=config.spark_plan_min_partitions)
     storage = remote_tier.storage()
     failed: list[str] = []
     totals = {"remote_segments_deleted": 0, "local_segments_deleted": 0}
