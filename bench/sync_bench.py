@@ -87,8 +87,9 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 SYNC_TIMEOUT_S = 1800
 MEASUREMENTS = ("copy_alone", "copy_parallel", "sync", "sync_noop", "status")
 # The phases of one `kts sync`, in the order they happen (see sync_phases).
-PHASES = ("startup", "planning", "spark_session", "local_segments", "crc_check", "remote_segments", "other_checks",
-          "dagster_other", "exit")
+PHASES = ("startup", "planning", "resource_init", "local_segments", "crc_check", "remote_segments", "retention_state",
+          "remote_log_index", "other_checks", "dagster_other", "exit")
+STEP_PHASES = ("local_segments", "remote_segments", "retention_state", "remote_log_index")
 
 # Sizes: (full, --quick).
 DEFAULTS = {
@@ -314,8 +315,8 @@ def run_sync(env: SyncEnv) -> dict:
 def sync_phases(dagster_home: Path, launched: float, exited: float, run_ids_before: set[str]) -> dict:
     """Seconds per phase of one ``kts sync`` from its Dagster runs' event logs (the runs not in
     ``run_ids_before``): start-up (process start → the first run's first event: imports, the
-    Definitions, partition discovery, the instance), planning (→ the run's start event), the Spark
-    session (resource initialisation), each step, Dagster between steps and runs, and the exit
+    Definitions, partition discovery, the instance), planning (→ the run's start event), resource
+    initialisation (the Spark session is made in the first step that needs one), each step, Dagster between steps and runs, and the exit
     (the last run's last event → the process gone, the JVM's shutdown among it). They add up to
     the subprocess's wall time, give or take the clock read around the launch."""
     import dagster as dg
@@ -351,10 +352,10 @@ def sync_phases(dagster_home: Path, launched: float, exited: float, run_ids_befo
                 elif kind in ("STEP_SUCCESS", "STEP_FAILURE") and e.step_key in starts:
                     run_steps[e.step_key] = run_steps.get(e.step_key, 0.0) + e.timestamp - starts.pop(e.step_key)
             phases["planning"] += run_start - first
-            phases["spark_session"] += init
+            phases["resource_init"] += init
             for key, seconds in run_steps.items():
                 steps[key] = steps.get(key, 0.0) + seconds
-                phase = key if key in ("local_segments", "remote_segments") else "crc_check" if "crc_clean" in key else "other_checks"
+                phase = key if key in STEP_PHASES else "crc_check" if "crc_clean" in key else "other_checks"
                 phases[phase] += seconds
             phases["dagster_other"] += (last - run_start) - init - sum(run_steps.values())
         if previous_end is not None:
@@ -632,13 +633,15 @@ def run(args: argparse.Namespace) -> dict:
 PHASE_LABELS = {
     "startup": "start-up: python, imports, Definitions, discovery",
     "planning": "run planning (events per partition)",
-    "spark_session": "Spark session (resource init, JVM)",
+    "resource_init": "resources (Spark attaches in its first step)",
     "local_segments": "step local_segments (Spark inventory)",
-    "crc_check": "check local_segments_crc_clean (Spark)",
+    "crc_check": "check local_segments_crc_clean",
     "remote_segments": "step remote_segments (the copy)",
-    "other_checks": "the other three checks",
+    "retention_state": "step retention_state",
+    "remote_log_index": "step remote_log_index",
+    "other_checks": "the other checks",
     "dagster_other": "Dagster between steps",
-    "exit": "exit (JVM shutdown)",
+    "exit": "exit (the last event → the process gone)",
 }
 
 

@@ -21,7 +21,7 @@ from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
 from kts_resources import remote_index_cache as index_cache
 from kts_resources import settings
-from kts_resources.inventory import inventory_path
+from kts_resources.inventory import inventory_path, read_inventory_table
 from kts_resources.remote_index_check import check_partition_index
 from kts_resources.remote_integrity import inspect_finished_segments
 from kts_resources.lost_ranges import describe, detect_lost_ranges
@@ -156,13 +156,9 @@ def local_segments_crc_clean(context: dg.AssetCheckExecutionContext) -> Iterator
 def _unhealthy_inventory_rows(path) -> tuple[int, list[dict]]:
     """(segments in the inventory at ``path``, its rows whose segment is unhealthy or fails a CRC,
     by base offset)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(str(path), columns=["base_offset", "path", "health", "crc_failures"])
-    unhealthy = pc.or_(pc.not_equal(table["health"], "ok"), pc.greater(table["crc_failures"], 0))
-    bad = table.filter(unhealthy).sort_by("base_offset").to_pylist()
-    return table.num_rows, bad
+    rows = read_inventory_table(path, columns=["base_offset", "path", "health", "crc_failures"]).to_pylist()
+    bad = sorted((r for r in rows if r["health"] != "ok" or r["crc_failures"]), key=lambda r: r["base_offset"])
+    return len(rows), bad
 
 
 @dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,

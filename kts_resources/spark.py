@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from kts_resources import settings
+from kts_resources.inventory import read_inventory_table
 from kts_resources.kafka.logdir import PartitionDir
 
 if TYPE_CHECKING:
@@ -334,12 +335,11 @@ def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
 def previous_inventory_rows(paths: Iterable[os.PathLike | str]) -> dict[str, "Row"]:
     """path → row of the stored inventories at ``paths``, read on the driver with pyarrow: a row per
     segment, too small to be worth a Spark job. Columns an older inventory lacks come back None."""
-    import pyarrow.parquet as pq
     from pyspark.sql import Row
 
     rows: dict[str, Row] = {}
     for path in paths:
-        for record in pq.read_table(str(path)).to_pylist():
+        for record in read_inventory_table(path).to_pylist():
             row = Row(**{c: record.get(c) for c in INVENTORY_COLUMNS})
             rows[row.path] = row
     return rows
