@@ -1,6 +1,7 @@
 """Asset checks: offset invariants, CRC-clean local segments, every finished remote segment in the
 bucket with its checksum, and the data-loss alarm.
 
+remote_segments' four checks are one step (``remote_segments_checks``); the others a step each.
 Checks are partitioned like their assets. A run over one partition records one result for it; a
 single-run backfill over many records one evaluation per partition and nothing else (Dagster gives a
 check step over a partition range no partition of its own, so a summary would land on no partition).
@@ -46,15 +47,21 @@ def _partition_keys(context: dg.AssetCheckExecutionContext) -> list[str]:
 
 
 def _report(context: dg.AssetCheckExecutionContext, asset_key: dg.AssetKey, check_name: str,
-            verdicts: dict[str, Verdict], blocking: bool = False) -> Iterator[dg.AssetCheckEvaluation | dg.AssetCheckResult | dg.Output]:
+            verdicts: dict[str, Verdict], blocking: bool = False,
+            records: dict[str, dg.EventLogRecord] | None = None) -> Iterator[dg.AssetCheckEvaluation | dg.AssetCheckResult | dg.Output]:
+    """The check's results: one AssetCheckResult in a single-partition run, else an evaluation per
+    partition aimed at its latest materialisation (from ``records`` when the caller has them)."""
     failing = sorted(k for k, (passed, _, _) in verdicts.items() if not passed)
     for key in failing:
         context.log.error(f"{check_name} failed for {key}: {verdicts[key][2]}")
     if len(verdicts) == 1 and context.op_execution_context.has_partition_key:
         passed, metadata, description = next(iter(verdicts.values()))
-        yield dg.AssetCheckResult(passed=passed, metadata=metadata, description=description)
+        yield dg.AssetCheckResult(asset_key=asset_key, check_name=check_name, passed=passed, metadata=metadata,
+                                  description=description)
         return
-    targets = _latest_materializations(context.instance, asset_key, list(verdicts))
+    if records is None:
+        records = _latest_records(context.instance, asset_key, list(verdicts))
+    targets = _targets(records)
     for key, (passed, metadata, description) in verdicts.items():
         yield dg.AssetCheckEvaluation(asset_key=asset_key, check_name=check_name, passed=passed,
                                       partition=key, metadata=metadata, description=description,
@@ -69,14 +76,13 @@ def _report(context: dg.AssetCheckExecutionContext, asset_key: dg.AssetKey, chec
                      else f"{check_name}: all {len(verdicts)} partitions pass")
 
 
-def _latest_materializations(instance: dg.DagsterInstance, asset_key: dg.AssetKey,
-                             keys: list[str]) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+def _targets(records: dict[str, dg.EventLogRecord]) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
     """Each partition's latest materialisation, which its evaluation is about: without it the UI
     counts the evaluation as stale and shows no status for the partition. Dagster looks these up
-    itself only for a single-partition run; over a range it takes a few pages of one query."""
+    itself only for a single-partition run; over a range they come from ``_latest_records``."""
     return {key: AssetCheckEvaluationTargetMaterializationData(storage_id=record.storage_id, run_id=record.run_id,
                                                                timestamp=record.timestamp)
-            for key, record in _latest_records(instance, asset_key, keys).items()}
+            for key, record in records.items()}
 
 
 def _latest_records(instance: dg.DagsterInstance, asset_key: dg.AssetKey, keys: list[str]) -> dict[str, dg.EventLogRecord]:
@@ -97,39 +103,25 @@ def _latest_records(instance: dg.DagsterInstance, asset_key: dg.AssetKey, keys: 
     return found
 
 
+class _Located:
+    """Where a run's partitions are, found once for every check of a step."""
+
+    def __init__(self, kafka_log_dirs: KafkaLogDirsResource, keys: list[str]):
+        self.log_dirs = kafka_log_dirs.paths()
+        self.partitions, self.missing = locate_partitions(self.log_dirs, keys, owned_log_dirs=kafka_log_dirs.owned_paths())
+
+    def verdicts(self, judge: Callable[[LocatedPartition], Verdict]) -> dict[str, Verdict]:
+        verdicts = {key: judge(loc) for key, loc in self.partitions.items()}
+        for key in self.missing:
+            # A wrong KTS_LOG_DIRS (or a partition deleted since it was registered) is a finding, not a pass.
+            verdicts[key] = (False, {"missing": True},
+                             f"the partition is in none of the log dirs ({', '.join(map(str, self.log_dirs))}); is KTS_LOG_DIRS right?")
+        return verdicts
+
+
 def _per_partition(kafka_log_dirs: KafkaLogDirsResource, keys: list[str],
                    judge: Callable[[LocatedPartition], Verdict]) -> dict[str, Verdict]:
-    located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
-    verdicts = {key: judge(loc) for key, loc in located.items()}
-    for key in missing:
-        # A wrong KTS_LOG_DIRS (or a partition deleted since it was registered) is a finding, not a pass.
-        verdicts[key] = (False, {"missing": True},
-                         f"the partition is in none of the log dirs ({', '.join(map(str, kafka_log_dirs.paths()))}); is KTS_LOG_DIRS right?")
-    return verdicts
-
-
-@dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,
-                description="Lx ≤ Ly ≤ Lz (local log start ≤ high watermark ≤ log end) and Rx ≤ Ry ≤ Ly (remote start ≤ remote end ≤ high watermark).")
-def offset_invariants(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
-                      metadata_store: MetadataStoreResource) -> Iterator:
-    store = metadata_store.store()
-
-    def judge(loc: LocatedPartition) -> Verdict:
-        segments = loc.partition.segments()
-        o = partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments))
-        rx, ry = o.remote_log_start_offset, o.remote_log_end_offset
-        problems = []
-        if o.high_watermark < 0:
-            problems.append("no high watermark in replication-offset-checkpoint")
-        elif not o.local_log_start_offset <= o.high_watermark <= o.log_end_offset:
-            problems.append(f"not Lx {o.local_log_start_offset} ≤ Ly {o.high_watermark} ≤ Lz {o.log_end_offset}")
-        if o.remote_segments and not (0 <= rx <= ry and (o.high_watermark < 0 or ry <= o.high_watermark)):
-            problems.append(f"not Rx {rx} ≤ Ry {ry} ≤ Ly {o.high_watermark}")
-        metadata = {"Lx": o.local_log_start_offset, "Ly": o.high_watermark, "Lz": o.log_end_offset, "Rx": rx, "Ry": ry}
-        return not problems, metadata, "; ".join(problems) or "offsets in order"
-
-    yield from _report(context, remote_segments.key, "offset_invariants",
-                       _per_partition(kafka_log_dirs, _partition_keys(context), judge))
+    return _Located(kafka_log_dirs, keys).verdicts(judge)
 
 
 @dg.asset_check(asset=local_segments, partitions_def=topic_partitions,
@@ -161,87 +153,125 @@ def _unhealthy_inventory_rows(path) -> tuple[int, list[dict]]:
     return len(rows), bad
 
 
-@dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,
-                description="Every COPY_SEGMENT_FINISHED segment's objects are in the remote tier with their recorded size; objects up to "
-                            "1 MiB are read back and their CRC-32C compared. A damaged segment is recorded in the metadata store and "
-                            "re-copied by the next copy pass while its local segment exists; a segment whose manifest (what "
-                            "`kts recover` reads) is missing or wrong gets it written again by the next copy pass.")
-def remote_segments_in_bucket(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
-                              metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> Iterator:
-    store = metadata_store.store()
-    storage = remote_tier.storage()
+# --- remote_segments: four checks in one step ---------------------------------------------------
+# A step per check cost ~0.3 s of Dagster's bookkeeping each, and located every partition and read
+# its latest materialisation four times over; a launch of some of them (the UI) runs just those.
 
-    def judge(loc: LocatedPartition) -> Verdict:
-        tip = topic_id_partition(loc.partition, store)
-        finished = finished_segments(tip, store)
-        if tip is None or not finished:
-            return True, {"remote_segments": 0, "objects_checked": 0, "damaged_segments": 0}, "nothing remote"
-        found = inspect_finished_segments(storage, tip, finished)
-        for md, problems in found.damaged:
-            store.record_segment_damage(md.segment_id, "; ".join(problems))  # the next copy pass re-copies it
-        for md, problem in found.manifests_lost:
-            store.forget_segment_manifest(md.segment_id, problem)  # the next copy pass writes it again
-        metadata = {"remote_segments": len(finished), "objects_checked": found.objects_checked,
-                    "damaged_segments": len(found.damaged), "problems": len(found.problems),
-                    "manifests_lost": len(found.manifests_lost)}
-        if found.damaged or found.manifests_lost:
-            lines = found.problems + [problem for _, problem in found.manifests_lost]
-            return False, metadata, ("; ".join(lines[:10])
-                                     + "; damaged segments are re-copied by the next copy pass while their local segments exist, "
-                                       "lost manifests are written again")
-        return True, metadata, f"{found.objects_checked} objects present and intact"
-
-    yield from _report(context, remote_segments.key, "remote_segments_in_bucket",
-                       _per_partition(kafka_log_dirs, _partition_keys(context), judge))
+def _offset_invariants(loc: LocatedPartition, store) -> Verdict:
+    segments = loc.partition.segments()
+    o = partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments))
+    rx, ry = o.remote_log_start_offset, o.remote_log_end_offset
+    problems = []
+    if o.high_watermark < 0:
+        problems.append("no high watermark in replication-offset-checkpoint")
+    elif not o.local_log_start_offset <= o.high_watermark <= o.log_end_offset:
+        problems.append(f"not Lx {o.local_log_start_offset} ≤ Ly {o.high_watermark} ≤ Lz {o.log_end_offset}")
+    if o.remote_segments and not (0 <= rx <= ry and (o.high_watermark < 0 or ry <= o.high_watermark)):
+        problems.append(f"not Rx {rx} ≤ Ry {ry} ≤ Ly {o.high_watermark}")
+    metadata = {"Lx": o.local_log_start_offset, "Ly": o.high_watermark, "Lz": o.log_end_offset, "Rx": rx, "Ry": ry}
+    return not problems, metadata, "; ".join(problems) or "offsets in order"
 
 
-@dg.asset_check(asset=remote_segments, partitions_def=topic_partitions,
-                description="Data-loss alarm: no offsets below the local log start offset are missing from the remote tier "
-                            "(deleted locally, by the broker or by kts, before they were copied). A lost range is recorded in "
-                            "the metadata store and fails this check on every evaluation until `kts ack-loss` acknowledges it.")
-def no_uncopied_segment_lost(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
-                             metadata_store: MetadataStoreResource) -> Iterator:
-    store = metadata_store.store()
-
-    def judge(loc: LocatedPartition) -> Verdict:
-        tip = topic_id_partition(loc.partition, store)
-        if tip is None:
-            return True, {"lost_offsets": 0, "lost_ranges": 0, "owned_log_dir": loc.owned}, "nothing copied yet"
-        # Look now rather than wait for the next copy pass, but only while no copy runs: one that
-        # finishes between the two reads would look like loss, and a recorded loss never goes away.
-        with store.try_partition_lock(tip) as lock:
-            if lock is not None:
-                detect_lost_ranges(store, tip, loc.partition.segments(), how_found="no_uncopied_segment_lost check")
-        every = store.lost_ranges(tip, include_acknowledged=True)
-        open_ranges = [r for r in every if not r.acknowledged]
-        who = "kts (owned log dir)" if loc.owned else "the broker"
-        metadata = {"lost_offsets": sum(r.offsets for r in open_ranges), "lost_ranges": len(open_ranges),
-                    "acknowledged_lost_ranges": len(every) - len(open_ranges),
-                    "first_lost_range": str(open_ranges[0]) if open_ranges else "", "owned_log_dir": loc.owned}
-        if open_ranges:
-            return False, metadata, "; ".join(describe(r, who=who) for r in open_ranges)
-        acknowledged = f" ({len(every)} lost range{'s' if len(every) > 1 else ''} acknowledged)" if every else ""
-        return True, metadata, f"every deleted local segment was copied first{acknowledged}"
-
-    yield from _report(context, remote_segments.key, "no_uncopied_segment_lost",
-                       _per_partition(kafka_log_dirs, _partition_keys(context), judge))
+def _remote_segments_in_bucket(loc: LocatedPartition, store, storage) -> Verdict:
+    tip = topic_id_partition(loc.partition, store)
+    finished = finished_segments(tip, store)
+    if tip is None or not finished:
+        return True, {"remote_segments": 0, "objects_checked": 0, "damaged_segments": 0}, "nothing remote"
+    found = inspect_finished_segments(storage, tip, finished)
+    for md, problems in found.damaged:
+        store.record_segment_damage(md.segment_id, "; ".join(problems))  # the next copy pass re-copies it
+    for md, problem in found.manifests_lost:
+        store.forget_segment_manifest(md.segment_id, problem)  # the next copy pass writes it again
+    metadata = {"remote_segments": len(finished), "objects_checked": found.objects_checked,
+                "damaged_segments": len(found.damaged), "problems": len(found.problems),
+                "manifests_lost": len(found.manifests_lost)}
+    if found.damaged or found.manifests_lost:
+        lines = found.problems + [problem for _, problem in found.manifests_lost]
+        return False, metadata, ("; ".join(lines[:10])
+                                 + "; damaged segments are re-copied by the next copy pass while their local segments exist, "
+                                   "lost manifests are written again")
+    return True, metadata, f"{found.objects_checked} objects present and intact"
 
 
-@dg.asset_check(asset=remote_segments, partitions_def=topic_partitions, blocking=True,
-                description="The partition's latest copy pass completed: no segment failed its verification or upload and the "
-                            "metadata store and the remote tier answered. Otherwise it fails with the copy's error, and fails its run.")
-def copy_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource) -> Iterator:
-    # Blocking: a failed copy fails the check's step, so the run in which it failed is not a success.
-    yield from _latest_pass_completed(context, kafka_log_dirs, remote_segments.key, "copy_completed",
-                                      flag="copy_failed", error="copy_error", what="copy")
+def _no_uncopied_segment_lost(loc: LocatedPartition, store) -> Verdict:
+    tip = topic_id_partition(loc.partition, store)
+    if tip is None:
+        return True, {"lost_offsets": 0, "lost_ranges": 0, "owned_log_dir": loc.owned}, "nothing copied yet"
+    # Look now rather than wait for the next copy pass, but only while no copy runs: one that
+    # finishes between the two reads would look like loss, and a recorded loss never goes away.
+    with store.try_partition_lock(tip) as lock:
+        if lock is not None:
+            detect_lost_ranges(store, tip, loc.partition.segments(), how_found="no_uncopied_segment_lost check")
+    every = store.lost_ranges(tip, include_acknowledged=True)
+    open_ranges = [r for r in every if not r.acknowledged]
+    who = "kts (owned log dir)" if loc.owned else "the broker"
+    metadata = {"lost_offsets": sum(r.offsets for r in open_ranges), "lost_ranges": len(open_ranges),
+                "acknowledged_lost_ranges": len(every) - len(open_ranges),
+                "first_lost_range": str(open_ranges[0]) if open_ranges else "", "owned_log_dir": loc.owned}
+    if open_ranges:
+        return False, metadata, "; ".join(describe(r, who=who) for r in open_ranges)
+    acknowledged = f" ({len(every)} lost range{'s' if len(every) > 1 else ''} acknowledged)" if every else ""
+    return True, metadata, f"every deleted local segment was copied first{acknowledged}"
 
 
-def _latest_pass_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
-                           asset_key: dg.AssetKey, check_name: str, *, flag: str, error: str, what: str) -> Iterator:
-    """A blocking check that the partition's latest materialisation of ``asset_key`` did not set
-    ``flag``; failing, it names the ``error`` the asset recorded."""
+OFFSET_INVARIANTS = dg.AssetCheckKey(remote_segments.key, "offset_invariants")
+REMOTE_SEGMENTS_IN_BUCKET = dg.AssetCheckKey(remote_segments.key, "remote_segments_in_bucket")
+NO_UNCOPIED_SEGMENT_LOST = dg.AssetCheckKey(remote_segments.key, "no_uncopied_segment_lost")
+COPY_COMPLETED = dg.AssetCheckKey(remote_segments.key, "copy_completed")
+
+
+@dg.multi_asset_check(
+    specs=[
+        dg.AssetCheckSpec(OFFSET_INVARIANTS.name, asset=remote_segments, partitions_def=topic_partitions,
+                          description="Lx ≤ Ly ≤ Lz (local log start ≤ high watermark ≤ log end) and Rx ≤ Ry ≤ Ly "
+                                      "(remote start ≤ remote end ≤ high watermark)."),
+        dg.AssetCheckSpec(REMOTE_SEGMENTS_IN_BUCKET.name, asset=remote_segments, partitions_def=topic_partitions,
+                          description="Every COPY_SEGMENT_FINISHED segment's objects are in the remote tier with their recorded "
+                                      "size; objects up to 1 MiB are read back and their CRC-32C compared. A damaged segment is "
+                                      "recorded in the metadata store and re-copied by the next copy pass while its local segment "
+                                      "exists; a segment whose manifest (what `kts recover` reads) is missing or wrong gets it "
+                                      "written again by the next copy pass."),
+        dg.AssetCheckSpec(NO_UNCOPIED_SEGMENT_LOST.name, asset=remote_segments, partitions_def=topic_partitions,
+                          description="Data-loss alarm: no offsets below the local log start offset are missing from the remote "
+                                      "tier (deleted locally, by the broker or by kts, before they were copied). A lost range is "
+                                      "recorded in the metadata store and fails this check on every evaluation until `kts "
+                                      "ack-loss` acknowledges it."),
+        # Blocking: a failed copy fails the step, so the run in which it failed is not a success.
+        dg.AssetCheckSpec(COPY_COMPLETED.name, asset=remote_segments, partitions_def=topic_partitions, blocking=True,
+                          description="The partition's latest copy pass completed: no segment failed its verification or "
+                                      "upload and the metadata store and the remote tier answered. Otherwise it fails with the "
+                                      "copy's error, and fails its run."),
+    ],
+    can_subset=True,
+    description="The checks of remote_segments, in one step: offsets in order, the bucket holds every finished segment intact, "
+                "no uncopied segment lost, the latest copy pass completed.",
+)
+def remote_segments_checks(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
+                           metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> Iterator:
+    selected = context.selected_asset_check_keys
     keys = _partition_keys(context)
-    records = _latest_records(context.instance, asset_key, keys)
+    located = _Located(kafka_log_dirs, keys)
+    records = _latest_records(context.instance, remote_segments.key, keys)
+    store = metadata_store.store()
+    if OFFSET_INVARIANTS in selected:
+        yield from _report(context, remote_segments.key, OFFSET_INVARIANTS.name,
+                           located.verdicts(lambda loc: _offset_invariants(loc, store)), records=records)
+    if REMOTE_SEGMENTS_IN_BUCKET in selected:
+        storage = remote_tier.storage()
+        yield from _report(context, remote_segments.key, REMOTE_SEGMENTS_IN_BUCKET.name,
+                           located.verdicts(lambda loc: _remote_segments_in_bucket(loc, store, storage)), records=records)
+    if NO_UNCOPIED_SEGMENT_LOST in selected:
+        yield from _report(context, remote_segments.key, NO_UNCOPIED_SEGMENT_LOST.name,
+                           located.verdicts(lambda loc: _no_uncopied_segment_lost(loc, store)), records=records)
+    if COPY_COMPLETED in selected:
+        yield from _report(context, remote_segments.key, COPY_COMPLETED.name,
+                           located.verdicts(_pass_completed(records, flag="copy_failed", error="copy_error", what="copy")),
+                           blocking=True, records=records)
+
+
+def _pass_completed(records: dict[str, dg.EventLogRecord], *, flag: str, error: str, what: str) -> Callable[[LocatedPartition], Verdict]:
+    """The judge of a blocking check that the partition's latest materialisation (in ``records``)
+    did not set ``flag``; failing, it names the ``error`` the asset recorded."""
 
     def judge(loc: LocatedPartition) -> Verdict:
         record = records.get(loc.key)
@@ -254,7 +284,7 @@ def _latest_pass_completed(context: dg.AssetCheckExecutionContext, kafka_log_dir
         cause = metadata.get(error)
         return False, {flag: 1, "run_id": record.run_id}, one_line(cause.value if cause is not None else f"the {what} pass failed")
 
-    yield from _report(context, asset_key, check_name, _per_partition(kafka_log_dirs, keys, judge), blocking=True)
+    return judge
 
 
 @dg.asset_check(asset=remote_log_index, partitions_def=topic_partitions,
@@ -283,8 +313,11 @@ def remote_log_index_covers_finished_segments(context: dg.AssetCheckExecutionCon
                 description="The partition's latest retention pass completed: its plan was made and every deletion it asked for "
                             "went through. Otherwise it fails with the cause, and fails its run.")
 def retention_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource) -> Iterator:
-    yield from _latest_pass_completed(context, kafka_log_dirs, retention_state.key, "retention_completed",
-                                      flag="retention_failed", error="retention_error", what="retention")
+    keys = _partition_keys(context)
+    records = _latest_records(context.instance, retention_state.key, keys)
+    judge = _pass_completed(records, flag="retention_failed", error="retention_error", what="retention")
+    yield from _report(context, retention_state.key, "retention_completed", _per_partition(kafka_log_dirs, keys, judge),
+                       blocking=True, records=records)
 
 
-asset_checks = [retention_completed, remote_log_index_covers_finished_segments, offset_invariants, local_segments_crc_clean, remote_segments_in_bucket, no_uncopied_segment_lost, copy_completed]
+asset_checks = [retention_completed, remote_log_index_covers_finished_segments, local_segments_crc_clean, remote_segments_checks]

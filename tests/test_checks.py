@@ -10,10 +10,11 @@ import pytest
 
 from kts_assets.assets import local_segments, remote_log_index, remote_segments, retention_state
 from kts_assets.checks import (
+    NO_UNCOPIED_SEGMENT_LOST,
+    REMOTE_SEGMENTS_IN_BUCKET,
     asset_checks,
     local_segments_crc_clean,
-    no_uncopied_segment_lost,
-    remote_segments_in_bucket,
+    remote_segments_checks,
 )
 from kts_assets.partitions import topic_partitions
 from kts_resources.kafka.checkpoints import read_offset_checkpoint, write_offset_checkpoint
@@ -46,9 +47,13 @@ def run(log_dir, pg_url, tmp_path, instance, assets, **kwargs) -> dg.ExecuteInPr
                           raise_on_error=False, **kwargs)
 
 
-def check_only(log_dir, pg_url, tmp_path, instance, check, partition_key: str) -> dg.AssetCheckEvaluation:
-    """Run one check on its own (its asset left as it is) and return its one evaluation."""
-    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, remote_segments, check],
+CHECK_KEYS = [key for check in asset_checks for key in check.check_keys]
+
+
+def check_only(log_dir, pg_url, tmp_path, instance, check: dg.AssetCheckKey, partition_key: str) -> dg.AssetCheckEvaluation:
+    """Run one of remote_segments' checks on its own (its asset left as it is, the other checks of
+    its step not run) and return its one evaluation."""
+    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, remote_segments, remote_segments_checks],
                  selection=dg.AssetSelection.checks(check), tags={"dagster/partition": partition_key})
     [evaluation] = result.get_asset_check_evaluations()
     return evaluation
@@ -61,7 +66,8 @@ def verdicts(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str | None], 
 def test_every_check_passes_on_a_healthy_partition(log_dir, pg_url, tmp_path, kts_home, instance):
     result = run(log_dir, pg_url, tmp_path, instance, [local_segments, remote_segments, retention_state, remote_log_index, *asset_checks], partition_key="orders-0")
     assert result.success
-    assert verdicts(result) == {(c.check_key.name, "orders-0"): True for c in asset_checks}
+    assert verdicts(result) == {(key.name, "orders-0"): True for key in CHECK_KEYS}
+    assert len(CHECK_KEYS) == 7
 
 
 def test_a_flipped_bit_in_a_local_segment_fails_the_crc_check(log_dir, pg_url, tmp_path, kts_home, instance):
@@ -81,7 +87,7 @@ def test_a_missing_or_rewritten_remote_object_fails_the_bucket_check_until_the_n
     logs = sorted((tmp_path / "remote").rglob("*.log"))
     logs[0].unlink()
     logs[1].write_bytes(b"x" * logs[1].stat().st_size)  # same size, other bytes: only the CRC tells
-    evaluation = check_only(log_dir, pg_url, tmp_path, instance, remote_segments_in_bucket, "orders-0")
+    evaluation = check_only(log_dir, pg_url, tmp_path, instance, REMOTE_SEGMENTS_IN_BUCKET, "orders-0")
     assert not evaluation.passed
     assert "missing" in evaluation.description and "CRC" in evaluation.description.upper()
     assert evaluation.metadata["problems"].value == 2 and evaluation.metadata["damaged_segments"].value == 2
@@ -90,7 +96,7 @@ def test_a_missing_or_rewritten_remote_object_fails_the_bucket_check_until_the_n
     [materialization] = result.asset_materializations_for_node("remote_segments")
     assert materialization.metadata["recopied_segments"].value == 2
     assert materialization.metadata["copy_failed"].value == 0
-    assert check_only(log_dir, pg_url, tmp_path, instance, remote_segments_in_bucket, "orders-0").passed
+    assert check_only(log_dir, pg_url, tmp_path, instance, REMOTE_SEGMENTS_IN_BUCKET, "orders-0").passed
 
 
 def test_a_lost_manifest_fails_the_bucket_check_until_the_next_copy_writes_it_again(
@@ -98,7 +104,7 @@ def test_a_lost_manifest_fails_the_bucket_check_until_the_next_copy_writes_it_ag
     run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
     manifest = sorted((tmp_path / "remote").rglob("*.manifest"))[0]
     manifest.unlink()  # the segment's data is whole; the tier no longer describes it (kts recover)
-    evaluation = check_only(log_dir, pg_url, tmp_path, instance, remote_segments_in_bucket, "orders-0")
+    evaluation = check_only(log_dir, pg_url, tmp_path, instance, REMOTE_SEGMENTS_IN_BUCKET, "orders-0")
     assert not evaluation.passed and "manifest missing" in evaluation.description
     assert evaluation.metadata["manifests_lost"].value == 1 and evaluation.metadata["damaged_segments"].value == 0
 
@@ -106,7 +112,7 @@ def test_a_lost_manifest_fails_the_bucket_check_until_the_next_copy_writes_it_ag
     [materialization] = result.asset_materializations_for_node("remote_segments")
     assert materialization.metadata["manifests_backfilled"].value == 1
     assert materialization.metadata["recopied_segments"].value == 0 and manifest.exists()
-    assert check_only(log_dir, pg_url, tmp_path, instance, remote_segments_in_bucket, "orders-0").passed
+    assert check_only(log_dir, pg_url, tmp_path, instance, REMOTE_SEGMENTS_IN_BUCKET, "orders-0").passed
 
 
 def test_a_segment_deleted_before_it_was_copied_raises_the_data_loss_alarm(log_dir, pg_url, tmp_path, kts_home, instance):
@@ -118,11 +124,11 @@ def test_a_segment_deleted_before_it_was_copied_raises_the_data_loss_alarm(log_d
     write_offset_checkpoint(checkpoint, {**hws, partition.topic_partition: segments[1].base_offset})
     run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
     write_offset_checkpoint(checkpoint, hws)
-    assert check_only(log_dir, pg_url, tmp_path, instance, no_uncopied_segment_lost, "orders-0").passed
+    assert check_only(log_dir, pg_url, tmp_path, instance, NO_UNCOPIED_SEGMENT_LOST, "orders-0").passed
     for segment in segments[:2]:
         for path in (segment.log, segment.offset_index, segment.time_index):
             path.unlink(missing_ok=True)
-    evaluation = check_only(log_dir, pg_url, tmp_path, instance, no_uncopied_segment_lost, "orders-0")
+    evaluation = check_only(log_dir, pg_url, tmp_path, instance, NO_UNCOPIED_SEGMENT_LOST, "orders-0")
     assert not evaluation.passed
     assert evaluation.metadata["lost_offsets"].value == segments[2].base_offset - segments[1].base_offset
     assert f"offsets {segments[1].base_offset}..{segments[2].base_offset - 1}" in evaluation.description
@@ -137,10 +143,10 @@ def test_a_multi_partition_run_records_one_evaluation_per_partition_and_nothing_
                  tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]})
     seen = verdicts(result)
     upstream = {local_segments.key, remote_segments.key}
-    for check in asset_checks:
-        name = check.check_key.name
+    for key in CHECK_KEYS:
+        name = key.name
         # The failed copy's blocking check stops what comes after the copy: their checks do not run.
-        expected = set(KEYS) if check.check_key.asset_key in upstream else set()
+        expected = set(KEYS) if key.asset_key in upstream else set()
         assert {k for (n, k) in seen if n == name} == expected, name
     assert seen[("local_segments_crc_clean", "orders-1")] is False
     assert seen[("local_segments_crc_clean", "orders-0")] is True
