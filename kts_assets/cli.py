@@ -685,11 +685,11 @@ def _sync(args) -> int:
                                                       clock=SystemClock(), home=settings.kts_home()):
             report([f"{topic}: in no log dir of any kts for the grace period (kts.topic.absence.grace.ms): "
                     f"its remote data is deleted, DELETE_PARTITION_FINISHED"])
+        # The totals are what `kts status` reports now, computed by the same function.
+        with_lost = _status_rows_and_lost(store)
     finally:
         storage.close()
         store.close()
-    # The totals are what `kts status` reports now, computed by the same function.
-    with_lost = _status_rows_and_lost()
     rows = [row for row, _ in with_lost]
     print(f"synced {len(keys)} partitions ({len(new)} new): copied {outcome.copied_segments} segments "
           f"({outcome.copied_bytes:,} bytes); remote tier now {sum(r['remote_segments'] for r in rows)} segments "
@@ -735,17 +735,20 @@ def status_rows() -> list[dict]:
     """One row of STATUS_FIELDS per partition in the log dirs: what `kts status` prints and what
     `kts sync` totals. ``lost_ranges``: the open (unacknowledged) lost ranges, [start, end] each;
     ``damaged_remote_segments``: finished segments found damaged in the tier, not yet re-copied."""
-    return [row for row, _ in _status_rows_and_lost()]
+    store = _metadata_store()
+    try:
+        return [row for row, _ in _status_rows_and_lost(store)]
+    finally:
+        store.close()
 
 
-def _status_rows_and_lost() -> list[tuple[dict, list]]:
+def _status_rows_and_lost(store) -> list[tuple[dict, list]]:
     """Each status row with its open lost ranges (LostOffsetRange), for `kts sync`'s alarm lines."""
     import dataclasses
 
     from kts_resources import settings
     from kts_resources.tiers import active_log_end_offset, log_dir_partitions, partition_tiers, topic_id_partition
 
-    store = _metadata_store()
     rows = []
     for located in log_dir_partitions(settings.log_dirs()):
         partition = located.partition

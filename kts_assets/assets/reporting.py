@@ -17,6 +17,6 @@ RUN_TOTAL_TAG_PREFIX = "kts/"
 
 
 def record_run_totals(context: dg.AssetExecutionContext, totals: Mapping[str, int]) -> None:
-    """``totals`` in the run's log and as its tags ``kts/<name>``."""
-    context.log.info("run totals: " + ", ".join(f"{name} {value}" for name, value in totals.items()))
+    """``totals`` as the run's tags ``kts/<name>`` (not a log line too: every event is a write to
+    the instance, and the step's own summary line already says them)."""
     context.instance.add_run_tags(context.run.run_id, {f"{RUN_TOTAL_TAG_PREFIX}{name}": str(value) for name, value in totals.items()})
