@@ -31,8 +31,11 @@ demo: setup
 ui: setup
 	$(KTS) ui --port $(or $(PORT),3000)
 
+# Two to four worker processes (pytest-xdist), a test file each at a time: each worker starts its
+# own embedded PostgreSQL, S3 endpoint and Spark Connect server; most tests wait on subprocesses
+# and servers, so two workers keep two CPUs busy. `pytest` alone still runs everything in one.
 test: setup
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 bench: setup
 	$(VENV)/bin/python bench/scan_bench.py
