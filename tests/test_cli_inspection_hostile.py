@@ -5,7 +5,6 @@ gives one line and no signal, and every usage mistake is one line with no traceb
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 import textwrap
@@ -134,9 +133,18 @@ def test_the_kraft_metadata_log_is_never_discovered_for_tiering(metadata_log_dir
 # --- bounded memory -----------------------------------------------------------------------------
 
 
-def _address_space_limit() -> None:
-    limit = 3 * 2**30
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+ADDRESS_SPACE_LIMIT = 3 * 2**30
+
+
+def kts_limited(*args: str) -> subprocess.CompletedProcess:
+    """``kts *args`` under a 3 GiB address-space limit. A small Python sets the limit and execs the
+    command, rather than a ``preexec_fn``: that runs in a fork of this process, whose gRPC threads
+    (the session's Spark Connect client) can abort the child between fork and exec."""
+    wrapper = ("import os, resource, sys; "
+               f"resource.setrlimit(resource.RLIMIT_AS, ({ADDRESS_SPACE_LIMIT}, {ADDRESS_SPACE_LIMIT})); "
+               "os.execv(sys.executable, [sys.executable, '-m', 'kts_assets.cli', *sys.argv[1:]])")
+    return subprocess.run([sys.executable, "-c", wrapper, *map(str, args)], capture_output=True, text=True,
+                          timeout=120, cwd=REPO_ROOT)
 
 
 def test_a_10_gib_sparse_index_under_a_3_gib_address_space_is_one_finding_at_once(closed_segment: Path):
@@ -144,7 +152,7 @@ def test_a_10_gib_sparse_index_under_a_3_gib_address_space_is_one_finding_at_onc
     with open(index, "r+b") as f:
         f.truncate(10 * 2**30)  # sparse: no disk used
     started = time.monotonic()
-    result = kts("index", "verify", closed_segment, preexec_fn=_address_space_limit)
+    result = kts_limited("index", "verify", closed_segment)
     assert time.monotonic() - started < 30
     assert result.returncode == 1
     line = one_line(result)
@@ -166,7 +174,7 @@ def test_a_segment_larger_than_any_kafka_writes_is_one_line_not_a_read(tmp_path:
     log = pdir / f"{0:020d}.log"
     with open(log, "wb") as f:
         f.truncate(3 * 2**30)
-    result = kts("dump", log, preexec_fn=_address_space_limit)
+    result = kts_limited("dump", log)
     assert result.returncode == 1
     assert "larger than any Kafka writes" in one_line(result)
 
