@@ -316,8 +316,9 @@ def sync_phases(dagster_home: Path, launched: float, exited: float, run_ids_befo
     """Seconds per phase of one ``kts sync`` from its Dagster runs' event logs (the runs not in
     ``run_ids_before``): start-up (process start → the first run's first event: imports, the
     Definitions, partition discovery, the instance), planning (→ the run's start event), resource
-    initialisation (the Spark session is made in the first step that needs one), each step, Dagster between steps and runs, and the exit
-    (the last run's last event → the process gone, the JVM's shutdown among it). They add up to
+    initialisation (the Spark session is made in the first step that needs one), each step,
+    Dagster between steps and runs, and the exit (the last run's last event → the process gone,
+    a classic session's JVM shutdown among it). They add up to
     the subprocess's wall time, give or take the clock read around the launch."""
     import dagster as dg
 

@@ -25,8 +25,9 @@ copy_job = dg.define_asset_job(
     description="Scan the partitions' local segments with Spark, copy the eligible ones to the remote tier, expire what "
                 "retention takes, then bring the remote log index up to the finished segments.",
     # One process per run, as `kts sync` runs it: the Spark steps (inventory, retention plan, index
-    # build) share one Spark session (each step process of the multiprocess executor started a JVM of its own, which
-    # made daemon runs ~4x slower than `kts sync`); the copy parallelises partitions in threads anyway.
+    # build) share one Spark session (each step process of the multiprocess executor started a JVM
+    # of its own, which made daemon runs ~4x slower than `kts sync`); the copy parallelises
+    # partitions in threads anyway.
     executor_def=dg.in_process_executor,
 )
 

@@ -3,9 +3,9 @@
 Spark plans every partition of the run (``kts_resources.spark_retention``: the rules of
 ``kts_resources.retention`` over the store's finished segments and the local segments; a run of
 fewer than ``spark_plan_min_partitions`` is planned on the driver, where a Spark job's fixed cost
-would be most of the step); the driver then carries out the plans with something to expire (``kts_resources.expiry.expire_partition``:
-log start offset recorded first, remote segments through the delete states, local segments in
-owned log dirs). In broker-owned log dirs the local part is reported only.
+would be most of the step); the driver then carries out the plans with something to expire
+(``kts_resources.expiry.expire_partition``: log start offset recorded first, remote segments
+through the delete states, local segments in owned log dirs). In broker-owned log dirs the local part is reported only.
 """
 
 import dagster as dg
