@@ -702,8 +702,10 @@ def _sync(args) -> int:
     lost_lines = [f"{row['topic']}-{row['partition']}: {describe(r)}" for row, lost in with_lost for r in lost]
     if outcome.failed:
         report(sync.summary_lines(outcome))
+        # A failed non-blocking check leaves its run a success: then the pass's runs say more.
+        runs = outcome.failed_runs or outcome.run_ids
         report([f"sync failed for {len(outcome.failed)} of {len(keys)} partitions; "
-                f"run{'s' if len(outcome.failed_runs) > 1 else ''} {', '.join(outcome.failed_runs) or '-'} in the Dagster UI say more"])
+                f"run{'s' if len(runs) > 1 else ''} {', '.join(runs) or '-'} in the Dagster UI say more"])
     report(lost_lines)
     if lost_lines:
         report([f"{len(lost_lines)} lost range{'s' if len(lost_lines) > 1 else ''} not acknowledged"])

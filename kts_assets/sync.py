@@ -56,6 +56,7 @@ class PassOutcome:
     recopied_segments: int = 0  # damaged remote segments replaced by a new copy
     failed: dict[str, list[str]] = field(default_factory=dict)  # partition key → one-line causes
     failed_runs: list[str] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)  # every run of the pass, failed or not
 
     def fail(self, key: str, cause: str) -> None:
         causes = self.failed.setdefault(key, [])
@@ -100,6 +101,7 @@ def run_batch(job: dg.JobDefinition, instance: dg.DagsterInstance, batch: KeyRan
 def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
     from kts_assets.partition_outcome import FAILED_PARTITIONS, one_line
 
+    outcome.run_ids.append(result.run_id)
     for event in result.asset_materializations_for_node("remote_segments"):
         if event.partition in batch.keys:
             for name in ("copied_segments", "copied_bytes", "recopied_segments"):
