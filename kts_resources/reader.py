@@ -383,15 +383,16 @@ class PartitionReader:
                 result.remote_requests += chunk.requests
                 result.remote_bytes += chunk.bytes
                 batches = chunk.batches
+                total = chunk.bytes  # whole batches, every byte read (_checked_batches)
             else:
                 batches = self._local_fetch(position, max_bytes - used if result.batches else max_bytes)
+                total = sum(b.header.batch_length for b in batches) + LOG_OVERHEAD * len(batches)
             taken, full = 0, False
             if batches:
                 # The common case of a sequential read: the whole chunk is wanted (nothing before
                 # ``position``, nothing past the bound, within max_bytes). Taking it at once spares
                 # the per-batch checks below, which cost more than the batches' CRCs.
                 first, last = batches[0].header, batches[-1].header
-                total = sum(b.header.batch_length for b in batches) + LOG_OVERHEAD * len(batches)
                 if (first.base_offset + first.last_offset_delta >= position
                         and last.base_offset + last.last_offset_delta + 1 <= limit and last.base_offset < stop
                         and (used + total <= max_bytes or (not result.batches and len(batches) == 1))):
@@ -462,10 +463,11 @@ class PartitionReader:
                 continue
             if result.next_offset <= position:
                 break
-            for batch in result.batches:
-                if batch.header.base_offset >= end:
-                    return out
-                out.append(batch)
+            batches = result.batches
+            if batches and batches[-1].header.base_offset >= end:
+                out.extend(b for b in batches if b.header.base_offset < end)
+                return out
+            out.extend(batches)
             position = result.next_offset
         return out
 
@@ -692,16 +694,14 @@ class PartitionReader:
 
     def _checked_batches(self, data: bytes, key: str, base_position: int) -> list[FetchedBatch]:
         scan = scan_batches(data, verify_crc=True)
-        fetched = []
-        for h in scan.batches:
-            if not h.crc_ok:
-                raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {base_position + h.position}: the batch at offset "
-                                             f"{h.base_offset} fails its CRC; no records returned from it")
-            fetched.append(FetchedBatch(h, data, True))
+        if scan.crc_failure_count:
+            h = scan.crc_failures[0]
+            raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {base_position + h.position}: the batch at offset "
+                                         f"{h.base_offset} fails its CRC; no records returned from it")
         if scan.invalid is not None:
             raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {base_position + scan.invalid.position}: "
                                          f"{scan.invalid.reason}")
-        return fetched
+        return [FetchedBatch(h, data, True) for h in scan.batches]
 
     # --- transactions ---
 

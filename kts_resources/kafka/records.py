@@ -211,10 +211,12 @@ class SegmentScan:
     batches: list[BatchHeader] = field(default_factory=list)
     valid_bytes: int = 0
     invalid: InvalidBytes | None = None
+    # How many of ``batches`` failed their CRC: a reader checks this once instead of every header.
+    crc_failure_count: int = 0
 
     @property
     def crc_failures(self) -> list[BatchHeader]:
-        return [b for b in self.batches if b.crc_ok is False]
+        return [b for b in self.batches if b.crc_ok is False] if self.crc_failure_count else []
 
 
 # --- varints ------------------------------------------------------------------------------------
@@ -290,7 +292,10 @@ def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: in
             crc_ok = None
             if verify_crc:
                 crc_ok = crc32c(view[pos + crc_start : pos + size]) == f[4]
-            append(BatchHeader(pos, f[0], batch_length, f[2], 2, f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], crc_ok))
+                if not crc_ok:
+                    scan.crc_failure_count += 1
+            # The unpacked fields are the header's in order (f[3] is the magic, 2).
+            append(BatchHeader(pos, *f, crc_ok))
             pos += size
             continue
         if remaining < LOG_OVERHEAD + 5:
@@ -309,11 +314,14 @@ def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: in
                 scan.invalid = InvalidBytes(pos, remaining, _framing_problem(batch_length, remaining, minimum, legacy=True))
                 break
             try:
-                append(_legacy_header(view, pos, size, verify_crc))
+                legacy = _legacy_header(view, pos, size, verify_crc)
             except (CorruptRecordError, CodecError) as e:
                 # A wrapper whose inner messages cannot be read: its framing is whole, so it is a
                 # corrupt batch rather than trailing garbage.
-                append(_legacy_header(view, pos, size, verify_crc, inner_error=e))
+                legacy = _legacy_header(view, pos, size, verify_crc, inner_error=e)
+            if legacy.crc_ok is False:
+                scan.crc_failure_count += 1
+            append(legacy)
         else:
             scan.invalid = InvalidBytes(pos, remaining, f"unknown magic {magic}")
             break

@@ -146,6 +146,7 @@ def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
             for batch in part.batches:
                 batch.position += base
             scan.batches.extend(part.batches)
+            scan.crc_failure_count += part.crc_failure_count
             position = base + part.valid_bytes
             if part.invalid is None:
                 if at_end:
