@@ -164,6 +164,17 @@ class FetchResult:
         the batches of aborted transactions too (as Kafka's consumer filters them with the aborted
         list). The batches' CRCs were checked when they were fetched. ``until``: batches from that
         offset on are not decoded (a reader of a bounded range; the last batch may run past it)."""
+        for batch in self.kept(until):
+            h = batch.header
+            records = decode_batch(batch.buffer, h, verify_crc=False)
+            if h.base_offset < self.fetch_offset:
+                records = [r for r in records if r.offset >= self.fetch_offset]
+            yield h, records
+
+    def kept(self, until: int | None = None) -> Iterator[FetchedBatch]:
+        """The batches whose records a consumer gets (see :meth:`consumed`; the first may hold
+        records before the fetch offset): control batches and, with ``read_committed``, aborted
+        transactions' batches left out. Only control batches are decoded here."""
         pending = sorted(self.aborted, key=lambda t: t.first_offset) if self.isolation == READ_COMMITTED else []
         aborting: set[int] = set()
         i = 0
@@ -174,16 +185,15 @@ class FetchResult:
             while i < len(pending) and pending[i].first_offset <= h.last_offset:
                 aborting.add(pending[i].producer_id)
                 i += 1
-            records = decode_batch(batch.buffer, h, verify_crc=False)
             if h.is_control:
-                if records and h.producer_id in aborting and parse_control_record(records[0]).type == CONTROL_ABORT:
-                    aborting.discard(h.producer_id)
+                if h.producer_id in aborting:
+                    records = decode_batch(batch.buffer, h, verify_crc=False)
+                    if records and parse_control_record(records[0]).type == CONTROL_ABORT:
+                        aborting.discard(h.producer_id)
                 continue
             if h.is_transactional and h.producer_id in aborting:
                 continue
-            if h.base_offset < self.fetch_offset:
-                records = [r for r in records if r.offset >= self.fetch_offset]
-            yield h, records
+            yield batch
 
     @property
     def records(self) -> list[FetchedRecord]:

@@ -172,63 +172,37 @@ def _worker_reader(call_id: str, plain: dict) -> _WorkerReader:
 
 def read_task(reader: "TieredLogReader | _WorkerReader", task: ReadTask, isolation: str, max_bytes: int = TASK_BYTES):
     """The records of one task as an Arrow record batch of ``schema()`` (what an executor does),
-    or None when the range holds none. Columns are filled straight from the decoded batches, and
-    the headers column is built from flat arrays: per-record objects cost more than the decoding."""
-    import bisect
-    import itertools
-
+    or None when the range holds none. The task's batches are fetched first, then decoded at once
+    into columns (``kafka.columnar``): per-record objects cost more than the reading."""
+    import numpy as np
     import pyarrow as pa
 
+    from kts_resources.kafka.columnar import decode_columns
+
     part = reader.partition(task.topic, task.partition)
-    offsets: list[int] = []
-    timestamps: list[int] = []
-    types: list[int] = []
-    keys: list = []
-    values: list = []
-    epochs: list[int] = []
-    header_counts: list[int] = []
-    header_pairs: list = []
+    kept = []
     position = task.start
     while position < task.end:
-        result = part.fetch(position, max_bytes, isolation)
+        result = part.fetch(position, max_bytes, isolation, end=task.end)
         if result.throttled:
             raise RuntimeError(f"{task.topic}-{task.partition}: the remote fetch quota holds reads back at offset {position}")
-        for h, records in result.consumed(until=task.end):
-            if records and records[-1].offset >= task.end:
-                records = records[:bisect.bisect_left([r.offset for r in records], task.end)]
-            n = len(records)
-            types += [h.timestamp_type] * n
-            epochs += [h.partition_leader_epoch] * n
-            # One comprehension per column: a third of the cost of appending field by field.
-            offsets += [r.offset for r in records]
-            timestamps += [r.timestamp for r in records]
-            keys += [r.key for r in records]
-            values += [r.value for r in records]
-            header_counts += [len(r.headers) for r in records]
-            header_pairs += [pair for r in records if r.headers for pair in r.headers]
+        kept += [(b.header, b.buffer) for b in result.kept(until=task.end)]
         if result.next_offset <= position:
             break
         position = result.next_offset
-    if not offsets:
-        return None
-    header_ends = [0, *itertools.accumulate(header_counts)]
-    header_keys = [k for k, _ in header_pairs]
-    header_values = [v for _, v in header_pairs]
+    columns = decode_columns(kept)
+    n = len(columns)
     arrow = arrow_schema()
-    header_type = arrow.field("headers").type
-    headers = pa.ListArray.from_arrays(
-        pa.array(header_ends, type=pa.int32()),
-        pa.StructArray.from_arrays([pa.array(header_keys, type=pa.string()), pa.array(header_values, type=pa.binary())],
-                                   fields=list(header_type.value_type)))
-    n = len(offsets)
-    columns = {
-        "topic": pa.array([task.topic] * n, type=pa.string()), "partition": pa.array([task.partition] * n, type=pa.int32()),
-        "offset": pa.array(offsets, type=pa.int64()), "timestamp": pa.array(timestamps, type=pa.int64()),
-        "timestamp_type": pa.array(types, type=pa.int32()), "key": pa.array(keys, type=pa.binary()),
-        "value": pa.array(values, type=pa.binary()), "headers": headers.cast(header_type),
-        "leader_epoch": pa.array(epochs, type=pa.int32()),
-    }
-    return pa.RecordBatch.from_arrays([columns[f.name] for f in arrow], schema=arrow)
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([task.topic] * n, type=pa.string()), pa.array(np.full(n, task.partition, np.int32)),
+        pa.array(columns.offset), pa.array(columns.timestamp), pa.array(columns.timestamp_type),
+        columns.key, columns.value, columns.headers.cast(arrow.field("headers").type), pa.array(columns.leader_epoch),
+    ], schema=arrow)
+    # The first batch may begin before the task, the last run past it.
+    inside = (columns.offset >= task.start) & (columns.offset < task.end)
+    if not inside.all():
+        batch = batch.filter(pa.array(inside))
+    return batch if batch.num_rows else None
 
 
 def read_tiered(spark: "SparkSession", topic: str, partitions: Sequence[int] | None, start: int, end: int | None = None, *,
