@@ -45,7 +45,9 @@ from kts_resources.kafka.records import (
     Record,
     decode_batch,
     parse_control_record,
+    read_v2_header,
     scan_batches,
+    verified_batch_positions,
 )
 from kts_resources.kafka.snapshots import AbortedTxn, decode_aborted_txns, read_producer_snapshot, read_txn_index
 from kts_resources.remote_log import (
@@ -123,22 +125,34 @@ class FetchedRecord:
 
 class FetchedBatch:
     """One whole batch as stored, and which tier it came from. ``buffer`` is the chunk it was read
-    in (``header.position`` is its place there): a fetch slices nothing it does not have to."""
+    in (``position`` is its place there): a fetch slices nothing it does not have to. A remote
+    chunk's batches get their header when it is first asked for (:meth:`verified`): a sequential
+    reader looks at a chunk's first and last, and the headers cost more than the CRCs."""
 
-    __slots__ = ("header", "buffer", "remote")
+    __slots__ = ("_header", "buffer", "remote", "position", "size")
 
     def __init__(self, header: BatchHeader, buffer: bytes, remote: bool):
-        self.header, self.buffer, self.remote = header, buffer, remote
+        self._header, self.buffer, self.remote = header, buffer, remote
+        self.position, self.size = header.position, header.size
+
+    @classmethod
+    def verified(cls, buffer: bytes, position: int, size: int, remote: bool) -> "FetchedBatch":
+        """A magic-2 batch whose framing and CRC were checked (``verified_batch_positions``)."""
+        batch = cls.__new__(cls)
+        batch._header, batch.buffer, batch.remote, batch.position, batch.size = None, buffer, remote, position, size
+        return batch
 
     @property
-    def size(self) -> int:
-        return self.header.size
+    def header(self) -> BatchHeader:
+        header = self._header
+        if header is None:
+            header = self._header = read_v2_header(self.buffer, self.position, crc_ok=True)
+        return header
 
     @property
     def data(self) -> bytes:
         """The batch's bytes alone."""
-        position = self.header.position
-        return self.buffer[position:position + self.header.size]
+        return self.buffer[self.position:self.position + self.size]
 
 
 @dataclass
@@ -703,6 +717,10 @@ class PartitionReader:
             raise ReadError(f"{e}: the remote segment's object is missing (run kts sync to re-copy it while the local segment exists)") from None
 
     def _checked_batches(self, data: bytes, key: str, base_position: int) -> list[FetchedBatch]:
+        positions, end = verified_batch_positions(data)
+        if end == len(data):  # the common case: whole, CRC-clean magic-2 batches to the end
+            ends = positions[1:] + [end]
+            return [FetchedBatch.verified(data, p, e - p, True) for p, e in zip(positions, ends)]
         scan = scan_batches(data, verify_crc=True)
         if scan.crc_failure_count:
             h = scan.crc_failures[0]

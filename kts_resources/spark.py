@@ -35,8 +35,16 @@ _DEFAULT_CONF = {
 }
 
 
+# Adaptive execution re-plans every query at each shuffle: on one machine with kts's small jobs it
+# coalesces nothing worth having and costs ~0.2 s a query (bench/read_bench.py: a third of a Spark
+# job's fixed cost here). A cluster keeps Spark's default.
+_LOCAL_CONF = {"spark.sql.adaptive.enabled": "false"}
+
+
 def spark_conf(master: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {"spark.master": master or settings.spark_master(), **_DEFAULT_CONF, **(extra or {})}
+    master = master or settings.spark_master()
+    local = _LOCAL_CONF if master.startswith("local") else {}
+    return {"spark.master": master, **_DEFAULT_CONF, **local, **(extra or {})}
 
 
 CLASSIC = "classic"

@@ -33,7 +33,9 @@ from kts_resources.kafka.records import (
     encode_varint,
     parse_control_record,
     read_records,
+    read_v2_header,
     scan_batches,
+    verified_batch_positions,
     with_base_offset_and_epoch,
 )
 
@@ -423,3 +425,20 @@ def test_batch_json_carries_the_contract_fields(codec_name):
         "max_timestamp": 9,
         "record_count": 2,
     }.items() <= fields.items()
+
+
+def test_the_read_paths_batch_check_finds_what_the_scan_finds_and_stops_where_it_would_complain():
+    batches = [build_batch([NewRecord(1_700_000_000_000 + i, b"k%d" % i, b"v" * (i * 40))], base_offset=i * 3, partition_leader_epoch=2)
+               for i in range(5)]
+    data = b"".join(batches)
+    positions, end = verified_batch_positions(data)
+    scan = scan_batches(data)
+    assert positions == [h.position for h in scan.batches] and end == len(data)
+    assert [read_v2_header(data, p, crc_ok=True) for p in positions] == scan.batches
+
+    third = positions[2]
+    damaged = bytearray(data)
+    damaged[third + 70] ^= 0x01  # inside the third batch's records: its CRC fails
+    assert verified_batch_positions(bytes(damaged)) == (positions[:2], third)
+    assert verified_batch_positions(data[:-3]) == (positions[:4], positions[4])  # the last one cut off
+    assert verified_batch_positions(b"") == ([], 0)

@@ -418,6 +418,38 @@ def _framing_problem(batch_length: int, remaining: int, minimum: int, *, legacy:
     return f"partial {'message' if legacy else 'batch'}: {remaining} of {batch_length + LOG_OVERHEAD} bytes"
 
 
+# batchLength i at 8, magic b at 16, crc I at 17: what checking a batch needs.
+_V2_FRAME = struct.Struct(">8xi4xbI")
+
+
+def verified_batch_positions(data: bytes | memoryview) -> tuple[list[int], int]:
+    """The positions of the whole, CRC-clean magic-2 batches from the start of ``data``, and where
+    they end. Stops at the first anything else (a legacy message, bad framing, a CRC failure):
+    :func:`scan_batches` from there judges and words it. The read path's hot loop: it builds no
+    header (``BatchHeader`` objects cost more than the CRCs; :func:`read_v2_header` makes one when
+    it is wanted)."""
+    view = memoryview(data)
+    end = len(view)
+    positions: list[int] = []
+    add = positions.append
+    frame = _V2_FRAME.unpack_from
+    min_v2_length = V2_HEADER_SIZE - LOG_OVERHEAD
+    pos = 0
+    while end - pos >= V2_HEADER_SIZE:
+        batch_length, magic, crc = frame(view, pos)
+        size = batch_length + LOG_OVERHEAD
+        if magic != 2 or batch_length < min_v2_length or size > end - pos or crc32c(view[pos + V2_CRC_START : pos + size]) != crc:
+            break
+        add(pos)
+        pos += size
+    return positions, pos
+
+
+def read_v2_header(data: bytes | memoryview, position: int, crc_ok: bool | None = None) -> BatchHeader:
+    """The header of the magic-2 batch at ``position`` (its framing already checked)."""
+    return BatchHeader(position, *_V2_HEADER.unpack_from(data, position), crc_ok)
+
+
 def iter_batch_headers(data: bytes | memoryview, *, verify_crc: bool = True) -> Iterator[BatchHeader]:
     """The whole batches of a segment (see :func:`scan_batches`), ignoring invalid trailing bytes."""
     return iter(scan_batches(data, verify_crc=verify_crc).batches)
