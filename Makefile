@@ -35,7 +35,7 @@ ui: setup
 # own embedded PostgreSQL, S3 endpoint and Spark Connect server; most tests wait on subprocesses
 # and servers, so two workers keep two CPUs busy. `pytest` alone still runs everything in one.
 test: setup
-	$(VENV)/bin/python -m pytest -n auto --maxprocesses 4 --dist loadfile
+	$(VENV)/bin/python -m pytest -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 bench: setup
 	$(VENV)/bin/python bench/scan_bench.py

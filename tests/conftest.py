@@ -28,3 +28,21 @@ def third_party_dir() -> Path:
         # Failing, not skipping: these files are part of what kts must read.
         pytest.fail(f"third-party fixtures not found at {path}; set KTS_SHARED_DIR to the shared/ directory")
     return path
+
+
+# Test files that take minutes (Dagster runs in subprocesses, JVMs, daemons, SIGKILLs), longest
+# first, from CI's --durations. They are collected first so that `make test`'s workers (pytest-xdist,
+# --dist loadfile --no-loadscope-reorder) start them first and the run ends on short files; xdist's
+# default order (files with the most tests first) left these to the end, one worker busy for minutes
+# on them while the other idled.
+LONG_FILES = (
+    "test_recover.py", "test_sync_independent.py", "test_run_hygiene.py", "test_cli_sync.py", "test_lost_ranges.py",
+    "test_bench_daemon_run_smoke.py", "test_recover_sync.py", "test_sync_outcome.py", "test_spark_connect.py",
+    "test_bench_sync_smoke.py", "test_webserver.py", "test_spark_inventory.py", "test_assets.py", "test_scrub.py",
+    "test_restore.py", "test_hostile_partitions.py", "test_pipeline_end_to_end.py", "test_retention_asset.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
