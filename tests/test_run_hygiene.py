@@ -129,6 +129,10 @@ def test_kts_ui_serves_the_repository_on_loopback_and_stops_on_sigterm(tmp_path)
             os.killpg(ui.pid, 0)  # nothing of the webserver, daemon or code server is left
     finally:
         _stop(ui)
+        # The daemon's sensors started this KTS_HOME's embedded PostgreSQL, which outlives the UI by
+        # design (every later kts process reuses it): stop it as a user would.
+        subprocess.run([sys.executable, "-m", "kts_assets.cli", "services", "stop"], env=env, cwd=tmp_path,
+                       check=False, capture_output=True, timeout=120)
 
 
 def _spark_slot_holders(dagster_home: str) -> set[str]:
