@@ -138,3 +138,26 @@ def test_damaged_record_bodies_give_the_record_decoders_records_or_its_error(see
         raw[at] = rng.randrange(256)
     data = bytes(raw)
     assert_same([(h, data) for h in scan_batches(data, verify_crc=False).batches])
+
+
+def test_a_batch_that_fails_to_decompress_after_a_damaged_one_gives_the_first_batchs_error():
+    good = build_batch([NewRecord(T0, b"k", b"v" * 50)], base_offset=0)
+    damaged = bytearray(good)
+    damaged[61] = 0x7F  # the first record's length: far past the batch
+    compressed = bytearray(build_batch([NewRecord(T0, b"k", b"lz4 " * 40)], base_offset=1, codec=CODECS["lz4"]))
+    compressed[70:74] = b"\xff\xff\xff\xff"  # the LZ4 frame no longer decompresses
+    data = bytes(damaged) + bytes(compressed)
+    batches = [(h, data) for h in scan_batches(data, verify_crc=False).batches]
+    assert len(batches) == 2
+    assert_same(batches)
+    with pytest.raises(CorruptRecordError) as raised:
+        decode_columns(batches)
+    assert raised.value.position == 0
+
+
+def test_a_forged_record_count_with_a_negative_length_is_an_error_at_once():
+    raw = bytearray(build_batch([NewRecord(T0, b"k", b"v")], base_offset=0))
+    struct.pack_into(">i", raw, 57, 2_000_000_000)  # recordCount
+    raw[61] = 0x01  # the first record's length: zigzag -1
+    batches = [(h, bytes(raw)) for h in scan_batches(bytes(raw), verify_crc=False).batches]
+    assert_same(batches)

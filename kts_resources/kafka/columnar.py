@@ -82,8 +82,8 @@ def _bodies(batches: Sequence[tuple[BatchHeader, "bytes | memoryview"]]) -> list
         if h.codec != codecs.NONE:
             try:
                 body = codecs.decompress(h.codec, body, magic=2)
-            except codecs.CodecError as e:
-                raise CorruptRecordError(f"batch at offset {h.base_offset}: {e.message}").located(position=h.position) from None
+            except codecs.CodecError:
+                raise _NotPlain from None  # the reference raises it, after any earlier batch's error
         out.append(body)
     return out
 
@@ -111,11 +111,12 @@ def _record_starts(buf: bytes, batches, bodies) -> tuple[list[int], list[int]]:
                         pos += 2
                     else:
                         length, pos = decode_varint(buf, pos, 5)
+                if length < 0:  # not one step back: a forged record count would walk for ever
+                    raise _NotPlain
                 add_start(pos)
                 add_length(length)
                 pos += length
-            # Lengths are checked non-negative by the caller, so the records lie within the batch
-            # exactly when the last one ends where its body does.
+            # The records lie within the batch exactly when the last one ends where its body does.
             if pos != end:
                 raise _NotPlain
     except (IndexError, CorruptRecordError):
@@ -186,8 +187,6 @@ def _decode_plain(batches) -> RecordColumns:
     data = np.frombuffer(buf, np.uint8)
     start = np.array(starts_list, np.int64)
     length = np.array(lengths_list, np.int64)
-    if (length < 0).any():
-        raise _NotPlain
     record_end = start + length
 
     def varint(pos, max_bytes):
