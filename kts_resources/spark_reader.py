@@ -95,12 +95,13 @@ def arrow_schema():
     alone: PySpark's converter imports pandas, half a second in every fresh Python worker."""
     import pyarrow as pa
 
-    header = pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+    from kts_resources.kafka.columnar import header_type
+
     return pa.schema([
         pa.field("topic", pa.string(), nullable=False), pa.field("partition", pa.int32(), nullable=False),
         pa.field("offset", pa.int64(), nullable=False), pa.field("timestamp", pa.int64(), nullable=False),
         pa.field("timestamp_type", pa.int32(), nullable=False), pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()), pa.field("headers", pa.list_(header), nullable=False),
+        pa.field("value", pa.binary()), pa.field("headers", header_type(), nullable=False),
         pa.field("leader_epoch", pa.int32(), nullable=False),
     ])
 
@@ -196,7 +197,7 @@ def read_task(reader: "TieredLogReader | _WorkerReader", task: ReadTask, isolati
     batch = pa.RecordBatch.from_arrays([
         pa.array([task.topic] * n, type=pa.string()), pa.array(np.full(n, task.partition, np.int32)),
         pa.array(columns.offset), pa.array(columns.timestamp), pa.array(columns.timestamp_type),
-        columns.key, columns.value, columns.headers.cast(arrow.field("headers").type), pa.array(columns.leader_epoch),
+        columns.key, columns.value, columns.headers, pa.array(columns.leader_epoch),
     ], schema=arrow)
     # The first batch may begin before the task, the last run past it.
     inside = (columns.offset >= task.start) & (columns.offset < task.end)

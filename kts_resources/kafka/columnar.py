@@ -54,6 +54,8 @@ class RecordColumns:
 
 
 def header_type() -> "pa.DataType":
+    """The headers column's type: list<struct<key: string not null, value: binary>>, as
+    ``read_tiered``'s schema has it."""
     import pyarrow as pa
 
     return pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
