@@ -723,7 +723,15 @@ STATUS_FIELDS = (
 def cmd_status(args) -> int:
     """Per partition: both tiers' offsets (Lx ≤ Ly ≤ Lz locally, Rx ≤ Ry remotely), bytes, segments
     and copy lag, from the log dirs and the metadata store (ARCHITECTURE.md's status fields).
-    Neither Dagster nor PySpark is imported: ``kts_resources.tiers`` has all it needs."""
+    Neither Dagster nor PySpark is imported: ``kts_resources.tiers`` has all it needs. A log dir
+    that is not there is a wrong environment, not an empty broker: one line each and exit 1 (an
+    existing log dir with no partitions yet is a broker's first minutes, and prints an empty table)."""
+    from kts_resources import preflight, settings
+
+    missing = preflight.missing_log_dirs(settings.log_dirs())
+    if missing:
+        report(missing)
+        return EXIT_FINDINGS
     rows = status_rows()
     if args.json:
         print_json(rows)

@@ -18,11 +18,18 @@ PROBE_TIMEOUT_S = 2.0
 PROBE_PREFIX = ".kts-preflight-"  # at the top of the tier: no directory left behind
 
 
+def missing_log_dirs(log_dirs: Sequence[Path]) -> list[str]:
+    """One line per log dir that does not exist or is not a directory: a wrong KTS_LOG_DIRS, which
+    every command that reports on the log dirs must say rather than show an empty log."""
+    return [f"log dir {p}: {'not a directory' if p.exists() else 'no such directory'} (KTS_LOG_DIRS)"
+            for p in log_dirs if not p.is_dir()]
+
+
 def check_log_dirs(log_dirs: Sequence[Path]) -> list[str]:
     """Every log dir exists and is a directory, and together they hold at least one partition."""
     from kts_resources.kafka.logdir import LogDir
 
-    problems = [f"log dir {p}: no such directory (KTS_LOG_DIRS)" for p in log_dirs if not p.is_dir()]
+    problems = missing_log_dirs(log_dirs)
     if not any(LogDir(p).partitions() for p in log_dirs if p.is_dir()):
         problems.insert(0, f"no partitions in the log dirs ({', '.join(map(str, log_dirs))}); set KTS_LOG_DIRS")
     return problems

@@ -132,3 +132,17 @@ def test_sync_with_no_partitions_is_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().startswith("kts: no partitions in the log dirs")
+
+
+def test_status_with_a_log_dir_that_is_not_there_is_a_line_and_exit_1_not_an_empty_table(tmp_path):
+    """A wrong KTS_LOG_DIRS is a wrong environment, not an empty broker; an existing empty log dir
+    (a broker's first minutes) is an empty table."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "afile").write_text("")
+    env = {**os.environ, "KTS_LOG_DIRS": f"{tmp_path / 'empty'},{tmp_path / 'gone'},{tmp_path / 'afile'}",
+           "KTS_HOME": str(tmp_path / "home")}
+    result = subprocess.run([sys.executable, "-m", "kts_assets.cli", "status", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [f"kts: log dir {tmp_path / 'gone'}: no such directory (KTS_LOG_DIRS)",
+                                          f"kts: log dir {tmp_path / 'afile'}: not a directory (KTS_LOG_DIRS)"]
+    assert not (tmp_path / "home").exists()  # no database server started for a command that cannot run
