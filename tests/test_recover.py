@@ -125,15 +125,24 @@ def _answers(env, log_dir: Path) -> dict:
     fetches of remote data, by offset and from a timestamp's offset."""
     records = [r for _h, rs in read_records(next(iter(sorted((log_dir / "orders-1").glob("*.log")))).read_bytes()) for r in rs]
     middle = records[len(records) // 2]
-    answers = {"status": json.loads(kts(env, "status", "--json").stdout)}
+    questions = {"status": ["status", "--json"]}
     for topic, partition in (("orders", "0"), ("orders", "1"), ("page.views", "1")):
         for spec in (["--earliest"], ["--latest-tiered"], ["--latest"], ["--timestamp", str(middle.timestamp)]):
-            answers[f"offsets {topic}-{partition} {' '.join(spec)}"] = json.loads(
-                kts(env, "offsets", topic, partition, *spec, "--json").stdout)
+            questions[f"offsets {topic}-{partition} {' '.join(spec)}"] = ["offsets", topic, partition, *spec, "--json"]
     for offset in (0, 5, middle.offset):
-        answers[f"fetch orders-0 {offset}"] = json.loads(
-            kts(env, "fetch", "orders", "0", "--offset", str(offset), "--max-bytes", "8192", "--json").stdout)
-    return answers
+        questions[f"fetch orders-0 {offset}"] = ["fetch", "orders", "0", "--offset", str(offset), "--max-bytes", "8192", "--json"]
+    return dict(zip(questions, kts_session(env, list(questions.values()))))
+
+
+def kts_session(env, commands: list[list[str]]) -> list:
+    """Each command's JSON answer, all asked in one process (tests/cli_session.py); each must exit 0."""
+    result = subprocess.run([sys.executable, "-m", "tests.cli_session"], input=json.dumps(commands), env=env,
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    answers = json.loads(result.stdout)
+    for argv, answer in zip(commands, answers):
+        assert answer["status"] == 0, (argv, answer, result.stderr)
+    return [json.loads(answer["stdout"]) for answer in answers]
 
 
 # --- manifests -----------------------------------------------------------------------------------
