@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 
 from benchlib import REPO_ROOT, add_json_argument, format_rows, git_state, progress, write_json
-from sqlalchemy.engine import make_url
 from sync_bench import (
     MiB,
     Databases,
@@ -109,9 +108,9 @@ class Daemon:
 
 class StandingDaemon:
     """One world (database, tier, KTS_HOME, DAGSTER_HOME) with ``dagster-daemon run`` up on it for
-    the whole bench, as in a deployment; each round resets the world's data (the same database
-    name made again, the tier and KTS_HOME's inventory and index cache emptied) and the daemon
-    launches one copy run.
+    the whole bench, as in a deployment; each round resets the world's data (kts's store emptied in
+    the same database, where the daemon's Dagster instance lives on; the tier and KTS_HOME's
+    inventory and index cache emptied) and the daemon launches one copy run.
 
     Spark is kts's embedded default here: neither KTS_SPARK_REMOTE nor KTS_SPARK_MASTER, and the
     KTS_HOME's own Spark Connect server started beforehand, as a `kts sync` would have left it. Every
@@ -119,15 +118,13 @@ class StandingDaemon:
     daemon launches uses the standing server)."""
 
     def __init__(self, base: Path, dbs: Databases, root: Path, partition_keys: list[str]):
-        import dagster as dg
-
         self.dbs, self.partition_keys = dbs, partition_keys
         self.url = dbs.fresh()
         self.env = make_sync_env(base, self.url, root, {})
         self.spark_home = self.env.kts_home / "spark-connect"
         self.server_pid = spark_connect.ensure_running(self.spark_home).pid
         self.log = base / "daemon.log"
-        self.instance = dg.DagsterInstance.from_config(str(self.env.dagster_home))
+        self.instance = self.env.instance()
         # What the discovery sensor does before any copy run (kts sync does it itself, in its own time).
         self.instance.add_dynamic_partitions(topic_partitions.name, partition_keys)
         self.daemon = Daemon(self.env.environ(), self.log)
@@ -135,8 +132,7 @@ class StandingDaemon:
 
     def reset(self) -> None:
         """A fresh store, tier and KTS_HOME behind the same names (the daemon's environment)."""
-        self.dbs.drop(self.url)
-        self.dbs.fresh(make_url(self.url).database)
+        self.dbs.empty_store(self.url)  # the daemon's instance lives in the same database
         shutil.rmtree(self.env.remote)
         self.env.remote.mkdir()
         for d in self.env.kts_home.iterdir():

@@ -15,7 +15,8 @@ sit in closed, copy-eligible segments. Then, each round, every measurement into 
   the store), the way the ``remote_segments`` asset runs it, still without Dagster;
 - "kts sync": ``python -m kts_assets.cli sync`` as a subprocess, as a user runs it, with
   KTS_LOG_DIRS, KTS_DATABASE_URL, KTS_REMOTE_URI, a fresh KTS_HOME (the Parquet inventory) and a
-  fresh DAGSTER_HOME (the repo's dagster.yaml: telemetry off, SQLite storage) and
+  fresh DAGSTER_HOME (the repo's dagster.yaml: telemetry off, the instance in the database's
+  ``dagster`` schema) and
   KTS_SPARK_MASTER=local[*]. It includes what a user pays: Python and JVM start-up, Dagster's run
   bookkeeping, the Spark inventory of every segment (local_segments), the copy (remote_segments)
   and the asset checks;
@@ -140,6 +141,19 @@ class Databases:
         finally:
             engine.dispose()
         return url
+
+    def empty_store(self, url: str) -> None:
+        """Empty kts's store (its schema made again, migrated) and keep the Dagster instance that
+        lives beside it in the ``dagster`` schema: what a long-lived daemon's world needs."""
+        engine = database.create_engine(url, poolclass=sa.pool.NullPool)
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql("DROP SCHEMA public CASCADE")
+                conn.exec_driver_sql("CREATE SCHEMA public")
+            database.migrate(engine)
+            keep_simulated_data(engine)
+        finally:
+            engine.dispose()
 
     def drop(self, url: str) -> None:
         name = make_url(url).database
@@ -275,6 +289,21 @@ class SyncEnv:
         })
         return env
 
+    def instance(self):
+        """The Dagster instance this world's syncs record into, loaded here as they load it: the
+        repo's dagster.yaml keeps it in the world's database (KTS_DATABASE_URL, read at load)."""
+        import dagster as dg
+
+        saved = os.environ.get("KTS_DATABASE_URL")
+        os.environ["KTS_DATABASE_URL"] = self.url
+        try:
+            return dg.DagsterInstance.from_config(str(self.dagster_home))
+        finally:
+            if saved is None:
+                os.environ.pop("KTS_DATABASE_URL")
+            else:
+                os.environ["KTS_DATABASE_URL"] = saved
+
 
 def make_sync_env(base: Path, url: str, log_dir: Path, spark: dict[str, str], standing_spark: Path | None = None) -> SyncEnv:
     env = SyncEnv(url, base / "remote", base / "kts_home", base / "dagster_home", log_dir, spark)
@@ -285,7 +314,7 @@ def make_sync_env(base: Path, url: str, log_dir: Path, spark: dict[str, str], st
         # kts's default path (the embedded server and its shared session), not KTS_SPARK_REMOTE's.
         (env.kts_home / "spark-connect").symlink_to(standing_spark, target_is_directory=True)
     # The instance `kts sync` uses in a source checkout is the repo's dagster.yaml (telemetry off,
-    # pools, SQLite storage); a copy of it in a fresh DAGSTER_HOME, so no run sees another's.
+    # pools, storage in kts's database, here the world's fresh one, so no run sees another's).
     shutil.copy(REPO_ROOT / "dagster.yaml", env.dagster_home / "dagster.yaml")
     return env
 
@@ -312,7 +341,7 @@ def run_sync(env: SyncEnv) -> dict:
             "copied_segments": int(m[3]), "copied_bytes": int(m[4].replace(",", "")), "stdout": result.stdout.strip()}
 
 
-def sync_phases(dagster_home: Path, launched: float, exited: float, run_ids_before: set[str]) -> dict:
+def sync_phases(env: SyncEnv, launched: float, exited: float, run_ids_before: set[str]) -> dict:
     """Seconds per phase of one ``kts sync`` from its Dagster runs' event logs (the runs not in
     ``run_ids_before``): start-up (process start → the first run's first event: imports, the
     Definitions, partition discovery, the instance), planning (→ the run's start event), resource
@@ -320,12 +349,10 @@ def sync_phases(dagster_home: Path, launched: float, exited: float, run_ids_befo
     Dagster between steps and runs, and the exit (the last run's last event → the process gone,
     a classic session's JVM shutdown among it). They add up to
     the subprocess's wall time, give or take the clock read around the launch."""
-    import dagster as dg
-
     phases = dict.fromkeys(PHASES, 0.0)
     steps: dict[str, float] = {}
     statuses = []
-    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+    with env.instance() as instance:
         runs = [r for r in reversed(instance.get_runs()) if r.run_id not in run_ids_before]  # oldest first
         previous_end = None
         for run in runs:
@@ -471,7 +498,7 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: d
             if first["copied_segments"] != len(eligible) or first["copied_bytes"] != log_bytes:
                 raise SystemExit(f"kts sync copied {first['copied_segments']} segments ({first['copied_bytes']} bytes), "
                                  f"not the {len(eligible)} eligible ({log_bytes} bytes): {first['stdout']}")
-            first_phases = sync_phases(env.dagster_home, first["launched"], first["exited"], set())
+            first_phases = sync_phases(env, first["launched"], first["exited"], set())
             progress(f"  sync: {first['seconds']:.2f} s")
             if "sync" not in verification:
                 verification["sync"] = {**verify(url, env.remote, root, eligible), "run_statuses": first_phases["run_statuses"]}
@@ -483,9 +510,7 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: d
                 sync_reports.append({"sync": first["stdout"]})
             if not args.noop:
                 return
-            import dagster as dg
-
-            with dg.DagsterInstance.from_config(str(env.dagster_home)) as instance:
+            with env.instance() as instance:
                 before = {r.run_id for r in instance.get_runs()}
             os.sync()
             warm(files)
@@ -493,7 +518,7 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: d
             second = run_sync(env)
             if second["copied_segments"] != 0:
                 raise SystemExit(f"the second kts sync copied {second['copied_segments']} segments: {second['stdout']}")
-            second_phases = sync_phases(env.dagster_home, second["launched"], second["exited"], before)
+            second_phases = sync_phases(env, second["launched"], second["exited"], before)
             progress(f"  sync_noop: {second['seconds']:.2f} s")
             if record:
                 rounds["sync_noop"].append(second["seconds"])

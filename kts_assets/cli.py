@@ -531,6 +531,18 @@ def add_services_parser(sub) -> None:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+# An installed kts (no source checkout, so no repo dagster.yaml): the instance on kts's PostgreSQL,
+# as the repo's dagster.yaml has it.
+INSTALLED_DAGSTER_YAML = """\
+telemetry:
+  enabled: false
+storage:
+  custom:
+    module: kts_resources.dagster_storage
+    class: KtsDagsterStorage
+"""
+
+
 def dagster_home() -> Path:
     """The instance's home `kts sync` and `kts ui` share: DAGSTER_HOME, else the repo root holding
     dagster.yaml (a source checkout), else KTS_HOME/dagster (set into DAGSTER_HOME for Dagster)."""
@@ -540,7 +552,7 @@ def dagster_home() -> Path:
         home = REPO_ROOT if (REPO_ROOT / "dagster.yaml").is_file() else settings.kts_home() / "dagster"
         home.mkdir(parents=True, exist_ok=True)
         if not (home / "dagster.yaml").exists():
-            (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+            (home / "dagster.yaml").write_text(INSTALLED_DAGSTER_YAML)
         os.environ["DAGSTER_HOME"] = str(home)
     return Path(os.environ["DAGSTER_HOME"])
 

@@ -31,7 +31,8 @@ from .test_sync_outcome import kts, sync_env
 from .test_webserver import REPOSITORY_QUERY, _post_graphql, _stop, _tail, _wait_until_serving
 
 
-def test_the_repo_dagster_yaml_turns_on_run_monitoring_that_frees_slots_of_dead_runs():
+def test_the_repo_dagster_yaml_turns_on_run_monitoring_that_frees_slots_of_dead_runs(pg_url, monkeypatch):
+    monkeypatch.setenv("KTS_DATABASE_URL", pg_url)  # the instance's storage is kts's database
     with dg.DagsterInstance.from_config(str(REPO_ROOT)) as instance:
         assert instance.run_monitoring_enabled
         settings = instance.run_monitoring_settings

@@ -1,0 +1,93 @@
+"""Dagster's runs, event log and schedules in kts's own PostgreSQL server, in a schema of their own.
+
+dagster.yaml names this class as the instance's storage, so every process that loads the instance —
+`kts sync`, `kts ui`'s webserver and daemon, the run workers the daemon launches — finds it where
+kts's metadata store is: ``KTS_DATABASE_URL``, else the embedded server under ``KTS_HOME`` (started
+on demand, as for the store). The tables live in the ``dagster`` schema of that database (Dagster's
+names, ``runs``, ``event_logs``…, never meet kts's), and one deployment is one instance whichever
+DAGSTER_HOME a process starts from.
+
+Why not Dagster's SQLite files: a no-op ``kts sync`` stores ~150 events and its assets look their
+dynamic partitions up ~100 times; SQLite storage builds an engine and connection per statement
+(~7 ms each here), which was a third of the pass. Here each process holds one pooled connection
+(the pool Dagster's webserver sets up for itself), and the daemon, the webserver and several run
+workers write side by side without SQLite's file locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from dagster import Field
+from dagster_postgres import DagsterPostgresStorage
+from sqlalchemy.engine import make_url
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEMA = "dagster"
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# Connections a process may open beside its pooled one (the daemon's threads, a busy webserver).
+MAX_OVERFLOW = 10
+POOL_RECYCLE_S = 3600
+
+
+class KtsDagsterStorage(DagsterPostgresStorage):
+    """``storage: custom: {module: kts_resources.dagster_storage, class: KtsDagsterStorage}``.
+    Config: ``schema`` (default ``dagster``), the PostgreSQL schema that holds Dagster's tables."""
+
+    def __init__(self, schema: str = DEFAULT_SCHEMA, inst_data=None):
+        self.schema = schema
+        super().__init__(dagster_database_url(schema), should_autocreate_tables=True, inst_data=inst_data)
+        # One pooled connection per process, as Dagster's webserver keeps (storages otherwise open a
+        # connection per statement); no statement timeout in a run (a webserver sets its own).
+        for storage in (self.run_storage, self.event_log_storage, self.schedule_storage):
+            storage.optimize_for_webserver(statement_timeout=0, pool_recycle=POOL_RECYCLE_S, max_overflow=MAX_OVERFLOW)
+
+    @classmethod
+    def config_type(cls):
+        return {"schema": Field(str, is_required=False, default_value=DEFAULT_SCHEMA)}
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value):
+        return cls(schema=config_value.get("schema", DEFAULT_SCHEMA), inst_data=inst_data)
+
+
+def dagster_database_url(schema: str = DEFAULT_SCHEMA) -> str:
+    """kts's database URL with ``schema`` first on the search path (created if missing)."""
+    from kts_resources.metadata import database
+
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise database.MetadataStoreMisconfigured(
+            f"dagster.yaml: storage schema {schema!r} is not a plain PostgreSQL name (lower case letters, digits, _)")
+    url = make_url(database.database_url())
+    options = " ".join(filter(None, [url.query.get("options"), f"-csearch_path={schema}"]))
+    # connect_timeout: a server that is gone fails the load in seconds; the name tells Dagster's
+    # connections from the store's in pg_stat_activity.
+    url = url.update_query_dict({"options": options, "connect_timeout": str(database.CONNECT_TIMEOUT_S),
+                                 "application_name": "kts-dagster"})
+    _create_schema(url.set(query={k: v for k, v in url.query.items() if k != "options"}), schema)
+    return url.render_as_string(hide_password=False)
+
+
+def _create_schema(url, schema: str) -> None:
+    import sqlalchemy as sa
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    from kts_resources.metadata import database
+
+    engine = database.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    except OperationalError as e:
+        # Dagster would retry and then raise a traceback; this is the line a user needs.
+        reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+        raise database.MetadataStoreUnavailable(
+            f"the Dagster instance's database at {database.describe_url(engine.url)} is unreachable: {reason}") from None
+    except (IntegrityError, ProgrammingError) as e:
+        # Two processes' first start at once: IF NOT EXISTS is not atomic in PostgreSQL; the
+        # other one made it.
+        log.debug("schema %s: %s", schema, e)
+    finally:
+        engine.dispose()
