@@ -73,6 +73,7 @@ from sqlalchemy.engine import make_url
 
 from kts_assets.cli import parse_size
 from kts_resources.copier import PARALLEL_PARTITIONS, copy_log_dir
+from kts_resources.dagster_storage import KtsDagsterStorage
 from kts_resources.kafka.logdir import LogDir, SegmentFiles
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources import spark_connect
@@ -127,7 +128,8 @@ class Databases:
                 self.info[setting] = conn.exec_driver_sql(f"SHOW {setting}").scalar()
 
     def fresh(self, name: str | None = None) -> str:
-        """URL of a new database with kts's schema (migrated here, untimed: a user's sync finds one),
+        """URL of a new database with kts's schema and Dagster's tables (made here, untimed: a user's
+        sync finds them),
         named ``name`` (one just dropped may be made again) or a new name."""
         name = name or f"kts_bench_sync_{uuid.uuid4().hex[:12]}"
         with self.admin.connect() as conn:
@@ -140,6 +142,11 @@ class Databases:
             keep_simulated_data(engine)
         finally:
             engine.dispose()
+        # Dagster's tables too (dagster.yaml keeps the instance in this database): a deployment
+        # made them once, at its first run, not at every sync.
+        storage = KtsDagsterStorage(server_url=url)
+        for part in (storage.run_storage, storage.event_log_storage, storage.schedule_storage):
+            part.dispose()
         return url
 
     def empty_store(self, url: str) -> None:

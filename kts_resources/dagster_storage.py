@@ -36,9 +36,9 @@ class KtsDagsterStorage(DagsterPostgresStorage):
     """``storage: custom: {module: kts_resources.dagster_storage, class: KtsDagsterStorage}``.
     Config: ``schema`` (default ``dagster``), the PostgreSQL schema that holds Dagster's tables."""
 
-    def __init__(self, schema: str = DEFAULT_SCHEMA, inst_data=None):
+    def __init__(self, schema: str = DEFAULT_SCHEMA, inst_data=None, server_url: str | None = None):
         self.schema = schema
-        super().__init__(dagster_database_url(schema), should_autocreate_tables=True, inst_data=inst_data)
+        super().__init__(dagster_database_url(schema, server_url), should_autocreate_tables=True, inst_data=inst_data)
         # One pooled connection per process, as Dagster's webserver keeps (storages otherwise open a
         # connection per statement); no statement timeout in a run (a webserver sets its own).
         for storage in (self.run_storage, self.event_log_storage, self.schedule_storage):
@@ -53,14 +53,15 @@ class KtsDagsterStorage(DagsterPostgresStorage):
         return cls(schema=config_value.get("schema", DEFAULT_SCHEMA), inst_data=inst_data)
 
 
-def dagster_database_url(schema: str = DEFAULT_SCHEMA) -> str:
-    """kts's database URL with ``schema`` first on the search path (created if missing)."""
+def dagster_database_url(schema: str = DEFAULT_SCHEMA, server_url: str | None = None) -> str:
+    """kts's database URL (``server_url``, default ``database_url()``) with ``schema`` first on the
+    search path (created if missing)."""
     from kts_resources.metadata import database
 
     if not _SCHEMA_NAME.fullmatch(schema):
         raise database.MetadataStoreMisconfigured(
             f"dagster.yaml: storage schema {schema!r} is not a plain PostgreSQL name (lower case letters, digits, _)")
-    url = make_url(database.database_url())
+    url = make_url(database.normalize_url(server_url) if server_url else database.database_url())
     options = " ".join(filter(None, [url.query.get("options"), f"-csearch_path={schema}"]))
     # connect_timeout: a server that is gone fails the load in seconds; the name tells Dagster's
     # connections from the store's in pg_stat_activity.

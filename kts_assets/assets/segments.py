@@ -13,7 +13,7 @@ from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
-from kts_resources.inventory import inventory_path, inventory_root, key_digest, publish
+from kts_resources.inventory import inventory_path, inventory_root, key_digest, publish, write_inventory_table
 from kts_resources.kafka.errors import shown
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
 from kts_resources.tiers import eligible_segments, locate_partitions, partition_tiers, segment_bytes
@@ -151,26 +151,26 @@ def local_segments(
 
 def _scan_and_write(pyspark: KtsPySparkResource, located: dict, previous: dict, staging) -> tuple[list, int]:
     """The Spark inventory of the run's partitions (rows kept from ``previous`` where nothing
-    changed), written as one Parquet directory per partition digest under ``staging``; its rows
-    (with partition_key) and how many were kept."""
-    from pyspark.sql import functions as F
+    changed), collected and written on the driver as one Parquet directory per partition under
+    ``staging`` (named by the key's digest, never the key itself, which a 249-character topic makes
+    longer than a file name may be); its rows (with partition_key) and how many were kept."""
+    from pyspark.sql import Row
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    from kts_resources.spark import segment_inventory
+    from kts_resources.spark import inventory_schema, segment_inventory
 
-    spark = pyspark.spark_session
     with pyspark.server_loss_as_failure():
-        inventory, kept = segment_inventory(spark, [loc.partition for loc in located.values()], previous)
-        inventory = inventory.withColumn("partition_key", F.concat_ws("-", F.col("topic"), F.col("partition").cast("string")))
-        # Spark names each output directory after its partition column: a digest, never the key itself,
-        # which a 249-character topic makes longer than a file name may be.
-        inventory = inventory.withColumn("partition_digest", F.substring(F.sha1(F.col("partition_key")), 1, 16))
-        inventory = inventory.cache()
-        rows = inventory.drop("leader_epochs", "path", "partition_digest").collect()
-        # One Spark write for the whole run, split into one Parquet directory per partition key.
-        staging.parent.mkdir(parents=True, exist_ok=True)
-        if rows:
-            inventory.drop("partition_key").write.mode("overwrite").partitionBy("partition_digest").parquet(str(staging))
-        inventory.unpersist()
+        inventory, kept = segment_inventory(pyspark.spark_session, [loc.partition for loc in located.values()], previous)
+        collected = inventory.collect()
+    schema = to_arrow_schema(inventory_schema())
+    by_key: dict[str, list[dict]] = {}
+    for row in collected:
+        by_key.setdefault(f"{row.topic}-{row.partition}", []).append(row.asDict())
+    rows = []
+    for key, records in by_key.items():
+        records.sort(key=lambda r: r["base_offset"])
+        write_inventory_table(staging / f"partition_digest={key_digest(key)}", records, schema)
+        rows += [Row(**record, partition_key=key) for record in records]
     return rows, kept
 
 
