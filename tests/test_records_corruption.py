@@ -316,16 +316,16 @@ def test_a_file_truncated_while_it_is_scanned_is_one_clear_error_not_a_signal(tm
 
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(SEGMENT)
-    real_pread = os.pread
+    real_preadv = os.preadv
     calls = []
 
-    def pread_then_truncate(fd, n, offset):
+    def preadv_then_truncate(fd, buffers, offset):
         calls.append(offset)
-        data = real_pread(fd, n, offset)
+        got = real_preadv(fd, buffers, offset)
         if len(calls) == 1:
             os.truncate(path, BOUNDARIES[2])  # the broker truncates its log after the first read
-        return data
+        return got
 
-    monkeypatch.setattr(segment_module.os, "pread", pread_then_truncate)
+    monkeypatch.setattr(segment_module.os, "preadv", preadv_then_truncate)
     with pytest.raises(FileChangedError, match=rf"{path.name}: byte \d+: .*truncated underneath"):
         scan_segment_file(path, chunk_bytes=100)

@@ -127,22 +127,32 @@ def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
-        buf = bytearray()
+        # One buffer, read into again and again: a fresh bytes object per chunk (and a bytearray
+        # grown by it) page-faulted its memory in on every chunk, which cost more than the scan.
+        buf = bytearray(max(1, min(chunk_bytes, size - start)))
+        filled = 0  # bytes of buf holding the file from ``base``
         base = start  # the file position of buf[0]
         read_to = start
         need = 0  # bytes the buffer must hold before the next scan (a batch cut off by a chunk)
         while True:
             while read_to < size:
-                data = os.pread(fd, min(max(chunk_bytes, need - len(buf)), size - read_to), read_to)
-                if not data:
+                # Fill up to a chunk (or the whole cut-off batch): the buffer keeps its size.
+                want = min(max(chunk_bytes, need) - filled, size - read_to)
+                if len(buf) < filled + want:
+                    grown = bytearray(filled + want)
+                    grown[:filled] = buf[:filled]
+                    buf = grown
+                got = os.preadv(fd, [memoryview(buf)[filled:filled + want]], read_to)
+                if not got:
                     raise FileChangedError(f"{os.fspath(path)}: byte {read_to}: the file ended at {read_to} bytes while it "
                                            f"was read ({size} when it was opened): truncated underneath")
-                buf += data
-                read_to += len(data)
-                if len(buf) >= need:
+                filled += got
+                read_to += got
+                if filled >= need:
                     break
             at_end = read_to >= size
-            part = scan_batches(buf, verify_crc=verify_crc)
+            view = memoryview(buf)[:filled]
+            part = scan_batches(view, verify_crc=verify_crc)
             for batch in part.batches:
                 batch.position += base
             scan.batches.extend(part.batches)
@@ -152,13 +162,12 @@ def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
                 if at_end:
                     scan.valid_bytes = position
                     return size, scan
-                base, need = position, 0
-                buf.clear()
+                base, need, filled = position, 0, 0
                 continue
             # Stopped short of the buffer's end: bytes that can never be a batch, or a batch the
             # chunk cut off. The verdict must be the one a scan of the whole file gives.
             file_rest = size - position
-            header = _next_header(memoryview(buf)[part.valid_bytes:])
+            header = _next_header(view[part.valid_bytes:])
             if at_end or header is None:
                 # Bad magic or a too-short length: more bytes change nothing but the length.
                 scan.invalid = InvalidBytes(position, file_rest, part.invalid.reason)
@@ -173,7 +182,10 @@ def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
                 scan.valid_bytes = position
                 return size, scan
             need = min(need, file_rest)
-            del buf[: part.valid_bytes]
+            # The cut-off batch moves to the front (a same-size slice copy: the buffer never shrinks).
+            kept = filled - part.valid_bytes
+            buf[:kept] = buf[part.valid_bytes:filled]
+            filled = kept
             base = position
 
 
