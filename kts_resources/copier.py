@@ -15,7 +15,11 @@ import os
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
+
+from kts_resources import remote_index as ri
+from kts_resources import remote_index_cache as index_cache
 
 from kts_resources.kafka.checkpoints import EpochEntry, epochs_up_to, format_leader_epoch_checkpoint
 from kts_resources.kafka.files import mapped
@@ -188,8 +192,13 @@ def copy_partition(
     clock: Clock | None = None,
     lock_timeout_s: float | None = None,
     on_copied: ProgressCallback | None = None,
+    index_cache_home: Path | None = None,
 ) -> PartitionCopyResult:
     """Copy every eligible segment of one partition, oldest first, one at a time.
+
+    ``index_cache_home`` (KTS_HOME): each copied segment's remote log index entries, taken from the
+    copy's own verification pass, go into that machine's index cache, so the index build need not
+    read the segment again.
 
     Safe to run again at any point and concurrently with itself: the partition lock serialises
     writers, a fresh segment UUID per attempt means no two attempts share an object key, and a
@@ -258,13 +267,14 @@ def copy_partition(
         # COPY_SEGMENT_STARTED, so that the store's round trips do not queue for the GIL behind it.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-copy-prepare") as prepare:
             def prepared(i: int) -> Future:
-                return prepare.submit(_prepare, partition, candidates[i], tip, lineage, broker_id, clock)
+                return prepare.submit(_prepare, partition, candidates[i], tip, lineage, broker_id, clock,
+                                      ri.DEFAULT_CHUNK_BYTES if index_cache_home is not None else None)
 
             pending = prepared(0) if candidates else None
             for i, segment in enumerate(candidates):
                 lock.assert_held()  # a lost lock means another run may be copying now: stop
                 try:
-                    md, data = pending.result()
+                    md, data, chunks = pending.result()
                 except (CorruptSegmentError, OSError) as e:
                     result.stopped = str(e)
                     log.error("%s: %s", tp, e)
@@ -284,6 +294,8 @@ def copy_partition(
                     log.error("%s: %s", tp, result.stopped)
                     break
                 result.copied.append(finished)
+                if index_cache_home is not None and chunks is not None:
+                    _cache_index_entries(index_cache_home, tip, storage, finished, chunks)
                 if on_copied is not None:
                     on_copied(tp, finished)
         # After the copies, still under the lock: the local listing first, then the remote tier.
@@ -329,7 +341,7 @@ def recopy_damaged(
             result.damaged_left.append(f"segment {md.start_offset}..{md.end_offset} ({problem}): "
                                        "its local segment is gone, so it cannot be re-copied")
             continue
-        replacement, data = _prepare(partition, local, tip, lineage, broker_id, clock)
+        replacement, data, _chunks = _prepare(partition, local, tip, lineage, broker_id, clock)
         if replacement.segment_size_in_bytes != md.segment_size_in_bytes:
             result.damaged_left.append(f"segment {md.start_offset}..{md.end_offset} ({problem}): the local segment is "
                                        f"{replacement.segment_size_in_bytes} bytes, the remote one was {md.segment_size_in_bytes}; "
@@ -373,14 +385,16 @@ def _prepare(
     lineage: Sequence[EpochEntry],
     broker_id: int,
     clock: Clock,
-) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
-    """Check every batch of the segment, then describe it for the metadata store and the upload."""
+    index_chunk_bytes: int | None = None,
+) -> tuple[RemoteLogSegmentMetadata, LogSegmentData, list | None]:
+    """Check every batch of the segment, then describe it for the metadata store and the upload;
+    with ``index_chunk_bytes``, also its remote log index chunks (``SegmentVerification.chunks``)."""
     assert segment.next_base_offset is not None
     end_offset = segment.next_base_offset - 1
     with open(segment.log, "rb") as f:
         st = os.fstat(f.fileno())
         with mapped(f) as view:
-            found = verify_segment(view)
+            found = verify_segment(view, chunk_bytes=index_chunk_bytes)
     if found.problem is not None:
         position, problem = found.problem
         raise CorruptSegmentError(f"{segment.log}: byte {position}: {problem}; the segment is not copied")
@@ -410,7 +424,23 @@ def _prepare(
         leader_epoch_index=format_leader_epoch_checkpoint(epochs_up_to(lineage, end_offset)),
         log_segment_checksum=VerifiedChecksum(found.crc32c, found.size, st.st_mtime_ns),
     )
-    return metadata, data
+    return metadata, data, found.chunks
+
+
+def _cache_index_entries(home: Path, tip: TopicIdPartition, storage: RemoteStorageManager,
+                         md: RemoteLogSegmentMetadata, chunks: list) -> None:
+    """A just-copied segment's remote log index entries into the index cache under ``home``. They
+    describe the bytes uploaded: the upload checked its checksum against the verified one. Failing
+    here costs only the index build's own read of the segment."""
+    try:
+        key = storage.segment_object_keys(md)["log"]
+        entries = [ri.RemoteLogIndexEntry(first, last, first_ts, last_ts, length, ri.RemoteDataId(md.segment_id.id, position, key))
+                   for first, last, first_ts, last_ts, position, length in chunks]
+        index_cache.store_segment_entries(index_cache.cache_directory(home, tip), md.segment_id.id,
+                                          index_cache.encode_segment_entries(entries))
+    except (OSError, ValueError) as e:
+        log.warning("%s: remote log index entries of segment %d not cached (the index build reads it): %s",
+                    tip.topic_partition, md.start_offset, e)
 
 
 def _upload_and_finish(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kts_resources import remote_index_cache as index_cache
 from kts_resources.copier import copy_log_dir, copy_partition, segment_leader_epochs
 from kts_resources.kafka.checkpoints import (
     EpochEntry,
@@ -117,6 +118,30 @@ def test_a_pass_copies_exactly_the_eligible_segments_byte_for_byte(log_dir, meta
     results = copy_log_dir(LogDir(log_dir), metadata_store, storage)
     assert all(r.stopped is None and r.skipped is None for r in results)
     assert sum(len(r.copied) for r in results) == sum(len(v) for v in _eligible(log_dir).values()) > 2
+    _assert_remote_tier_mirrors_eligible_segments(log_dir, metadata_store, storage)
+
+
+def test_the_copy_hands_the_index_cache_each_segments_entries_as_a_read_of_the_remote_object_finds_them(log_dir, metadata_store, tier, tmp_path):
+    storage, _ = tier
+    home = tmp_path / "kts-home"
+    results = copy_log_dir(LogDir(log_dir), metadata_store, storage, index_cache_home=home)
+    copied = [(r, md) for r in results for md in r.copied]
+    assert len(copied) > 2
+    for _r, md in copied:
+        directory = index_cache.cache_directory(home, md.topic_id_partition)
+        assert md.segment_id.id in index_cache.cached_segment_ids(directory)
+        cached = (directory / index_cache.SEGMENTS_DIR / f"{md.segment_id.id}{index_cache.ENTRIES_SUFFIX}").read_bytes()
+        assert index_cache.decode_segment_entries(cached) == index_cache.read_segment_entries(storage, md)  # from the tier
+
+
+def test_a_copy_whose_index_entries_cannot_be_cached_still_copies(log_dir, metadata_store, tier, tmp_path, caplog):
+    storage, _ = tier
+    home = tmp_path / "not-a-directory"
+    home.write_text("")
+    with caplog.at_level(logging.WARNING, logger="kts_resources.copier"):
+        results = copy_log_dir(LogDir(log_dir), metadata_store, storage, index_cache_home=home)
+    assert all(r.stopped is None for r in results) and sum(len(r.copied) for r in results) > 2
+    assert "not cached (the index build reads it)" in caplog.text
     _assert_remote_tier_mirrors_eligible_segments(log_dir, metadata_store, storage)
 
 

@@ -1,5 +1,6 @@
-"""``remote_log_index`` through Dagster: after a copy, Spark reads each finished segment's batch
-headers once, the partition's index files land under KTS_HOME and in the remote tier, the check
+"""``remote_log_index`` through Dagster: after a copy (which hands over each segment's entries from
+its verification pass; Spark reads the batch headers of any segment without them, and of every
+segment on a rebuild), the partition's index files land under KTS_HOME and in the remote tier, the check
 finds every finished segment covered exactly once; later runs read only new segments, deleted
 segments roll out, and a damaged file fails the check."""
 
@@ -42,7 +43,8 @@ def test_the_index_covers_every_finished_segment_locally_and_in_the_tier(log_dir
     store = RemoteLogMetadataStore.from_url(pg_url)
     tip = next(t for t in store.partitions() if t.topic_partition.dir_name == KEY)
     finished = store.list_remote_log_segments(tip, states={FINISHED})
-    assert md["indexed_segments"] == len(finished) == md["new_segments"] > 2
+    # The copy handed over every segment's entries from its own verification pass: none is read again.
+    assert md["indexed_segments"] == len(finished) > 2 and md["new_segments"] == 0
     assert md["indexed_bytes"] == sum(m.segment_size_in_bytes for m in finished)
     directory = index_cache.cache_directory(kts_home, tip)
     assert directory.is_relative_to(kts_home) and ri.file_set_offsets(directory)
@@ -51,6 +53,12 @@ def test_the_index_covers_every_finished_segment_locally_and_in_the_tier(log_dir
     assert shipped == {p.name for p in directory.iterdir() if ri.file_base_offset(p.name) is not None}
     [check] = _check_results(result)
     assert check.passed, check.description
+    # ... and they are the entries Spark finds reading every segment afresh: the same files.
+    files = {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
+    rebuilt = dg.materialize([remote_log_index], partition_key=KEY, instance=instance, resources=resources,
+                             run_config={"ops": {"remote_log_index": {"config": {"rebuild": True}}}})
+    assert partition_metadata(rebuilt, "remote_log_index")[KEY]["new_segments"] == len(finished)
+    assert {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()} == files
 
     # A second run after nothing new reads no segment; after a segment is deleted, it rolls out.
     again = _run(instance, resources)

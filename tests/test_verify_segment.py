@@ -8,12 +8,17 @@ offsets, timestamps and leader epochs, plus the whole file's CRC-32C.
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
 from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kts_resources import remote_index as ri
 from kts_resources.kafka.records import SegmentVerification, scan_batches, verify_segment
 
+from .conftest import shared_dir
 from .test_records_corruption import BOUNDARIES, PARTS, SEGMENT
 
 
@@ -91,3 +96,33 @@ def test_random_damage_and_cuts_agree_with_the_scan(damage, cut):
     for position, mask in damage:
         data[position] ^= mask
     assert_agrees_with_the_scan(bytes(data[:cut]))
+
+
+# --- the remote log index's chunks, from the same pass (the copy hands them to the index cache) ---
+
+
+def _index_chunks(data: bytes, chunk_bytes: int) -> list[tuple]:
+    """The reference: remote_index.segment_entries over the header scan's batches."""
+    entries = ri.segment_entries(scan_batches(data).batches, segment_id=uuid.UUID(int=1), key="k", chunk_bytes=chunk_bytes)
+    return [(e.first_offset, e.last_offset, e.first_timestamp, e.last_timestamp, e.rdi.position, e.data_length) for e in entries]
+
+
+MAGIC_2_ONLY = b"".join(p for p in PARTS if p[16] == 2)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 100, 1000, 4096, 64 * 1024, 1 << 20])
+def test_the_chunks_are_the_remote_log_index_entries_of_kafka_python_and_real_broker_segments(chunk_bytes):
+    segments = [MAGIC_2_ONLY] + [p.read_bytes() for p in sorted((shared_dir() / "fixtures" / "real_broker").rglob("*.log"))]
+    assert any(len(s) > 4096 for s in segments)
+    for data in segments:
+        assert verify_segment(data, chunk_bytes=chunk_bytes).chunks == _index_chunks(data, chunk_bytes)
+
+
+def test_no_chunks_unless_asked_for_or_when_the_segment_is_not_all_whole_magic_2_batches():
+    assert verify_segment(MAGIC_2_ONLY).chunks is None
+    assert verify_segment(b"", chunk_bytes=4096).chunks == []
+    assert verify_segment(SEGMENT, chunk_bytes=4096).chunks is None  # magic 0/1 inside: the index reads it
+    assert verify_segment(MAGIC_2_ONLY[:-1], chunk_bytes=4096).chunks is None  # a partial batch
+    damaged = bytearray(MAGIC_2_ONLY)
+    damaged[-5] ^= 0xFF
+    assert verify_segment(bytes(damaged), chunk_bytes=4096).chunks is None  # a CRC failure

@@ -12,6 +12,7 @@ from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
+from kts_resources import settings
 from kts_resources.copier import PARALLEL_PARTITIONS, PartitionCopyResult, copy_partition
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import (
@@ -85,8 +86,10 @@ def remote_segments(
     storage = remote_tier.storage()
     quota = copy_quota.manager(store.engine)  # one rate for the whole run, shared with other runs
 
+    home = settings.kts_home()  # the remote log index cache: the copy hands it each segment's entries
+
     def copy_one(loc: LocatedPartition) -> PartitionCopyResult:
-        return copy_partition(loc.partition, loc.log_dir, store, storage, quota=quota)
+        return copy_partition(loc.partition, loc.log_dir, store, storage, quota=quota, index_cache_home=home)
 
     failed: list[str] = []
     copied_total = 0

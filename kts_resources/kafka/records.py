@@ -346,6 +346,11 @@ class SegmentVerification:
     epochs: dict[int, int] = field(default_factory=dict)
     # The first problem, as (byte position, what is wrong): a CRC failure or invalid bytes.
     problem: tuple[int, str] | None = None
+    # With ``chunk_bytes``: the segment's runs of whole batches of at most that many bytes (a larger
+    # batch alone), each (first offset, last offset, first timestamp, max timestamp, position,
+    # bytes) — the remote log index's entries, from the same pass. None when not asked for, or when
+    # the segment holds anything but magic-2 batches (the index build then reads it itself).
+    chunks: list[tuple[int, int, int, int, int, int]] | None = None
 
 
 # baseOffset q, batchLength i, partitionLeaderEpoch i, magic b, crc I, attributes h,
@@ -353,8 +358,9 @@ class SegmentVerification:
 _V2_VERIFY_HEADER = struct.Struct(">qiibIhiqq")
 
 
-def verify_segment(data: bytes | memoryview) -> SegmentVerification:
-    """Check every batch's CRC and collect the few facts a copy records, in one pass.
+def verify_segment(data: bytes | memoryview, *, chunk_bytes: int | None = None) -> SegmentVerification:
+    """Check every batch's CRC and collect the few facts a copy records, in one pass (with
+    ``chunk_bytes``, also the remote log index's chunks: ``SegmentVerification.chunks``).
 
     The copy's hot loop (bench/copy_bench.py): unlike :func:`scan_batches` it keeps no per-batch
     objects, and it also takes the whole file's CRC-32C while the bytes are in cache. It stops at
@@ -373,6 +379,9 @@ def verify_segment(data: bytes | memoryview) -> SegmentVerification:
     epoch = None
     batches = 0
     pos = 0
+    # The open chunk: its first batch's position, offset and timestamp, its max timestamp, its bytes.
+    chunks = [] if chunk_bytes else None
+    run_position = run_offset = run_first_ts = run_max_ts = run_bytes = 0
     while pos < end:
         if end - pos < V2_HEADER_SIZE or view[pos + 16] != 2:
             break  # short, legacy or garbage: scan_batches below decides which
@@ -389,10 +398,23 @@ def verify_segment(data: bytes | memoryview) -> SegmentVerification:
                 epochs[leader_epoch] = base_offset
         if max_ts > max_timestamp:
             max_timestamp = max_ts
+        if chunks is not None:
+            if run_bytes and run_bytes + size > chunk_bytes:
+                chunks.append((run_offset, last_offset, run_first_ts, run_max_ts, run_position, run_bytes))
+                run_bytes = 0
+            if run_bytes:
+                if max_ts > run_max_ts:
+                    run_max_ts = max_ts
+            else:
+                run_position, run_offset, run_first_ts, run_max_ts = pos, base_offset, _base_ts, max_ts
+            run_bytes += size
         last_offset = base_offset + last_delta
         last_position = pos
         batches += 1
         pos += size
+    if chunks is not None and run_bytes and result.problem is None:
+        chunks.append((run_offset, last_offset, run_first_ts, run_max_ts, run_position, run_bytes))
+    result.chunks = chunks if pos == end and result.problem is None else None
     if pos < end and result.problem is None:
         rest = scan_batches(view, verify_crc=True, start=pos)
         for batch in rest.batches:
