@@ -149,6 +149,9 @@ def test_a_sync_killed_in_its_spark_step_never_blocks_the_next(tmp_path, pg_url)
     env = sync_env(tmp_path, log_dir, pg_url)
     # The repo's pools: one `spark` slot, as a host running kts has.
     (Path(env["DAGSTER_HOME"]) / "dagster.yaml").write_text("telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n")
+    # The instance's SQLite files made before the sync starts: the polling below must not race the
+    # sync's process to create them (two first-time Alembic stamps leave two heads).
+    dg.DagsterInstance.from_config(env["DAGSTER_HOME"]).dispose()
     out = tmp_path / "killed.log"
     with open(out, "wb") as sink:
         doomed = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
