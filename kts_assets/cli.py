@@ -565,12 +565,17 @@ def dagster_instance():
     return dg.DagsterInstance.get()
 
 
+# How long `kts ui` waits for dagster dev to stop its servers after SIGINT/SIGTERM before killing them.
+UI_STOP_GRACE_S = 20
+
+
 def cmd_ui(args) -> int:
     """`dagster dev` (webserver + daemon) on loopback, on the instance and the environment the CLI
     uses: the same DAGSTER_HOME, and KTS_HOME / KTS_LOG_DIRS resolved as the CLI resolves them, so
     the code location never falls back to other defaults. Stops on SIGINT/SIGTERM."""
     import signal
     import subprocess
+    import time
 
     from kts_resources import settings
 
@@ -584,21 +589,39 @@ def cmd_ui(args) -> int:
     print(f"kts ui: http://127.0.0.1:{args.port} (DAGSTER_HOME={env['DAGSTER_HOME']}, "
           f"{settings.HOME}={env[settings.HOME]}, {settings.LOG_DIRS}={env[settings.LOG_DIRS]}); Ctrl-C stops it",
           file=sys.stderr, flush=True)
-    server = subprocess.Popen(command, env=env, cwd=REPO_ROOT if REPO_ROOT.is_dir() else None, start_new_session=True)
     stopping = {"signal": None}
+    started: list = []
 
     def forward(signum, _frame) -> None:
         stopping["signal"] = signum
-        server.send_signal(signal.SIGTERM)  # dagster dev stops its webserver, daemon and code servers
+        if started:
+            started[0].send_signal(signal.SIGTERM)  # dagster dev stops its webserver, daemon and code servers
 
+    # Handlers first: a signal caught here is default again in the child, while one this process
+    # was started ignoring (SIGINT under `nohup` or a script's `&`) would stay ignored in dagster dev
+    # and its webserver and daemon, which dagster dev stops with SIGINT: they would never stop.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, forward)
-    status = server.wait()
+    server = subprocess.Popen(command, env=env, cwd=REPO_ROOT if REPO_ROOT.is_dir() else None, start_new_session=True)
+    started.append(server)
+    if stopping["signal"] is not None:  # asked to stop while it was starting
+        server.send_signal(signal.SIGTERM)
+    give_up_at = None
+    while True:
+        try:
+            status = server.wait(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            if stopping["signal"] is not None:
+                give_up_at = give_up_at or time.monotonic() + UI_STOP_GRACE_S
+                if time.monotonic() > give_up_at:
+                    break  # asked to stop and still not gone: the group is killed below
     if stopping["signal"] is not None:
         try:
             os.killpg(server.pid, signal.SIGKILL)  # anything of its group that outlived it
         except ProcessLookupError:
             pass
+        server.wait()
         return 0
     return status
 

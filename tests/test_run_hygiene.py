@@ -105,6 +105,20 @@ def test_a_sigtermed_sync_exits_within_seconds_and_the_next_pass_leaves_no_copy_
     assert states and RemoteLogSegmentState.COPY_SEGMENT_STARTED.name not in states
 
 
+def _processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line holds ``text`` (the webserver's, daemon's and code
+    server's carry the instance's DAGSTER_HOME)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def test_kts_ui_serves_the_repository_on_loopback_and_stops_on_sigterm(tmp_path):
     log_dir = tmp_path / "logs"
     simulate(log_dir, SimulationConfig(seed=5, topics=("orders",), partitions=1, segment_bytes=48 * 1024, total_bytes=60 * 1024))
@@ -116,8 +130,11 @@ def test_kts_ui_serves_the_repository_on_loopback_and_stops_on_sigterm(tmp_path)
     port = free_loopback_port()
     log = tmp_path / "ui.log"
     with open(log, "wb") as sink:
+        # Started with SIGINT ignored, as `nohup` or a script's `&` starts it: what dagster dev
+        # stops its servers with must still reach them.
         ui = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "ui", "--port", str(port)], env=env, cwd=tmp_path,
-                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_until_serving(url, ui, log)
@@ -127,7 +144,8 @@ def test_kts_ui_serves_the_repository_on_loopback_and_stops_on_sigterm(tmp_path)
         ui.send_signal(signal.SIGTERM)
         assert ui.wait(timeout=30) == 0, _tail(log)
         with pytest.raises(ProcessLookupError):
-            os.killpg(ui.pid, 0)  # nothing of the webserver, daemon or code server is left
+            os.killpg(ui.pid, 0)
+        assert _processes_mentioning(str(dagster_home)) == []  # nothing of the webserver, daemon or code server is left
     finally:
         _stop(ui)
         # The daemon's sensors started this KTS_HOME's embedded PostgreSQL, which outlives the UI by
