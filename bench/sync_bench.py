@@ -16,10 +16,12 @@ sit in closed, copy-eligible segments. Then, each round, every measurement into 
 - "kts sync": ``python -m kts_assets.cli sync`` as a subprocess, as a user runs it, with
   KTS_LOG_DIRS, KTS_DATABASE_URL, KTS_REMOTE_URI, a fresh KTS_HOME (the Parquet inventory) and a
   fresh DAGSTER_HOME (the repo's dagster.yaml: telemetry off, the instance in the database's
-  ``dagster`` schema) and
-  KTS_SPARK_MASTER=local[*]. It includes what a user pays: Python and JVM start-up, Dagster's run
-  bookkeeping, the Spark inventory of every segment (local_segments), the copy (remote_segments)
-  and the asset checks;
+  ``dagster`` schema), on the standing embedded Spark Connect server (``--spark classic``:
+  KTS_SPARK_MASTER=local[*], a JVM per sync) and in the standing CLI server (``--cli-server off``:
+  a fresh Python process per sync that imports everything), both started once, untimed, as kts's
+  first sync starts them and later ones reuse them. It includes what a user pays: the client's
+  start-up, Dagster's run bookkeeping, the Spark inventory of every segment (local_segments), the
+  copy (remote_segments) and the asset checks;
 - "kts sync, nothing to copy": the same command again right after, on the same state. Everything
   but the copy: the fixed cost (start-up, Spark session, Dagster) plus the inventory, which
   re-scans every local segment whether copied or not. ``--quick`` skips it (``--noop`` to keep
@@ -71,6 +73,7 @@ from benchlib import REPO_ROOT, add_json_argument, format_rows, git_state, keep_
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from kts_assets import cli_server
 from kts_assets.cli import parse_size
 from kts_resources.copier import PARALLEL_PARTITIONS, copy_log_dir
 from kts_resources.dagster_storage import KtsDagsterStorage
@@ -287,12 +290,14 @@ class SyncEnv:
     dagster_home: Path
     log_dir: Path
     spark: dict[str, str]  # KTS_SPARK_MASTER for --spark classic; empty for the embedded default (see make_sync_env)
+    cli_server: bool = True  # KTS_CLI_SERVER on (the standing server, see make_sync_env) or off
 
     def environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KTS_", "DAGSTER_"))}
         env.update({
             "KTS_LOG_DIRS": str(self.log_dir), "KTS_HOME": str(self.kts_home), "KTS_DATABASE_URL": self.url,
             "KTS_REMOTE_URI": self.remote.as_uri(), "DAGSTER_HOME": str(self.dagster_home), **self.spark,
+            "KTS_CLI_SERVER": "on" if self.cli_server else "off",
         })
         return env
 
@@ -312,10 +317,15 @@ class SyncEnv:
                 os.environ["KTS_DATABASE_URL"] = saved
 
 
-def make_sync_env(base: Path, url: str, log_dir: Path, spark: dict[str, str], standing_spark: Path | None = None) -> SyncEnv:
-    env = SyncEnv(url, base / "remote", base / "kts_home", base / "dagster_home", log_dir, spark)
+def make_sync_env(base: Path, url: str, log_dir: Path, spark: dict[str, str], standing_spark: Path | None = None,
+                  standing_cli_server: Path | None = None) -> SyncEnv:
+    env = SyncEnv(url, base / "remote", base / "kts_home", base / "dagster_home", log_dir, spark,
+                  cli_server=standing_cli_server is not None)
     for d in (env.remote, env.kts_home, env.dagster_home):
         d.mkdir(parents=True)
+    if standing_cli_server is not None:
+        # Likewise the CLI server: the one kts's first sync starts and later ones reuse.
+        (env.kts_home / cli_server.STATE_DIR).symlink_to(standing_cli_server, target_is_directory=True)
     if standing_spark is not None:
         # The fresh KTS_HOME's embedded Spark Connect server is the standing one: the sync takes
         # kts's default path (the embedded server and its shared session), not KTS_SPARK_REMOTE's.
@@ -450,7 +460,7 @@ def median(values: list[float]) -> float:
 
 
 def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: dict[str, str],
-            standing_spark: Path | None = None) -> dict:
+            standing_spark: Path | None = None, standing_cli_server: Path | None = None) -> dict:
     root = tmpdir / "logs"
     progress(f"simulating a log dir: {args.size / MiB:.0f} MiB in closed {args.segment_size / MiB:.0f} MiB segments "
              f"over {args.partitions} partitions (seed {args.seed})")
@@ -497,7 +507,7 @@ def measure(args: argparse.Namespace, tmpdir: Path, dbs: Databases, spark_env: d
     def run_syncs(record: bool) -> None:
         url = dbs.fresh()
         base = fresh("sync")
-        env = make_sync_env(base, url, root, spark_env, standing_spark)
+        env = make_sync_env(base, url, root, spark_env, standing_spark, standing_cli_server)
         try:
             warm(files)
             progress("  kts sync …")
@@ -630,8 +640,14 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="kts-bench-sync-") as tmp:
         dbs = Databases(Path(tmp))
         spark_home = Path(tmp) / "kts_home" / "spark-connect"
+        cli_home = cli_server.state_dir(Path(tmp) / "kts_home") if args.cli_server == "standing" else None
         spark_env: dict[str, str] = {}
         try:
+            if cli_home is not None:
+                # The standing CLI server every sync runs in, as kts's default leaves it between
+                # syncs: started once, untimed (its imports are what a first sync pays).
+                progress(f"starting the CLI server under {cli_home.parent}")
+                cli_server.ensure_running(cli_home, cli_server.code_fingerprint())
             if args.spark == "connect":
                 # The standing server every sync attaches to, as kts's embedded default runs: started
                 # once, untimed; each sync's fresh KTS_HOME links its spark-connect directory to it.
@@ -639,8 +655,10 @@ def run(args: argparse.Namespace) -> dict:
                 spark_connect.ensure_running(spark_home)
             else:
                 spark_env = {"KTS_SPARK_MASTER": "local[*]"}
-            result = measure(args, Path(tmp), dbs, spark_env, spark_home if args.spark == "connect" else None)
+            result = measure(args, Path(tmp), dbs, spark_env, spark_home if args.spark == "connect" else None, cli_home)
         finally:
+            if cli_home is not None and cli_server.stop(cli_home):
+                progress("stopped the CLI server")
             dbs.close()
             if spark_connect.stop(spark_home):
                 progress("stopped the embedded Spark Connect server")
@@ -650,7 +668,7 @@ def run(args: argparse.Namespace) -> dict:
         "params": {
             "size_bytes": args.size, "segment_size_bytes": args.segment_size, "partitions": args.partitions,
             "repeats": args.repeats, "warmup": args.warmup, "noop": args.noop, "quick": bool(args.quick), "seed": args.seed,
-            "spark": args.spark, "spark_env": spark_env, "command": [sys.executable, "-m", "kts_assets.cli", "sync"],
+            "spark": args.spark, "spark_env": spark_env, "cli_server": args.cli_server, "command": [sys.executable, "-m", "kts_assets.cli", "sync"],
             "page_cache": "warm: source files read before every measurement; sync before every one, untimed",
             # Each sync subprocess imports the code on disk at its start, the copies run the code
             # this process imported: if the two states differ, so may the code the rounds ran.
@@ -737,6 +755,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark", choices=["connect", "classic"], default="connect",
                         help="connect: every sync attaches to one standing Spark Connect server (kts's default); "
                              "classic: each sync starts its own in-process JVM (KTS_SPARK_MASTER=local[*])")
+    parser.add_argument("--cli-server", choices=["standing", "off"], default="standing",
+                        help="standing: every sync runs in one standing CLI server (kts's default, KTS_CLI_SERVER=on); "
+                             "off: each sync is a fresh Python process that imports everything (KTS_CLI_SERVER=off)")
     add_json_argument(parser, "sync")
     args = parser.parse_args(argv)
     pick = 1 if args.quick else 0

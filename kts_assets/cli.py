@@ -21,6 +21,9 @@ from kts_resources.kafka.errors import KafkaFormatError, shown
 
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+# Commands run in the standing CLI server (kts_assets.cli_server) unless KTS_CLI_SERVER=off: the
+# ones that run Dagster jobs, whose imports are most of their start-up.
+SERVED_COMMANDS = ("sync",)
 
 
 class CommandError(Exception):
@@ -496,15 +499,21 @@ def cmd_services(args) -> int:
     from kts_resources.services import services, stop_services
     from kts_resources.settings import kts_home
 
+    from kts_assets import cli_server
+
     home = kts_home()
     only = getattr(args, "only", None)
     what = f"embedded {only} server" if only else "embedded server"
     if args.services_command == "stop":
-        stopped = stop_services(home, only)
+        # The CLI server first: its running commands use the other two.
+        stopped = ["cli-server"] if only is None and cli_server.stop(cli_server.state_dir(home)) else []
+        stopped += stop_services(home, only)
         # Stopping what is not running is no error: the goal, nothing running, holds.
         print(f"stopped {', '.join(stopped)} of {home}" if stopped else f"no {what} of {home} is running")
         return 0
     found = services(home, only)
+    if only is None and (server := cli_server.describe(home)) is not None:
+        found.append(server)
     if args.json:
         print_json([s.as_json() for s in found])
     elif found:
@@ -516,7 +525,7 @@ def cmd_services(args) -> int:
 
 
 def add_services_parser(sub) -> None:
-    p = sub.add_parser("services", help="the embedded servers (PostgreSQL, Spark Connect) of this KTS_HOME; `stop` stops them")
+    p = sub.add_parser("services", help="the servers (PostgreSQL, Spark Connect, the CLI server) of this KTS_HOME; `stop` stops them")
     p.add_argument("services_command", nargs="?", choices=["list", "stop"], default="list", metavar="stop",
                    help="stop the embedded servers this KTS_HOME started (they run until then)")
     p.add_argument("--json", action="store_true", help="print JSON (one object per server)")
@@ -990,6 +999,36 @@ _leave_without_teardown = [False]
 
 
 def entry_point(argv: Sequence[str] | None = None) -> None:
+    """``kts``: a sync runs in the standing CLI server of KTS_HOME (``kts_assets.cli_server``),
+    every other command (and a sync with KTS_CLI_SERVER=off) in this process."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] and args[0] in SERVED_COMMANDS:
+        status = _in_cli_server(args)
+        if status is not None:
+            sys.exit(status)
+    run_here(args)
+
+
+def _in_cli_server(args: list[str]) -> int | None:
+    """The command's exit status from the CLI server; None when it is to run in this process
+    (switched off, or a server that cannot be started: said in one line, then run here)."""
+    from kts_assets import cli_server
+    from kts_resources import settings
+
+    try:
+        if not settings.cli_server_enabled():
+            return None
+        return cli_server.run_command(cli_server.state_dir(settings.kts_home()), args)
+    except ValueError as e:
+        report([str(e)])
+        return EXIT_FINDINGS
+    except (cli_server.CliServerError, OSError) as e:
+        report([f"{e}; running the command in this process"])
+        return None
+
+
+def run_here(argv: Sequence[str] | None = None) -> None:
+    """The command in this process, then the process's exit with its status."""
     # CPython collects generation 0 every 700 allocations by default; importing Dagster, PySpark and
     # SQLAlchemy makes millions, so a command spent a fifth of its start-up in the collector.
     gc.set_threshold(50_000, 20, 20)

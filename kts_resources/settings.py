@@ -20,6 +20,7 @@ DATABASE_URL = "KTS_DATABASE_URL"
 SPARK_MASTER = "KTS_SPARK_MASTER"
 SPARK_REMOTE = "KTS_SPARK_REMOTE"
 LOG_LEVEL = "KTS_LOG_LEVEL"
+CLI_SERVER = "KTS_CLI_SERVER"
 
 DEFAULT_SPARK_MASTER = "local[*]"
 
@@ -88,6 +89,18 @@ def log_level(default: str) -> str:
     """``KTS_LOG_LEVEL`` (a ``logging`` level name, any case), else ``default``; upper-cased.
     The CLI's default is ERROR for library logging and WARNING for a Dagster run's console."""
     return (_get(LOG_LEVEL) or default).upper()
+
+
+def cli_server_enabled() -> bool:
+    """``KTS_CLI_SERVER``: ``on`` (the default) runs ``kts sync`` in the standing CLI server of
+    ``KTS_HOME`` (``kts_assets.cli_server``), started by the first sync that needs it; ``off`` runs
+    it in its own process. Any other value is an error (ValueError naming it)."""
+    value = (_get(CLI_SERVER) or "on").lower()
+    if value in ("on", "1", "true", "yes"):
+        return True
+    if value in ("off", "0", "false", "no"):
+        return False
+    raise ValueError(f"{CLI_SERVER}={_get(CLI_SERVER)!r}: must be on or off")
 
 
 def resolved_environment() -> dict[str, str]:

@@ -5,13 +5,16 @@ of ``KTS_HOME`` (``spark_connect.py``); ``KTS_SPARK_REMOTE`` attaches to a clust
 endpoint; ``KTS_SPARK_MASTER`` builds a classic in-process session. Jobs use DataFrame APIs only,
 so they run unchanged on all three.
 
-The scan runs kts's header-only reader inside Spark tasks, one task per segment file, so a
-partition's (or a whole log dir's) segments are read in parallel on every core or executor.
+The scan runs kts's header-only reader inside Spark tasks, each over a group of segment files of
+about equal bytes (``balanced_groups``), as many as the session runs at once (twice over), so a
+partition's (or a whole log dir's) segments are read in parallel on every core or executor, and a
+Python task's fixed cost (~50 ms here) is paid a few times rather than once per segment.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -265,8 +268,9 @@ def _summarize(scan: tuple) -> tuple:
     )
 
 
-def _scanner(scans: list[tuple]):
-    """The ``mapInArrow`` function over ``range(len(scans))``: each task index names one scan.
+def _scanner(groups: list[list[tuple]]):
+    """The ``mapInArrow`` function over ``range(len(groups))``: each task index names one group of
+    scans, summarised one segment after another.
 
     Runs on an executor (classic or Spark Connect alike); the scan list rides in the closure, and
     kts_resources is imported there (the worker's Python, or the artifact shipped to a cluster)."""
@@ -277,18 +281,52 @@ def _scanner(scans: list[tuple]):
 
         schema = to_arrow_schema(inventory_schema())
         for batch in batches:
-            rows = [_summarize(scans[i]) for i in batch.column(0).to_pylist()]
+            rows = [_summarize(scan) for i in batch.column(0).to_pylist() for scan in groups[i]]
             if rows:
                 yield pa.RecordBatch.from_pylist([dict(zip(INVENTORY_COLUMNS, r)) for r in rows], schema=schema)
 
     return scan_batches
 
 
+# Tasks per slot the session runs at once: a little slack for a slot slowed by something else.
+TASKS_PER_SLOT = 2
+_LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\d+)?\])?$")
+
+
+def task_slots(spark: "SparkSession") -> int | None:
+    """How many tasks ``spark`` runs at once: ``spark.default.parallelism`` when set, else a local
+    master's threads (``local[*]``: this machine's CPUs, where the embedded server runs); None for
+    a cluster that does not say (its executors can come and go)."""
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured and configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    m = _LOCAL_MASTER.match(spark.conf.get("spark.master", None) or "")
+    if m is None:
+        return None
+    threads = m.group(1) or "1"
+    return (os.cpu_count() or 1) if threads == "*" else max(1, int(threads))
+
+
+def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:
+    """The indexes of ``sizes`` in at most ``groups`` groups of about equal total (largest first,
+    each to the lightest group so far: within 4/3 of the best split), none empty."""
+    import heapq
+
+    heap = [(0, g) for g in range(max(1, min(groups, len(sizes))))]
+    members: list[list[int]] = [[] for _ in heap]
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        total, g = heapq.heappop(heap)
+        members[g].append(i)
+        heapq.heappush(heap, (total + sizes[i], g))
+    return [sorted(m) for m in members if m]
+
+
 @dataclass
 class InventoryScanPlan:
     """What an inventory must scan, and what it may keep (see :func:`plan_inventory_scan`)."""
 
-    scans: list[tuple]  # (topic, partition, path, base offset, active, mtime_ns): one scan task each
+    scans: list[tuple]  # (topic, partition, path, base offset, active, mtime_ns): a segment to scan each
+    sizes: list[int]  # bytes of each scan's file when planned (what the tasks are balanced by)
     kept_rows: list[tuple]  # previous rows of segments that cannot have changed
     unreadable: list[tuple]  # rows made on the driver for segments it could not even stat
 
@@ -304,7 +342,7 @@ def plan_inventory_scan(partitions: Iterable[PartitionDir], previous: Mapping[st
     closed then and now (Kafka never rewrites a rolled segment in place) or active then and now
     (appends move both; a preallocated active segment keeps its size but not its mtime)."""
     previous = previous or {}
-    plan = InventoryScanPlan([], [], [])
+    plan = InventoryScanPlan([], [], [], [])
     for p in partitions:
         for s in p.segments():
             try:
@@ -318,6 +356,7 @@ def plan_inventory_scan(partitions: Iterable[PartitionDir], previous: Mapping[st
                 plan.kept_rows.append(tuple(row[c] for c in INVENTORY_COLUMNS))
             else:
                 plan.scans.append((p.topic, p.partition, str(s.log), s.base_offset, s.active, st.st_mtime_ns))
+                plan.sizes.append(st.st_size)
     return plan
 
 
@@ -335,8 +374,11 @@ def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
     kept = spark.createDataFrame(plan.kept_rows + plan.unreadable, schema)
     if not plan.scans:
         return kept, len(plan.kept_rows)
-    # One segment per task: range's partitions are the tasks, each index naming its scan.
-    scanned = spark.range(0, len(plan.scans), 1, numPartitions=len(plan.scans)).mapInArrow(_scanner(plan.scans), schema)
+    # range's partitions are the tasks, each index naming its group of scans.
+    slots = task_slots(spark)
+    groups = balanced_groups(plan.sizes, len(plan.scans) if slots is None else slots * TASKS_PER_SLOT)
+    tasks = [[plan.scans[i] for i in group] for group in groups]
+    scanned = spark.range(0, len(tasks), 1, numPartitions=len(tasks)).mapInArrow(_scanner(tasks), schema)
     return (scanned.unionByName(kept) if plan.kept_rows or plan.unreadable else scanned), len(plan.kept_rows)
 
 

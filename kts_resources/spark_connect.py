@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kts_resources import settings
-from kts_resources.metadata.embedded import _alive, _free_port, _locked
+from kts_resources.local_processes import alive as _alive
+from kts_resources.local_processes import locked as _locked
+from kts_resources.metadata.embedded import _free_port
 from kts_resources.private_dirs import make_dirs
 
 LOOPBACK = "127.0.0.1"

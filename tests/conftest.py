@@ -13,6 +13,10 @@ pytest_plugins = ["tests.fixtures_postgres", "tests.fixtures_s3", "tests.fixture
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# Commands run in their own process, as each test's subprocess always did: a standing CLI server
+# per test's KTS_HOME would outlive the test. tests/test_cli_server.py turns it on where it tests it.
+os.environ["KTS_CLI_SERVER"] = "off"
+
 
 def shared_dir() -> Path:
     """``$KTS_SHARED_DIR`` if set, else ``shared/`` beside the repository (how CI clones them)."""
@@ -36,7 +40,7 @@ def third_party_dir() -> Path:
 # default order (files with the most tests first) left these to the end, one worker busy for minutes
 # on them while the other idled.
 LONG_FILES = (
-    "test_sync_independent.py", "test_run_hygiene.py", "test_recover.py", "test_cli_sync.py", "test_lost_ranges.py",
+    "test_sync_independent.py", "test_run_hygiene.py", "test_cli_server.py", "test_recover.py", "test_cli_sync.py", "test_lost_ranges.py",
     "test_bench_daemon_run_smoke.py", "test_recover_sync.py", "test_sync_outcome.py", "test_spark_connect.py",
     "test_bench_sync_smoke.py", "test_webserver.py", "test_spark_inventory.py", "test_assets.py", "test_scrub.py",
     "test_restore.py", "test_hostile_partitions.py", "test_pipeline_end_to_end.py", "test_retention_asset.py",

