@@ -294,6 +294,7 @@ def serve(home: Path) -> int:
     started = time.monotonic()
     for name in PRELOAD:
         importlib.import_module(name)
+    _warm_up()
     others = _other_threads()
     if threading.active_count() != 1 or others:
         # A fork copies only the forking thread: a lock another thread held stays held in the child.
@@ -396,6 +397,18 @@ def serve(home: Path) -> int:
                 (home / STATE_FILE).unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def _warm_up() -> None:
+    """What every sync computes the same way before its first event, done once before the forks:
+    the copy job resolved from the Definitions, the metadata store's newest schema revision (which
+    loads Alembic's scripts)."""
+    from kts_assets.definitions import defs
+    from kts_assets.jobs import COPY_JOB_NAME
+    from kts_resources.metadata.database import head_revision
+
+    defs.resolve_job_def(COPY_JOB_NAME)
+    head_revision()
 
 
 # Set for the server only, before its imports: the libraries that would otherwise start threads
