@@ -225,23 +225,31 @@ def run_command(home: Path, argv: list[str]) -> int:
     """Run ``kts argv`` in ``home``'s server (started if need be) with this process's arguments,
     environment, working directory and standard streams; the command's exit status."""
     fingerprint = code_fingerprint()
-    server = ensure_running(home, fingerprint)
-    try:
-        sock = _connect(server)
-    except OSError:
-        # Gone between the check and the call (stopped, idle exit): once more, fresh.
+    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "fingerprint": fingerprint}).encode()
+    for attempt in (1, 2):
         server = ensure_running(home, fingerprint)
-        sock = _connect(server)
-    with sock:
-        request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "fingerprint": fingerprint}).encode()
-        socket.send_fds(sock, [_LENGTH.pack(len(request)) + request], [0, 1, 2])
-        forwarded = {signum: signal.signal(signum, lambda n, _f: _send(sock, {"signal": n}))
-                     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
-            reply = _read_message(sock)
-        finally:
-            for signum, handler in forwarded.items():
-                signal.signal(signum, handler)
+            sock = _connect(server)
+        except OSError:
+            continue  # gone between the check and the call (stopped, idle exit): once more, fresh
+        with sock:
+            socket.send_fds(sock, [_LENGTH.pack(len(request)) + request], [0, 1, 2])
+            forwarded = {signum: signal.signal(signum, lambda n, _f: _send(sock, {"signal": n}))
+                         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+            try:
+                reply = _read_message(sock)
+                if reply is None and attempt == 1:
+                    # The server went before it started the command (an idle exit racing this
+                    # request): nothing ran, so asking a fresh server is safe.
+                    continue
+                if reply is not None and "started" in reply:
+                    reply = _read_message(sock)
+            finally:
+                for signum, handler in forwarded.items():
+                    signal.signal(signum, handler)
+        break
+    else:
+        raise CliServerError(f"the CLI server under {home} accepted no connection; see {home / LOG_FILE}")
     if reply is None:
         print(f"kts: the CLI server (pid {server.pid}) ended before the command did; its log is {server.log}, "
               "and a sync's run is in the Dagster UI", file=sys.stderr)
@@ -497,21 +505,23 @@ def _start_child(conn: socket.socket, fingerprint: str, listener: socket.socket,
         for fd in fds:
             os.close(fd)
         return None
+    server_pid = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
             selector.close()
             listener.close()
             conn.close()
-            _run_child(request, fds)
+            _run_child(request, fds, server_pid)
         finally:
             os._exit(70)  # only reached when _run_child itself failed before the command ran
     for fd in fds:
         os.close(fd)
+    _send(conn, {"started": pid})  # from here on the command runs: the client must not ask again
     return pid
 
 
-def _run_child(request: dict, fds: list[int]) -> None:
+def _run_child(request: dict, fds: list[int], server_pid: int) -> None:
     """In the forked child: become the client's command, run it, exit with its status."""
     import io
 
@@ -524,6 +534,8 @@ def _run_child(request: dict, fds: list[int]) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         pass
+    if os.getppid() != server_pid:
+        os._exit(1)  # the server died before the line above: its client may ask another server
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
