@@ -162,7 +162,9 @@ def _start(home: Path, fingerprint: str) -> CliServer:
     try:
         proc = subprocess.Popen([sys.executable, "-m", "kts_assets.cli_server", "serve", str(home.resolve())],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                                env={**os.environ, **SERVER_ENVIRONMENT})
+                                # Its own directory, not the first client's: that one may go, and
+                                # `-m` puts it first on sys.path.
+                                cwd=home, env={**os.environ, **SERVER_ENVIRONMENT})
     finally:
         log.close()
     deadline = time.monotonic() + START_TIMEOUT_S
