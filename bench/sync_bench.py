@@ -290,7 +290,7 @@ class SyncEnv:
     dagster_home: Path
     log_dir: Path
     spark: dict[str, str]  # KTS_SPARK_MASTER for --spark classic; empty for the embedded default (see make_sync_env)
-    cli_server: bool = True  # KTS_CLI_SERVER on (the standing server, see make_sync_env) or off
+    cli_server: bool = False  # KTS_CLI_SERVER on (a standing server, see make_sync_env) or off
 
     def environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KTS_", "DAGSTER_"))}
