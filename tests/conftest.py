@@ -14,7 +14,8 @@ pytest_plugins = ["tests.fixtures_postgres", "tests.fixtures_s3", "tests.fixture
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Commands run in their own process, as each test's subprocess always did: a standing CLI server
-# per test's KTS_HOME would outlive the test. tests/test_cli_server.py turns it on where it tests it.
+# per test's KTS_HOME would outlive the test. tests/test_cli_server.py turns it on where it tests it,
+# and tests/test_sync_independent.py runs on kts's defaults (so in the server), stopping it after.
 os.environ["KTS_CLI_SERVER"] = "off"
 
 

@@ -145,9 +145,13 @@ class TierSetup:
         dagster_home.mkdir()
         (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
         self.remote = RemoteTier(tier, tmp, request)
+        # kts's defaults but the ones named here, KTS_CLI_SERVER's included: the syncs run in the
+        # standing CLI server, as a user's do, and it is stopped when the test ends.
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("KTS_")}
         self.env.update(KTS_DATABASE_URL=database_url, KTS_LOG_DIRS=str(self.log_dir), KTS_HOME=str(tmp / "home"),
                         DAGSTER_HOME=str(dagster_home), KTS_SPARK_MASTER="local[2]", **self.remote.env)
+        request.addfinalizer(lambda: subprocess.run([sys.executable, "-m", "kts_assets.cli", "services", "stop"],
+                                                    env=self.env, capture_output=True, timeout=120, check=False))
 
     def kts(self, *args: str) -> str:
         result = subprocess.run([sys.executable, "-m", "kts_assets.cli", *args], check=False, env=self.env, capture_output=True, text=True, timeout=600)
