@@ -1018,10 +1018,11 @@ def _in_cli_server(args: list[str]) -> int | None:
     try:
         if not settings.cli_server_enabled():
             return None
-        return cli_server.run_command(cli_server.state_dir(settings.kts_home()), args)
-    except ValueError as e:
+    except ValueError as e:  # KTS_CLI_SERVER is neither on nor off
         report([str(e)])
         return EXIT_FINDINGS
+    try:
+        return cli_server.run_command(cli_server.state_dir(settings.kts_home()), args)
     except (cli_server.CliServerError, OSError) as e:
         report([f"{e}; running the command in this process"])
         return None

@@ -6,7 +6,8 @@ it the JVM; this spares it the interpreter).
 Like the embedded Spark Connect server (``spark_connect.py``): started by the first ``kts sync``
 that finds none, reused by later ones, state under ``KTS_HOME/cli-server`` (``server.json``,
 ``server.log``), an fcntl lock so concurrent first starts share one server, listed and stopped by
-``kts services`` (with the embedded servers of ``kts_resources.services``). ``KTS_CLI_SERVER=off`` runs every command in its own process, as before.
+``kts services`` (with the embedded servers of ``kts_resources.services``). ``KTS_CLI_SERVER=off``
+runs every command in its own process, as before.
 
 What a command sees is what it would see run in its own process: the child takes the client's
 arguments, environment, working directory and its stdin/stdout/stderr themselves (passed over a
@@ -36,6 +37,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kts_resources.local_processes import alive, locked
 
 STATE_DIR = "cli-server"
 STATE_FILE = "server.json"
@@ -119,9 +122,7 @@ def running(home: Path) -> CliServer | None:
 
 
 def _is_our_server(server: CliServer) -> bool:
-    from kts_resources.local_processes import alive as _alive
-
-    if not _alive(server.pid):
+    if not alive(server.pid):
         return False
     try:
         cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes()
@@ -143,11 +144,10 @@ def _connect(server: CliServer) -> socket.socket:
 def ensure_running(home: Path, fingerprint: str) -> CliServer:
     """The server of ``home`` running this very code, started (or replaced) if need be. The lock
     makes concurrent first starts share one server."""
-    from kts_resources.local_processes import locked as _locked
     from kts_resources.private_dirs import make_dirs
 
     make_dirs(home)
-    with _locked(home / "lock"):
+    with locked(home / "lock"):
         server = running(home)
         if server is not None and server.fingerprint == fingerprint:
             return server
@@ -207,16 +207,14 @@ def stop(home: Path) -> bool:
 
 
 def _stop_pid(server: CliServer) -> None:
-    from kts_resources.local_processes import alive as _alive
-
     try:
         os.kill(server.pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + STOP_GRACE_S + 5
-    while time.monotonic() < deadline and _alive(server.pid):
+    while time.monotonic() < deadline and alive(server.pid):
         time.sleep(0.05)
-    if _alive(server.pid):
+    if alive(server.pid):
         os.kill(server.pid, signal.SIGKILL)
 
 
