@@ -162,15 +162,20 @@ def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=env, cwd=home, start_new_session=True)
     server = ConnectServer(home, proc.pid, port, str(uuid.uuid4()))
+    # Recorded before it answers: a starter killed while it waits (a sync stopped in its first
+    # seconds) must not leave a JVM nobody knows of. The next starter finds the record, and stop()
+    # ends a recorded server that does not answer before it starts another.
+    _write_state(home, server)
     deadline = time.monotonic() + timeout_s
     while not _answers(port):
         if proc.poll() is not None:
+            (home / STATE_FILE).unlink(missing_ok=True)
             raise SparkConnectError(f"{home / LOG_FILE}: the Spark Connect server exited with status {proc.returncode} while starting")
         if time.monotonic() > deadline:
             _signal_group(proc.pid, signal.SIGKILL)
+            (home / STATE_FILE).unlink(missing_ok=True)
             raise SparkConnectError(f"{home / LOG_FILE}: the Spark Connect server did not answer on {LOOPBACK}:{port} within {timeout_s:.0f} s")
         time.sleep(0.25)
-    _write_state(home, server)
     return server
 
 

@@ -192,6 +192,37 @@ def test_a_server_killed_mid_job_fails_the_job_in_seconds_and_the_next_use_start
         spark_connect.stop(home)
 
 
+def test_a_starter_killed_before_its_server_answers_leaves_no_unrecorded_server(tmp_path):
+    """A sync killed in its first seconds, while the JVM it launched is still starting: the next
+    starter finds that JVM recorded and ends it, rather than starting a second beside it."""
+    home = tmp_path / "spark-connect"
+    # The starter never sees its server answer (as if it were killed before it did).
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom pathlib import Path\nfrom kts_resources import spark_connect\n"
+                               "spark_connect._answers = lambda port: False\n"
+                               "spark_connect.ensure_running(Path(sys.argv[1]))\n", str(home)],
+        env=embedded_env(tmp_path), cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while spark_connect.recorded(home) is None and time.monotonic() < deadline:
+            assert starter.poll() is None, starter.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        first = spark_connect.recorded(home)
+        assert first is not None and alive(first.pid)
+        starter.kill()
+        starter.wait(timeout=10)
+        assert alive(first.pid)  # its own session: the launched JVM outlives the killed starter
+
+        server = spark_connect.ensure_running(home)
+        assert server.pid != first.pid and accepts_connections(server.port)
+        assert not spark_connect._group_alive(first.pid)  # the unanswered one was ended, not left running
+    finally:
+        starter.kill()
+        spark_connect.stop(home)
+        if "first" in locals() and first is not None:
+            spark_connect._signal_group(first.pid, 9)
+
+
 def test_a_recorded_pid_that_is_not_a_spark_server_is_left_alone_and_not_reused(tmp_path):
     """A pid reused after a reboot (here: this test's own process) is never signalled."""
     home = tmp_path / "spark-connect"
