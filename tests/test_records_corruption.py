@@ -329,3 +329,60 @@ def test_a_file_truncated_while_it_is_scanned_is_one_clear_error_not_a_signal(tm
     monkeypatch.setattr(segment_module.os, "preadv", preadv_then_truncate)
     with pytest.raises(FileChangedError, match=rf"{path.name}: byte \d+: .*truncated underneath"):
         scan_segment_file(path, chunk_bytes=100)
+
+
+# --- the inventory's tally (summarize_segment): the summary of the listed scan, always ------------
+
+
+def _listed_summary(path, data: bytes):
+    from kts_resources.kafka.segment import summarize_scan
+
+    return summarize_scan(str(path), 0, False, len(data), scan_batches(data))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(damage=st.lists(st.tuples(st.integers(0, len(SEGMENT) - 1), st.integers(1, 255)), max_size=4),
+       cut=st.integers(0, len(SEGMENT)), tail=st.binary(max_size=80), chunk=st.sampled_from([1, 5, 17, 61, 64, 200, 1 << 20]))
+def test_a_tallied_segment_summary_is_the_summary_of_its_listed_batches(tmp_path, damage, cut, tail, chunk):
+    """Mixed magic 0/1/2 batches, bits flipped (CRC failures, broken framing), cut anywhere, garbage
+    after, read in chunks of every size: the tally's summary is the listed scan's, field for field."""
+    from kts_resources.kafka.segment import summarize_segment
+
+    data = bytearray(SEGMENT)
+    for position, mask in damage:
+        data[position] ^= mask
+    data = bytes(data[:cut]) + tail
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    assert summarize_segment(path, 0, active=False, chunk_bytes=chunk) == _listed_summary(path, data)
+
+
+def test_a_tally_of_segments_other_writers_wrote_matches_their_listed_scan(third_party_dir):
+    """A real Kafka 3.7.1 broker's segments and two other implementations' files."""
+    from kts_resources.kafka.segment import summarize_segment
+
+    real_broker = third_party_dir.parent / "real_broker"
+    paths = sorted(third_party_dir.glob("*.log")) + sorted(real_broker.rglob("*.log"))
+    assert len(paths) > 2
+    batches = 0
+    for path in paths:
+        data = path.read_bytes()
+        listed = _listed_summary(path, data)
+        assert summarize_segment(path, 0, active=False, chunk_bytes=64) == listed, path
+        assert summarize_segment(path, 0, active=False) == listed, path
+        batches += listed.batch_count
+    assert batches > 0
+
+
+def test_a_tally_counts_crc_failures_and_goes_on_like_the_listed_scan(tmp_path):
+    from kts_resources.kafka.segment import summarize_segment
+
+    data = bytearray(SEGMENT)
+    data[BOUNDARIES[1] + 30] ^= 0xFF  # inside the second batch's CRC-covered bytes (v2, lz4)
+    data[BOUNDARIES[-2] + 40] ^= 0x01  # and the last batch's
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    summary = summarize_segment(path, 0, active=False, chunk_bytes=100)
+    assert summary.crc_failures == (BOUNDARIES[1], BOUNDARIES[-2]) and summary.health == "corrupt"
+    assert summary.batch_count == len(BOUNDARIES) - 1 and summary.last_offset == 10
+    assert summary == _listed_summary(path, bytes(data))

@@ -17,14 +17,18 @@ from .records import (
     NO_TIMESTAMP,
     V2_HEADER_SIZE,
     BatchHeader,
+    BatchTally,
     InvalidBytes,
     SegmentScan,
     _framing_problem,
     scan_batches,
+    tally_batches,
 )
 
-# How much of a segment one read brings in: memory stays at this plus one batch.
-SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+# How much of a segment one read brings in: memory stays at this plus one batch. 1 MiB scans as
+# fast as 8 MiB here (its bytes stay in a core's cache between the read and the CRCs), with an
+# eighth of the memory per scanning task.
+SCAN_CHUNK_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,20 +113,48 @@ def summarize_scan(path: str, base_offset: int, active: bool, size: int, scan: S
     )
 
 
-def summarize_segment(log_path: str | os.PathLike, base_offset: int, *, active: bool) -> SegmentSummary:
-    """Scan one ``.log`` file's headers, checking every CRC."""
+def summarize_tally(path: str, base_offset: int, active: bool, size: int, tally: BatchTally,
+                    invalid: InvalidBytes | None) -> SegmentSummary:
+    """The summary :func:`summarize_scan` makes of the same batches, from their tally."""
+    if not tally.batch_count:
+        return SegmentSummary(path, base_offset, active, size, invalid=invalid)
+    return SegmentSummary(
+        path=path,
+        base_offset=base_offset,
+        active=active,
+        size_bytes=size,
+        batch_count=tally.batch_count,
+        record_count=tally.record_count,
+        last_offset=tally.last_offset,
+        max_timestamp=tally.max_timestamp,
+        leader_epochs=tuple(sorted(tally.leader_epochs)),
+        first_timestamp=tally.first_max_timestamp,
+        crc_failures=tuple(tally.crc_failures),
+        invalid=invalid,
+    )
+
+
+def summarize_segment(log_path: str | os.PathLike, base_offset: int, *, active: bool,
+                      chunk_bytes: int = SCAN_CHUNK_BYTES) -> SegmentSummary:
+    """Scan one ``.log`` file's headers, checking every CRC (tallied, not listed: the
+    inventory's scan of every new segment)."""
     path = os.fspath(log_path)
-    size, scan = scan_segment_file(path, verify_crc=True)
-    return summarize_scan(path, base_offset, active, size, scan)
+    tally = BatchTally()
+    size, scan = scan_segment_file(path, verify_crc=True, chunk_bytes=chunk_bytes, tally=tally)
+    return summarize_tally(path, base_offset, active, size, tally, scan.invalid)
 
 
 def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
-                      chunk_bytes: int = SCAN_CHUNK_BYTES, start: int = 0) -> tuple[int, SegmentScan]:
+                      chunk_bytes: int = SCAN_CHUNK_BYTES, start: int = 0,
+                      tally: BatchTally | None = None) -> tuple[int, SegmentScan]:
     """``scan_batches`` over a whole file (from byte ``start``: a batch boundary), read in chunks
     rather than mapped: (file size, scan), the same scan a mapping of the file gives. Memory stays
     at a chunk plus one batch, and a file truncated while it is read (a broker truncating its
     active segment after a leader change) raises FileChangedError where a mapping would take
-    SIGBUS, which no Python code can catch."""
+    SIGBUS, which no Python code can catch. With ``tally`` (CRCs checked), the batches go into it
+    (``tally_batches``) and the scan returned lists none."""
+    if tally is not None and not verify_crc:
+        raise ValueError("a tally checks every CRC")
     scan = SegmentScan()
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
@@ -152,11 +184,14 @@ def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
                     break
             at_end = read_to >= size
             view = memoryview(buf)[:filled]
-            part = scan_batches(view, verify_crc=verify_crc)
-            for batch in part.batches:
-                batch.position += base
-            scan.batches.extend(part.batches)
-            scan.crc_failure_count += part.crc_failure_count
+            if tally is None:
+                part = scan_batches(view, verify_crc=verify_crc)
+                for batch in part.batches:
+                    batch.position += base
+                scan.batches.extend(part.batches)
+                scan.crc_failure_count += part.crc_failure_count
+            else:
+                part = tally_batches(view, tally, base=base)
             position = base + part.valid_bytes
             if part.invalid is None:
                 if at_end:
