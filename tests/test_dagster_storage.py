@@ -77,6 +77,27 @@ def test_a_run_stores_its_events_over_a_few_pooled_connections_not_one_per_event
     assert _sessions(pg_url) - before <= 8
 
 
+def test_a_table_found_once_is_not_looked_up_in_the_catalog_again_and_a_missing_one_always_is(pg_url, monkeypatch):
+    """Dagster's event log asks whether a table exists before each asset event, check evaluation
+    and dynamic-partition lookup; kts's storage asks PostgreSQL once per table and process."""
+    monkeypatch.setenv("KTS_DATABASE_URL", pg_url)
+    with dg.DagsterInstance.from_config(str(REPO_ROOT)) as instance:
+        storage = instance.event_log_storage
+        statements: list[str] = []
+        sa.event.listen(storage._engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        assert storage.has_table("dynamic_partitions")
+        asked = len(statements)
+        assert asked >= 1
+        assert storage.has_table("dynamic_partitions") and storage.has_table("dynamic_partitions")
+        assert len(statements) == asked
+        assert not storage.has_table("no_such_table") and not storage.has_table("no_such_table")
+        assert len(statements) == asked + 2
+        # What the guard is for still works: partitions added and found.
+        instance.add_dynamic_partitions("topic_partitions", ["orders-0"])
+        assert instance.has_dynamic_partition("topic_partitions", "orders-0")
+        assert not instance.has_dynamic_partition("topic_partitions", "orders-9")
+
+
 def test_an_unreachable_database_is_one_line_naming_it_without_the_password(pg_url, monkeypatch):
     url = sa.engine.make_url(pg_url).set(host="127.0.0.1", port=1, password="s3cret-pw")
     monkeypatch.setenv("KTS_DATABASE_URL", url.render_as_string(hide_password=False))
