@@ -47,6 +47,9 @@ LOG_FILE = "server.log"
 IDLE_EXIT_S = 30 * 60
 START_TIMEOUT_S = 120
 STOP_GRACE_S = 20
+# A client has this long after connecting to send its request; until it arrives the connection
+# waits in the loop beside the others, so a stalled one delays nobody's command.
+REQUEST_TIMEOUT_S = 10
 # Modules the server imports before it serves: everything a sync imports before its first event.
 PRELOAD = ("kts_assets.cli", "kts_assets.definitions", "kts_assets.sync", "kts_assets.run_hygiene",
            "kts_assets.sensors.roll", "kts_resources.partition_admin", "pyspark.sql.connect.session",
@@ -342,6 +345,7 @@ def serve(home: Path) -> int:
     selector.register(listener, selectors.EVENT_READ, "listener")
     selector.register(wake_r, selectors.EVENT_READ, "wake")
     children: dict[int, socket.socket] = {}  # child pid → its client's connection
+    pending: dict[socket.socket, float] = {}  # connections whose request has not come yet → deadline
     idle_since = time.monotonic()
     stop_deadline: float | None = None
     try:
@@ -352,10 +356,15 @@ def serve(home: Path) -> int:
                 stop_deadline = time.monotonic() + STOP_GRACE_S
             if stopping[0] and not children:
                 return 0
+            now = time.monotonic()
+            for conn in [c for c, deadline in pending.items() if deadline < now or stopping[0]]:
+                del pending[conn]
+                selector.unregister(conn)
+                conn.close()
             if stop_deadline is not None and time.monotonic() > stop_deadline:
                 for pid in children:
                     _signal_child(pid, signal.SIGKILL, group=True)
-            if not children and not stopping[0]:
+            if not children and not pending and not stopping[0]:
                 if time.monotonic() - idle_since > IDLE_EXIT_S or not home.is_dir():
                     print(f"cli server {os.getpid()}: idle for {IDLE_EXIT_S} s (or its KTS_HOME is gone); exiting", flush=True)
                     return 0
@@ -373,7 +382,13 @@ def serve(home: Path) -> int:
                         conn, _ = listener.accept()
                     except BlockingIOError:
                         continue
-                    pid = _start_child(conn, fingerprint, listener, selector)
+                    pending[conn] = time.monotonic() + REQUEST_TIMEOUT_S
+                    selector.register(conn, selectors.EVENT_READ, "request")
+                elif key.data == "request":  # a new client's request has come (or its end)
+                    conn = key.fileobj
+                    selector.unregister(conn)
+                    pending.pop(conn, None)
+                    pid = None if stopping[0] else _start_child(conn, fingerprint, listener, selector)
                     if pid is not None:
                         children[pid] = conn
                         selector.register(conn, selectors.EVENT_READ, pid)
@@ -476,10 +491,11 @@ def _reaped() -> list[tuple[int, int]]:
 
 
 def _start_child(conn: socket.socket, fingerprint: str, listener: socket.socket, selector) -> int | None:
-    """Read one request (and the client's three standard streams) and fork the child that runs
-    it; the child's pid, or None when the request is refused (answered on ``conn``)."""
+    """Read one request (and the client's three standard streams), which has begun to arrive,
+    and fork the child that runs it; the child's pid, or None when the request is refused
+    (answered on ``conn``)."""
     conn.setblocking(True)
-    conn.settimeout(10)
+    conn.settimeout(REQUEST_TIMEOUT_S)
     fds: list[int] = []
     try:
         uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]

@@ -171,6 +171,21 @@ def test_concurrent_first_syncs_share_one_server_and_a_request_from_other_code_i
             socket.send_fds(sock, [len(request).to_bytes(4, "big") + request], [0, 1, 2])
             reply = cli_server._read_message(sock)
         assert "other code" in reply["error"]
+
+        # A client that connects and says nothing holds up no one: the next sync is served while
+        # the silent connection still waits for its request (the server reads a request only once
+        # it has come, and drops a silent connection after REQUEST_TIMEOUT_S).
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+            silent.connect("\0" + server.address)
+            served = subprocess.run([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
+                                    capture_output=True, text=True, timeout=600)
+            assert served.returncode == results[0][2], served.stderr[-2000:]
+            silent.setblocking(False)
+            with pytest.raises(BlockingIOError):  # not closed yet: the sync did not wait behind it
+                silent.recv(1)
+            silent.setblocking(True)
+            silent.settimeout(cli_server.REQUEST_TIMEOUT_S + 30)
+            assert silent.recv(1) == b""  # then dropped, unanswered
     finally:
         kts(env, "services", "stop")
 
