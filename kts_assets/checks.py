@@ -124,7 +124,7 @@ def _per_partition(kafka_log_dirs: KafkaLogDirsResource, keys: list[str],
     return _Located(kafka_log_dirs, keys).verdicts(judge)
 
 
-@dg.asset_check(asset=local_segments, partitions_def=topic_partitions,
+@dg.asset_check(asset=local_segments.key, partitions_def=topic_partitions,
                 description="Every batch of every local segment passes its CRC-32C and no segment ends in invalid bytes (from the Parquet inventory).")
 def local_segments_crc_clean(context: dg.AssetCheckExecutionContext) -> Iterator:
     keys = _partition_keys(context)
@@ -222,22 +222,22 @@ COPY_COMPLETED = dg.AssetCheckKey(remote_segments.key, "copy_completed")
 
 @dg.multi_asset_check(
     specs=[
-        dg.AssetCheckSpec(OFFSET_INVARIANTS.name, asset=remote_segments, partitions_def=topic_partitions,
+        dg.AssetCheckSpec(OFFSET_INVARIANTS.name, asset=remote_segments.key, partitions_def=topic_partitions,
                           description="Lx ≤ Ly ≤ Lz (local log start ≤ high watermark ≤ log end) and Rx ≤ Ry ≤ Ly "
                                       "(remote start ≤ remote end ≤ high watermark)."),
-        dg.AssetCheckSpec(REMOTE_SEGMENTS_IN_BUCKET.name, asset=remote_segments, partitions_def=topic_partitions,
+        dg.AssetCheckSpec(REMOTE_SEGMENTS_IN_BUCKET.name, asset=remote_segments.key, partitions_def=topic_partitions,
                           description="Every COPY_SEGMENT_FINISHED segment's objects are in the remote tier with their recorded "
                                       "size; objects up to 1 MiB are read back and their CRC-32C compared. A damaged segment is "
                                       "recorded in the metadata store and re-copied by the next copy pass while its local segment "
                                       "exists; a segment whose manifest (what `kts recover` reads) is missing or wrong gets it "
                                       "written again by the next copy pass."),
-        dg.AssetCheckSpec(NO_UNCOPIED_SEGMENT_LOST.name, asset=remote_segments, partitions_def=topic_partitions,
+        dg.AssetCheckSpec(NO_UNCOPIED_SEGMENT_LOST.name, asset=remote_segments.key, partitions_def=topic_partitions,
                           description="Data-loss alarm: no offsets below the local log start offset are missing from the remote "
                                       "tier (deleted locally, by the broker or by kts, before they were copied). A lost range is "
                                       "recorded in the metadata store and fails this check on every evaluation until `kts "
                                       "ack-loss` acknowledges it."),
         # Blocking: a failed copy fails the step, so the run in which it failed is not a success.
-        dg.AssetCheckSpec(COPY_COMPLETED.name, asset=remote_segments, partitions_def=topic_partitions, blocking=True,
+        dg.AssetCheckSpec(COPY_COMPLETED.name, asset=remote_segments.key, partitions_def=topic_partitions, blocking=True,
                           description="The partition's latest copy pass completed: no segment failed its verification or "
                                       "upload and the metadata store and the remote tier answered. Otherwise it fails with the "
                                       "copy's error, and fails its run."),

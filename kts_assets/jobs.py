@@ -14,16 +14,16 @@ EXPIRY_JOB_NAME = "expiry_job"
 INDEX_REBUILD_JOB_NAME = "index_rebuild_job"
 # index_rebuild_job's run config: local indexes that are missing or torn rebuilt (owned log dirs),
 # then every finished segment's remote index entries read again and the files laid out afresh.
-REBUILD_CONFIG = {"ops": {"local_segments": {"config": {"rebuild_indexes": True}},
+REBUILD_CONFIG = {"ops": {"local_and_remote_segments": {"config": {"rebuild_indexes": True}},
                           "remote_log_index": {"config": {"rebuild": True}}}}
 
 copy_job = dg.define_asset_job(
     COPY_JOB_NAME,
     # The assets' checks come along, but not the weekly scrub's tier-wide one (it reads the whole tier).
-    selection=(dg.AssetSelection.assets(local_segments, remote_segments, retention_state, remote_log_index)
+    selection=(dg.AssetSelection.assets(local_segments.key, remote_segments.key, retention_state, remote_log_index)
                - dg.AssetSelection.checks(remote_tier_scrubbed)),
-    description="Scan the partitions' local segments with Spark, copy the eligible ones to the remote tier, expire what "
-                "retention takes, then bring the remote log index up to the finished segments.",
+    description="Scan the partitions' local segments with Spark while the eligible ones are copied to the remote tier, "
+                "expire what retention takes, then bring the remote log index up to the finished segments.",
     # One process per run, as `kts sync` runs it: the Spark steps (inventory, retention plan, index
     # build) share one Spark session (each step process of the multiprocess executor started a JVM
     # of its own, which made daemon runs ~4x slower than `kts sync`); the copy parallelises
@@ -41,7 +41,7 @@ expiry_job = dg.define_asset_job(
 
 index_rebuild_job = dg.define_asset_job(
     INDEX_REBUILD_JOB_NAME,
-    selection=[local_segments, remote_log_index],
+    selection=dg.AssetSelection.assets(local_segments.key, remote_log_index),
     description="Rebuild the partitions' indexes: closed local segments' .index / .timeindex that are missing or torn (in "
                 "owned log dirs, by Kafka's recovery rule), and the remote log index from scratch (every finished segment "
                 "read again, the files laid out afresh and shipped).",

@@ -19,7 +19,7 @@ class ScrubConfig(dg.Config):
     grace_seconds: int = DEFAULT_GRACE_S  # objects younger than this are left alone (a copy may be in flight)
 
 
-@dg.asset_check(asset=remote_segments,
+@dg.asset_check(asset=remote_segments.key,
                 description="Scrub of the whole remote tier: its listing reconciled with the metadata store (orphans past a grace "
                             "period and stale multipart uploads removed, interrupted deletes finished); with `deep`, every "
                             "object read back and every batch CRC checked. Fails naming each finished segment whose objects are "

@@ -99,11 +99,14 @@ def run_batch(job: dg.JobDefinition, instance: dg.DagsterInstance, batch: KeyRan
 
 
 def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
+    from kts_assets.assets import local_and_remote_segments, remote_segments
     from kts_assets.partition_outcome import FAILED_PARTITIONS, one_line
 
+    copy_step = local_and_remote_segments.node_def.name
+
     outcome.run_ids.append(result.run_id)
-    for event in result.asset_materializations_for_node("remote_segments"):
-        if event.partition in batch.keys:
+    for event in result.asset_materializations_for_node(copy_step):
+        if event.asset_key == remote_segments.key and event.partition in batch.keys:
             for name in ("copied_segments", "copied_bytes", "recopied_segments"):
                 value = event.metadata.get(name)
                 if value is not None:

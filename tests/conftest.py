@@ -51,3 +51,13 @@ LONG_FILES = (
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+def materializations(result, asset: str) -> list:
+    """The run's materialisations of ``asset`` (``asset_materializations_for_node`` goes by step,
+    and one step, local_and_remote_segments, materialises two assets)."""
+    import dagster as dg
+
+    key = dg.AssetKey(asset)
+    return [e.step_materialization_data.materialization for e in result.all_node_events
+            if e.is_step_materialization and e.asset_key == key]

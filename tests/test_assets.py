@@ -12,7 +12,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kts_assets.assets import local_segments, remote_log_index, remote_segments, retention_state
+from tests.conftest import materializations
+from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments, retention_state
 from kts_assets.definitions import defs
 from kts_assets.jobs import copy_job
 from kts_assets.partitions import topic_partitions
@@ -64,7 +65,7 @@ def eligible(log_dir: Path, key: str) -> list:
 
 def partition_metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, dict]:
     """partition key → {label: raw value} of the run's materialisations of ``asset``."""
-    return {m.partition: {k: v.value for k, v in m.metadata.items()} for m in result.asset_materializations_for_node(asset)}
+    return {m.partition: {k: v.value for k, v in m.metadata.items()} for m in materializations(result, asset)}
 
 
 @pytest.fixture
@@ -98,7 +99,7 @@ def test_definitions_hold_the_assets_checks_job_sensors_schedule_and_every_resou
 
 
 def test_local_segments_stores_the_inventory_and_reports_the_partitions_offsets(log_dir, pg_url, tmp_path, kts_home, instance):
-    result = dg.materialize([local_segments], partition_key="orders-0", instance=instance,
+    result = dg.materialize([local_and_remote_segments], selection=[local_segments.key], partition_key="orders-0", instance=instance,
                             resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote"))
     assert result.success
     md = partition_metadata(result, "local_segments")["orders-0"]
@@ -129,10 +130,10 @@ def test_a_second_inventory_scans_only_what_was_written_since_unless_asked_to_re
 
     def inventory(**config) -> tuple[int, int]:
         """(segments scanned, segments unchanged): run totals, so on the run (its tags), not on the partition."""
-        run_config = {"ops": {"local_segments": {"config": config}}} if config else None
-        result = dg.materialize([local_segments], partition_key="orders-0", instance=instance, resources=resources, run_config=run_config)
+        run_config = {"ops": {"local_and_remote_segments": {"config": config}}} if config else None
+        result = dg.materialize([local_and_remote_segments], selection=[local_segments.key], partition_key="orders-0", instance=instance, resources=resources, run_config=run_config)
         assert result.success
-        assert "segments_scanned" not in result.asset_materializations_for_node("local_segments")[-1].metadata
+        assert "segments_scanned" not in materializations(result, "local_segments")[-1].metadata
         tags = instance.get_run_by_id(result.run_id).tags
         return int(tags["kts/segments_scanned"]), int(tags["kts/segments_unchanged"])
 
@@ -151,7 +152,7 @@ def test_a_second_inventory_scans_only_what_was_written_since_unless_asked_to_re
 
 def test_remote_segments_copies_exactly_the_eligible_segments_and_reports_both_tiers(log_dir, pg_url, tmp_path, kts_home, instance):
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
-    result = dg.materialize([local_segments, remote_segments], partition_key="orders-1", instance=instance, resources=resources)
+    result = dg.materialize([local_and_remote_segments], partition_key="orders-1", instance=instance, resources=resources)
     assert result.success
     md = partition_metadata(result, "remote_segments")["orders-1"]
     wanted = eligible(log_dir, "orders-1")
@@ -163,7 +164,7 @@ def test_remote_segments_copies_exactly_the_eligible_segments_and_reports_both_t
     assert md["throttle_time_ms"] == 0 and md["manifests_backfilled"] == 0  # every copy wrote its manifest
 
     # A second run has nothing new to copy, and says so.
-    again = dg.materialize([remote_segments], partition_key="orders-1", instance=instance, resources=resources)
+    again = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-1", instance=instance, resources=resources)
     md = partition_metadata(again, "remote_segments")["orders-1"]
     assert md["copied_segments"] == 0 and md["remote_segments"] == len(wanted)
 
@@ -175,7 +176,7 @@ def test_a_partition_dir_whose_topic_id_disagrees_with_its_siblings_is_not_copie
     stray_id = uuid.uuid4()
     write_partition_metadata(root / "orders-1" / "partition.metadata", PartitionMetadata(0, stray_id))
     instance.add_dynamic_partitions(topic_partitions.name, ["orders-2"])
-    result = dg.materialize([remote_segments], instance=instance, resources=pipeline_resources(root, pg_url, tmp_path / "remote"),
+    result = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], instance=instance, resources=pipeline_resources(root, pg_url, tmp_path / "remote"),
                             tags={RANGE_START: "orders-0", RANGE_END: "orders-2"})
     assert result.success
     md = partition_metadata(result, "remote_segments")
@@ -191,16 +192,16 @@ def test_a_partition_dir_whose_topic_id_disagrees_with_its_siblings_is_not_copie
 
 def test_copy_lag_counts_eligible_segments_not_yet_copied(log_dir, pg_url, tmp_path, kts_home, instance):
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
-    dg.materialize([remote_segments], partition_key="orders-0", instance=instance, resources=resources)
+    dg.materialize([local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0", instance=instance, resources=resources)
     simulate_log_dir(log_dir, total_bytes=96 * 1024)  # the broker appends and rolls on
-    result = dg.materialize([local_segments], partition_key="orders-0", instance=instance, resources=resources)
+    result = dg.materialize([local_and_remote_segments], selection=[local_segments.key], partition_key="orders-0", instance=instance, resources=resources)
     local = partition_metadata(result, "local_segments")["orders-0"]
     store = MetadataStoreResource(database_url=pg_url).store()
     partition = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0")
     tip = TopicIdPartition(partition.metadata().topic_id, partition.topic_partition)
     copied = store.list_remote_log_segments(tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
     assert local["eligible_segments"] > len(copied)
-    second = dg.materialize([remote_segments], partition_key="orders-0", instance=instance, resources=resources)
+    second = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0", instance=instance, resources=resources)
     md = partition_metadata(second, "remote_segments")["orders-0"]
     assert md["copied_segments"] == local["eligible_segments"] - len(copied)
     assert md["remote_segments"] == local["eligible_segments"] and md["copy_lag_segments"] == 0
@@ -208,14 +209,14 @@ def test_copy_lag_counts_eligible_segments_not_yet_copied(log_dir, pg_url, tmp_p
 
 def test_one_run_scans_and_copies_many_partitions_in_one_spark_step(log_dir, pg_url, tmp_path, kts_home, instance):
     # copy_job names the weekly scrub's check to leave it out, so the definitions must hold it.
-    job = dg.Definitions(assets=[local_segments, remote_segments, retention_state, remote_log_index], jobs=[copy_job],
+    job = dg.Definitions(assets=[local_and_remote_segments, retention_state, remote_log_index], jobs=[copy_job],
                          asset_checks=[remote_tier_scrubbed],
                          resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote")).resolve_job_def("copy_job")
     result = job.execute_in_process(instance=instance, tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]})
     assert result.success
     steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"]
-    # One step each, whatever the partition count.
-    assert steps == ["local_segments", "remote_segments", "retention_state", "remote_log_index"]
+    # One step each, whatever the partition count; the inventory scans while the copy runs, in one.
+    assert steps == ["local_and_remote_segments", "retention_state", "remote_log_index"]
     local = partition_metadata(result, "local_segments")
     remote = partition_metadata(result, "remote_segments")
     assert set(local) == set(remote) == set(KEYS)
@@ -230,12 +231,33 @@ def test_one_run_scans_and_copies_many_partitions_in_one_spark_step(log_dir, pg_
         assert inventory_path(key).is_dir()
 
 
+def test_a_copy_that_cannot_start_fails_the_step_but_the_inventory_scanned_beside_it_is_kept(
+        log_dir, pg_url, tmp_path, kts_home, instance):
+    """The two assets share a step. A metadata store that does not answer fails the copy (and the
+    step, after its retries), while the inventory that ran beside it still lands."""
+    resources = {**pipeline_resources(log_dir, pg_url, tmp_path / "remote"),
+                 "metadata_store": MetadataStoreResource(database_url="postgresql://kts@127.0.0.1:1/nowhere")}
+    result = dg.materialize([local_and_remote_segments], instance=instance, raise_on_error=False, resources=resources,
+                            tags={RANGE_START: "orders-0", RANGE_END: "orders-1"})
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    error, said = failure.step_failure_data.error, []
+    while error is not None:
+        said.append(error.message)
+        error = error.cause or error.context
+    assert any("metadata store at 127.0.0.1:1/nowhere is unreachable" in m for m in said), said
+    local = partition_metadata(result, "local_segments")
+    assert set(local) == {"orders-0", "orders-1"} and all(md["segments"] > 0 for md in local.values())
+    assert inventory_path("orders-0").is_dir()
+    assert not materializations(result, "remote_segments")
+
+
 def test_a_corrupt_segment_stops_only_its_own_partition(log_dir, pg_url, tmp_path, kts_home, instance):
     victim = eligible(log_dir, "orders-0")[1].log
     data = bytearray(victim.read_bytes())
     data[100] ^= 0x01
     victim.write_bytes(bytes(data))
-    result = dg.materialize([local_segments, remote_segments], instance=instance,
+    result = dg.materialize([local_and_remote_segments], instance=instance,
                             resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote"),
                             tags={RANGE_START: "orders-0", RANGE_END: "orders-1"})
     assert result.success
@@ -251,7 +273,7 @@ def test_remote_segments_copies_to_an_s3_tier_through_dagster_aws(log_dir, pg_ur
     tier = RemoteTierResource(remote_uri=f"s3://{s3_bucket}/tiered", s3_endpoint_url=s3_endpoint)
     assert type(tier.storage()).__name__ == "S3RemoteStorage"
     resources = {**pipeline_resources(log_dir, pg_url, tmp_path / "remote"), "remote_tier": tier}
-    result = dg.materialize([remote_segments], partition_key="page.views-0", instance=instance, resources=resources)
+    result = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], partition_key="page.views-0", instance=instance, resources=resources)
     md = partition_metadata(result, "remote_segments")["page.views-0"]
     wanted = eligible(log_dir, "page.views-0")
     assert md["copied_segments"] == len(wanted) > 0 and md["copy_failed"] == 0
@@ -270,16 +292,16 @@ def test_the_copy_quota_throttles_a_run_and_reports_the_time_waited(log_dir, pg_
     # 12 KiB/s over 2 one-second windows admits 24 KiB at once: more than a segment, less than the partition.
     quota = CopyQuotaResource(copy_max_bytes_per_second=12 * 1024, window_num=2, window_size_seconds=1)
     resources = {**pipeline_resources(log_dir, pg_url, tmp_path / "remote"), "copy_quota": quota}
-    result = dg.materialize([remote_segments], partition_key="orders-0", instance=instance, resources=resources)
+    result = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0", instance=instance, resources=resources)
     md = partition_metadata(result, "remote_segments")["orders-0"]
     assert md["copied_bytes"] == sum(s.log.stat().st_size for s in eligible(log_dir, "orders-0")) > 24 * 1024
     assert md["throttle_time_ms"] > 0
 
 
 def test_partitions_copied_in_parallel_report_the_same_as_one_at_a_time(log_dir, pg_url, tmp_path, kts_home, instance):
-    result = dg.materialize([remote_segments], instance=instance, resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote"),
+    result = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], instance=instance, resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote"),
                             tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]},
-                            run_config={"ops": {"remote_segments": {"config": {"parallel_partitions": 3}}}})
+                            run_config={"ops": {"local_and_remote_segments": {"config": {"parallel_partitions": 3}}}})
     remote = partition_metadata(result, "remote_segments")
     for key in KEYS:
         assert remote[key]["copied_segments"] == remote[key]["remote_segments"] == len(eligible(log_dir, key))

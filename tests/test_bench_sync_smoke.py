@@ -23,7 +23,7 @@ def test_sync_bench_quick_runs_verifies_and_writes_json(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     data = json.loads(out.read_text())
     assert {"params", "log_dir", "copy_alone", "copy_parallel", "sync", "sync_noop", "sync_per_byte",
-            "remote_segments_step", "verification", "runtime_seconds"} <= data.keys()
+            "copy_step", "verification", "runtime_seconds"} <= data.keys()
     assert {"load_average", "size_bytes", "repeats", "database", "dagster", "pyspark"} <= data["params"].keys()
     assert {"eligible_segments", "bytes", "log_bytes"} <= data["log_dir"].keys()
 
@@ -32,10 +32,10 @@ def test_sync_bench_quick_runs_verifies_and_writes_json(tmp_path):
         assert len(data[name]["rounds_seconds"]) == data["params"]["repeats"]
     assert {"ratio_vs_copy_alone", "median_ratio_vs_copy_alone", "phases_median_seconds", "rounds"} <= data["sync"].keys()
     phases = data["sync"]["phases_median_seconds"]
-    assert {"startup", "resource_init", "local_segments", "remote_segments", "crc_check", "retention_state", "exit"} <= phases.keys()
+    assert {"startup", "resource_init", "local_and_remote_segments", "crc_check", "retention_state", "exit"} <= phases.keys()
     # The phases come from the run's event log and the subprocess's clock: they account for its wall time.
     assert abs(sum(phases.values()) - data["sync"]["seconds"]) < 0.5
-    assert {"median_seconds", "ratio_vs_copy_alone"} <= data["remote_segments_step"].keys()
+    assert {"median_seconds", "ratio_vs_copy_alone"} <= data["copy_step"].keys()
     assert data["sync_noop"] is None and data["sync_per_byte"] is None  # --quick runs no no-op sync
 
     verification = data["verification"]

@@ -8,7 +8,8 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from kts_assets.assets import local_segments, remote_log_index, remote_segments, retention_state
+from tests.conftest import materializations
+from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments, retention_state
 from kts_assets.checks import (
     NO_UNCOPIED_SEGMENT_LOST,
     REMOTE_SEGMENTS_IN_BUCKET,
@@ -53,7 +54,7 @@ CHECK_KEYS = [key for check in asset_checks for key in check.check_keys]
 def check_only(log_dir, pg_url, tmp_path, instance, check: dg.AssetCheckKey, partition_key: str) -> dg.AssetCheckEvaluation:
     """Run one of remote_segments' checks on its own (its asset left as it is, the other checks of
     its step not run) and return its one evaluation."""
-    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, remote_segments, remote_segments_checks],
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, remote_segments_checks],
                  selection=dg.AssetSelection.checks(check), tags={"dagster/partition": partition_key})
     [evaluation] = result.get_asset_check_evaluations()
     return evaluation
@@ -64,7 +65,7 @@ def verdicts(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str | None], 
 
 
 def test_every_check_passes_on_a_healthy_partition(log_dir, pg_url, tmp_path, kts_home, instance):
-    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, remote_segments, retention_state, remote_log_index, *asset_checks], partition_key="orders-0")
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, retention_state, remote_log_index, *asset_checks], partition_key="orders-0")
     assert result.success
     assert verdicts(result) == {(key.name, "orders-0"): True for key in CHECK_KEYS}
     assert len(CHECK_KEYS) == 7
@@ -75,7 +76,7 @@ def test_a_flipped_bit_in_a_local_segment_fails_the_crc_check(log_dir, pg_url, t
     data = bytearray(victim.read_bytes())
     data[100] ^= 0x01
     victim.write_bytes(bytes(data))
-    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, local_segments_crc_clean], partition_key="orders-0")
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, local_segments_crc_clean], selection=dg.AssetSelection.assets(local_segments.key), partition_key="orders-0")
     [evaluation] = result.get_asset_check_evaluations()
     assert not evaluation.passed and str(victim) in evaluation.description
     assert evaluation.metadata["first_unhealthy_base_offset"].value == eligible(log_dir, "orders-0")[1].base_offset
@@ -83,7 +84,7 @@ def test_a_flipped_bit_in_a_local_segment_fails_the_crc_check(log_dir, pg_url, t
 
 def test_a_missing_or_rewritten_remote_object_fails_the_bucket_check_until_the_next_copy_recopies_it(
         log_dir, pg_url, tmp_path, kts_home, instance):
-    run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
+    run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0")
     logs = sorted((tmp_path / "remote").rglob("*.log"))
     logs[0].unlink()
     logs[1].write_bytes(b"x" * logs[1].stat().st_size)  # same size, other bytes: only the CRC tells
@@ -92,8 +93,8 @@ def test_a_missing_or_rewritten_remote_object_fails_the_bucket_check_until_the_n
     assert "missing" in evaluation.description and "CRC" in evaluation.description.upper()
     assert evaluation.metadata["problems"].value == 2 and evaluation.metadata["damaged_segments"].value == 2
 
-    result = run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
-    [materialization] = result.asset_materializations_for_node("remote_segments")
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0")
+    [materialization] = materializations(result, "remote_segments")
     assert materialization.metadata["recopied_segments"].value == 2
     assert materialization.metadata["copy_failed"].value == 0
     assert check_only(log_dir, pg_url, tmp_path, instance, REMOTE_SEGMENTS_IN_BUCKET, "orders-0").passed
@@ -101,15 +102,15 @@ def test_a_missing_or_rewritten_remote_object_fails_the_bucket_check_until_the_n
 
 def test_a_lost_manifest_fails_the_bucket_check_until_the_next_copy_writes_it_again(
         log_dir, pg_url, tmp_path, kts_home, instance):
-    run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
+    run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0")
     manifest = sorted((tmp_path / "remote").rglob("*.manifest"))[0]
     manifest.unlink()  # the segment's data is whole; the tier no longer describes it (kts recover)
     evaluation = check_only(log_dir, pg_url, tmp_path, instance, REMOTE_SEGMENTS_IN_BUCKET, "orders-0")
     assert not evaluation.passed and "manifest missing" in evaluation.description
     assert evaluation.metadata["manifests_lost"].value == 1 and evaluation.metadata["damaged_segments"].value == 0
 
-    result = run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
-    [materialization] = result.asset_materializations_for_node("remote_segments")
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0")
+    [materialization] = materializations(result, "remote_segments")
     assert materialization.metadata["manifests_backfilled"].value == 1
     assert materialization.metadata["recopied_segments"].value == 0 and manifest.exists()
     assert check_only(log_dir, pg_url, tmp_path, instance, REMOTE_SEGMENTS_IN_BUCKET, "orders-0").passed
@@ -122,7 +123,7 @@ def test_a_segment_deleted_before_it_was_copied_raises_the_data_loss_alarm(log_d
     segments = partition.segments()
     # Only the first segment is committed when kts copies; then the broker's retention removes two.
     write_offset_checkpoint(checkpoint, {**hws, partition.topic_partition: segments[1].base_offset})
-    run(log_dir, pg_url, tmp_path, instance, [remote_segments], partition_key="orders-0")
+    run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0")
     write_offset_checkpoint(checkpoint, hws)
     assert check_only(log_dir, pg_url, tmp_path, instance, NO_UNCOPIED_SEGMENT_LOST, "orders-0").passed
     for segment in segments[:2]:
@@ -139,7 +140,7 @@ def test_a_multi_partition_run_records_one_evaluation_per_partition_and_nothing_
     data = bytearray(victim.read_bytes())
     data[100] ^= 0x01
     victim.write_bytes(bytes(data))
-    result = run(log_dir, pg_url, tmp_path, instance, [local_segments, remote_segments, retention_state, remote_log_index, *asset_checks],
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, retention_state, remote_log_index, *asset_checks],
                  tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]})
     seen = verdicts(result)
     upstream = {local_segments.key, remote_segments.key}

@@ -61,7 +61,7 @@ def test_a_copy_job_run_executes_every_step_in_one_process_with_one_spark_sessio
         pids = {e.pid for e in result.all_events if e.event_type_value == "STEP_START"}
         crc = [e for e in result.get_asset_check_evaluations()
                if e.check_name == "local_segments_crc_clean" and e.partition is not None]
-    assert {"local_segments", "remote_segments"} <= steps
+    assert {"local_and_remote_segments", "retention_state", "remote_log_index"} <= steps
     assert any("local_segments_crc_clean" in step for step in steps)  # the check ran in this run …
     assert {e.partition for e in crc} == set(KEYS) and all(e.passed for e in crc)
     assert pids == {os.getpid()}  # … every step in this one process, none in a child

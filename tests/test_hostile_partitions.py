@@ -98,7 +98,7 @@ def test_hostile_partitions_fail_alone_each_reported_once_and_healthy_ones_are_a
         template_log_dir, pg_admin_url, pg_template, tmp_path_factory, hostile):
     import dagster as dg
 
-    from kts_assets.assets.copy import remote_segments
+    from kts_assets.assets import local_and_remote_segments, remote_segments
     from kts_assets.partitions import topic_partitions
 
     from .fixtures_postgres import _fresh_database
@@ -114,7 +114,7 @@ def test_hostile_partitions_fail_alone_each_reported_once_and_healthy_ones_are_a
     try:
         with dg.instance_for_test() as instance:
             instance.add_dynamic_partitions(topic_partitions.name, keys)
-            result = dg.materialize([remote_segments], instance=instance, raise_on_error=False,
+            result = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], instance=instance, raise_on_error=False,
                                     resources=pipeline_resources(root, pg_url, work / "remote"),
                                     tags={RANGE_START: keys[0], RANGE_END: keys[-1]})
             metadata = partition_metadata(result, "remote_segments")

@@ -10,7 +10,8 @@ import shutil
 import dagster as dg
 import pytest
 
-from kts_assets.assets import local_segments, remote_log_index, remote_segments
+from tests.conftest import materializations
+from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments
 from kts_assets.definitions import defs
 from kts_assets.jobs import INDEX_REBUILD_JOB_NAME, REBUILD_CONFIG
 from kts_assets.sensors import index_rebuild as index_rebuild_module
@@ -63,7 +64,7 @@ def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_
     monkeypatch.setattr(index_rebuild_module, "FINISHED_GRACE_MS", 0)  # the segments were finished just now
     resources = {**pipeline_resources(log_dir, pg_url, tmp_path / "remote"), "remote_tier": tier}
     instance.add_dynamic_partitions("topic_partitions", KEYS)
-    assert dg.materialize([local_segments, remote_segments, remote_log_index], instance=instance, resources=resources,
+    assert dg.materialize([local_and_remote_segments, remote_log_index], instance=instance, resources=resources,
                           tags=RANGE).success
     whole = _tick(instance, log_dir, pg_url)
     assert whole.run_requests == [] and "every remote log index whole" in whole.skip_message
@@ -83,7 +84,7 @@ def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_
     assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == tuple(KEYS)
     assert request.tags["kts/trigger"] == "index_rebuild"
     assert request.run_config == REBUILD_CONFIG
-    rebuilt = dg.materialize([local_segments, remote_log_index], instance=instance, resources=resources, tags=request.tags,
+    rebuilt = dg.materialize([local_and_remote_segments, remote_log_index], selection=[local_segments.key, remote_log_index.key], instance=instance, resources=resources, tags=request.tags,
                              run_config=request.run_config)
     assert rebuilt.success
 
@@ -118,10 +119,10 @@ def test_missing_or_torn_local_indexes_in_an_owned_log_dir_are_rebuilt_by_kafkas
     found = _tick(instance, log_dir, pg_url, owned=True)
     [request] = found.run_requests
     assert request.tags["dagster/asset_partition_range_start"] <= key <= request.tags["dagster/asset_partition_range_end"]
-    result = dg.materialize([local_segments, remote_log_index], instance=instance, resources=resources, tags=request.tags,
+    result = dg.materialize([local_and_remote_segments, remote_log_index], selection=[local_segments.key, remote_log_index.key], instance=instance, resources=resources, tags=request.tags,
                             run_config=request.run_config)
     assert result.success
-    rebuilt = {m.partition: m.metadata["indexes_rebuilt"].value for m in result.asset_materializations_for_node("local_segments")}
+    rebuilt = {m.partition: m.metadata["indexes_rebuilt"].value for m in materializations(result, "local_segments")}
     assert rebuilt[key] == 2
     for segment in segments[:-1]:
         assert {p.name: p.read_bytes() for p in (segment.offset_index, segment.time_index)} == expected[segment.base_offset]
@@ -134,14 +135,14 @@ def test_in_a_brokers_log_dir_local_indexes_are_never_written(log_dir, pg_url, t
     segment = LogDir(log_dir).partitions()[0].segments()[0]
     segment.time_index.unlink()
     assert _tick(instance, log_dir, pg_url).run_requests == []  # nothing kts may do about it
-    result = dg.materialize([local_segments], instance=instance, resources=resources, tags=RANGE,
-                            run_config={"ops": {"local_segments": {"config": {"rebuild_indexes": True}}}})
+    result = dg.materialize([local_and_remote_segments], selection=[local_segments.key], instance=instance, resources=resources, tags=RANGE,
+                            run_config={"ops": {"local_and_remote_segments": {"config": {"rebuild_indexes": True}}}})
     assert result.success and not segment.time_index.exists()
 
 
 def test_the_index_rebuild_job_rebuilds_local_and_remote_indexes_and_checks_them():
     job = defs.resolve_job_def(INDEX_REBUILD_JOB_NAME)
-    assert sorted(node.name for node in job.nodes) == ["local_segments", "local_segments_local_segments_crc_clean",
+    assert sorted(node.name for node in job.nodes) == ["local_and_remote_segments", "local_segments_local_segments_crc_clean",
                                                        "remote_log_index", "remote_log_index_remote_log_index_covers_finished_segments"]
     assert job.executor_def.name == "in_process"
     assert job.partitioned_config.get_run_config_for_partition_key(KEYS[0]) == REBUILD_CONFIG

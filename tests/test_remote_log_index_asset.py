@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from kts_assets.assets import local_segments, remote_log_index, remote_segments
+from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments
 from kts_assets.checks import remote_log_index_covers_finished_segments
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
@@ -27,7 +27,7 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 
 def _run(instance, resources, *assets):
-    return dg.materialize([local_segments, remote_segments, remote_log_index, *assets], partition_key=KEY,
+    return dg.materialize([local_and_remote_segments, remote_log_index, *assets], partition_key=KEY,
                           instance=instance, resources=resources, raise_on_error=False)
 
 
@@ -85,7 +85,7 @@ def test_a_damaged_index_file_fails_the_check_naming_file_and_position(log_dir, 
     data = bytearray(log_index.read_bytes())
     data[20] ^= 0xFF
     log_index.write_bytes(bytes(data))
-    result = dg.materialize([local_segments, remote_segments, remote_log_index, remote_log_index_covers_finished_segments],
+    result = dg.materialize([local_and_remote_segments, remote_log_index, remote_log_index_covers_finished_segments],
                             instance=instance, resources=resources, raise_on_error=False, tags={"dagster/partition": KEY},
                             selection=dg.AssetSelection.checks(remote_log_index_covers_finished_segments))
     [check] = _check_results(result)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from kts_assets.assets import local_segments, remote_log_index, remote_segments, retention_state
+from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments, retention_state
 from kts_assets.checks import retention_completed
 from kts_assets.definitions import defs
 from kts_assets.sensors import retention as retention_module
@@ -61,7 +61,7 @@ def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_u
     spark_jobs: list[list[str]] = []
     real_job = spark_retention.plan_partitions_job
     monkeypatch.setattr(spark_retention, "plan_partitions_job", lambda spark, keys, **kw: spark_jobs.append(keys) or real_job(spark, keys, **kw))
-    assert dg.materialize([local_segments, remote_segments], partition_key=KEY, instance=instance, resources=resources).success
+    assert dg.materialize([local_and_remote_segments], partition_key=KEY, instance=instance, resources=resources).success
     store, tip, finished = _finished(pg_url)
     assert len(finished) >= 3
     # retention.ms that puts exactly the two oldest segments' largest timestamps past it, now.
@@ -85,7 +85,7 @@ def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_u
 
 def test_the_retention_sensor_requests_runs_only_where_something_expires(log_dir, pg_url, tmp_path, kts_home, instance, monkeypatch):  # noqa: F811
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
-    assert dg.materialize([local_segments, remote_segments], instance=instance, resources=resources,
+    assert dg.materialize([local_and_remote_segments], instance=instance, resources=resources,
                           tags={"dagster/asset_partition_range_start": "orders-0",
                                 "dagster/asset_partition_range_end": "page.views-0"}).success
     store, tip, finished = _finished(pg_url)

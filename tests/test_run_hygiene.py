@@ -17,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kts_assets.assets import local_segments, remote_segments
+from kts_assets.assets import local_and_remote_segments, local_segments, remote_segments
 from kts_assets.checks import OFFSET_INVARIANTS, remote_segments_checks
 from kts_assets.partitions import topic_partitions
 from kts_resources.kafka.simulate import SimulationConfig, simulate
@@ -52,14 +52,14 @@ def test_a_run_whose_partitions_are_in_no_log_dir_fails_and_so_does_their_check(
     }
     with dg.DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(topic_partitions.name, keys)
-        result = dg.materialize([remote_segments], resources=resources, instance=instance, raise_on_error=False,
+        result = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], resources=resources, instance=instance, raise_on_error=False,
                                 tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
         assert not result.success
         [failure] = [e for e in result.all_events if e.is_step_failure]
         assert "none of the run's 2 partitions is in the log dirs" in failure.step_failure_data.user_failure_data.description
         assert instance.get_materialized_partitions(remote_segments.key) == set()
 
-        checked = dg.materialize([local_segments, remote_segments, remote_segments_checks], resources=resources, instance=instance,
+        checked = dg.materialize([local_and_remote_segments, remote_segments_checks], resources=resources, instance=instance,
                                  selection=dg.AssetSelection.checks(OFFSET_INVARIANTS), tags={"dagster/partition": "orders-0"},
                                  raise_on_error=False)
         [evaluation] = checked.get_asset_check_evaluations()

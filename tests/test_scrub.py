@@ -149,7 +149,7 @@ def test_the_cli_reports_and_exits_1_on_damage(copied, tmp_path, pg_url, remote_
 def test_the_weekly_scrub_job_records_the_scrub_as_a_check_that_fails_on_damage(copied, tmp_path, pg_url, remote_storage):
     import dagster as dg
 
-    from kts_assets.assets import remote_segments
+    from kts_assets.assets import local_and_remote_segments, remote_segments
     from kts_assets.definitions import default_resources, defs
     from kts_assets.scrub_job import remote_tier_scrubbed, scrub_job
     from kts_resources.resources import MetadataStoreResource, RemoteTierResource
@@ -159,7 +159,7 @@ def test_the_weekly_scrub_job_records_the_scrub_as_a_check_that_fails_on_damage(
     assert {s.name for s in defs.get_repository_def().schedule_defs} >= {"scrub_schedule"}
     resources = {"metadata_store": MetadataStoreResource(database_url=pg_url),
                  "remote_tier": RemoteTierResource(remote_uri=remote_storage.location(""))}
-    job = dg.Definitions(assets=[remote_segments], asset_checks=[remote_tier_scrubbed], jobs=[scrub_job],
+    job = dg.Definitions(assets=[local_and_remote_segments], asset_checks=[remote_tier_scrubbed], jobs=[scrub_job],
                          resources={**default_resources(), **resources}).resolve_job_def("scrub_job")
     with dg.instance_for_test() as instance:
         healthy = job.execute_in_process(instance=instance)

@@ -7,13 +7,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import dagster as dg
 
 from kts_assets.assets.reporting import OWNERS, record_run_totals
-from kts_assets.assets.segments import local_segments
+from kts_assets.assets.segments import LOCAL_SEGMENTS
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
-from kts_assets.partitions import topic_partitions
-from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
 from kts_resources import settings
-from kts_resources.copier import PARALLEL_PARTITIONS, PartitionCopyResult, copy_partition
+from kts_resources.copier import PartitionCopyResult, copy_partition
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import (
     LocatedPartition,
@@ -28,12 +26,6 @@ from kts_resources.tiers import (
 COPY_CODE_VERSION = "1"
 
 
-class RemoteSegmentsConfig(dg.Config):
-    """Run config of ``remote_segments`` (sensor and schedule runs take the defaults)."""
-
-    parallel_partitions: int = PARALLEL_PARTITIONS  # partitions copied at once in one run; the write quota is shared
-
-
 # What the copy asset reports of a partition's two tiers (PartitionTiers' fields less Lz, which
 # would cost a read of the active segment).
 TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark", "remote_log_start_offset",
@@ -41,11 +33,9 @@ TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark",
                  "remote_bytes", "copy_lag_segments", "copy_lag_bytes")
 
 
-@dg.asset(
-    partitions_def=topic_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=[local_segments],
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+REMOTE_SEGMENTS = dg.AssetSpec(
+    "remote_segments",
+    deps=[LOCAL_SEGMENTS],
     kinds={"kafka", "s3", "postgres"},  # segments to the tier, their metadata to the store's PostgreSQL
     group_name="tiering",
     owners=OWNERS,
@@ -56,15 +46,19 @@ TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark",
         "metadata store. Rx = remote_log_start_offset, Ry = remote_log_end_offset."
     ),
 )
-def remote_segments(
+remote_segments = REMOTE_SEGMENTS  # its key and lineage; materialised by assets.tiering.local_and_remote_segments
+
+
+def copy_pass(
     context: dg.AssetExecutionContext,
     kafka_log_dirs: KafkaLogDirsResource,
     metadata_store: MetadataStoreResource,
     remote_tier: RemoteTierResource,
     copy_quota: CopyQuotaResource,
-    config: RemoteSegmentsConfig,
-) -> dg.MaterializeResult:
-    record_run_worker(context)  # so a dead worker's run is failed and its slots freed
+    parallel_partitions: int,
+) -> None:
+    """The copy procedure over the run's partitions, each partition's outcome and both tiers as
+    its metadata; dg.Failure when it failed for every one (the store or the bucket is down)."""
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
@@ -80,7 +74,7 @@ def remote_segments(
             # Not copied, and not a success either: an operator has to settle which id is the
             # topic's, so the partition's copy_completed check fails (and `kts sync` exits 1).
             context.log.warning(str(problem))
-            context.add_asset_metadata({"copy_failed": 1, "copy_error": str(problem), "skipped": str(problem)}, partition_key=key)
+            context.add_asset_metadata({"copy_failed": 1, "copy_error": str(problem), "skipped": str(problem)}, asset_key=REMOTE_SEGMENTS.key, partition_key=key)
             del located[key]
     store = metadata_store.store()
     storage = remote_tier.storage()
@@ -95,7 +89,7 @@ def remote_segments(
     copied_total = 0
     # Partitions copy side by side (each under its own partition lock); metadata is added here, in
     # the step's own thread, as results come in.
-    with ThreadPoolExecutor(max_workers=max(1, config.parallel_partitions), thread_name_prefix="kts-copy") as pool:
+    with ThreadPoolExecutor(max_workers=max(1, parallel_partitions), thread_name_prefix="kts-copy") as pool:
         futures = {pool.submit(copy_one, loc): (key, loc) for key, loc in located.items()}
         for future in as_completed(futures):
             key, loc = futures[future]
@@ -105,7 +99,7 @@ def remote_segments(
             except Exception as e:  # noqa: BLE001
                 failed.append(key)
                 context.log.error(f"{key}: copy pass failed: {type(e).__name__}: {e}")
-                context.add_asset_metadata({"copy_failed": 1, "copy_error": str(e)}, partition_key=key)
+                context.add_asset_metadata({"copy_failed": 1, "copy_error": str(e)}, asset_key=REMOTE_SEGMENTS.key, partition_key=key)
                 continue
             if result.skipped:
                 context.log.info(f"{key}: skipped: {result.skipped}")
@@ -131,11 +125,10 @@ def remote_segments(
                 metadata["copy_error"] = result.stopped
             if result.skipped:
                 metadata["skipped"] = result.skipped
-            context.add_asset_metadata(metadata, partition_key=key)
+            context.add_asset_metadata(metadata, asset_key=REMOTE_SEGMENTS.key, partition_key=key)
     if located and len(failed) == len(located):
         # Nothing worked (the store or the bucket is down): fail, so the RetryPolicy tries again.
         raise dg.Failure(f"the copy pass failed for every partition of the run: {', '.join(failed[:20])}")
     context.log.info(f"copied {copied_total} segments over {len(located)} partitions ({len(failed)} failed)")
     # Run totals go on the run, not on every partition the run materialises.
     record_run_totals(context, {"partitions_in_run": len(keys), "partitions_failed": len(failed)})
-    return dg.MaterializeResult()

@@ -5,17 +5,17 @@ inventory is kept and how it is swapped in, from ``kts_resources.inventory``.
 """
 
 import shutil
+from dataclasses import dataclass
 
 import dagster as dg
 
 from kts_assets.assets.reporting import OWNERS, record_run_totals
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
-from kts_assets.partitions import topic_partitions
-from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
 from kts_resources.inventory import inventory_path, inventory_root, key_digest, publish, write_inventory_table
 from kts_resources.kafka.errors import shown
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
+from kts_resources.spark import inventory_schema
 from kts_resources.tiers import eligible_segments, locate_partitions, partition_tiers, segment_bytes
 
 
@@ -29,21 +29,8 @@ def table_schema(schema) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(field.name, field.dataType.simpleString()) for field in schema.fields])
 
 
-class LocalSegmentsConfig(dg.Config):
-    """Run config of ``local_segments`` (sensor and schedule runs take the defaults)."""
-
-    # Closed segments unchanged (size, modification time) since the last inventory keep their row;
-    # True rescans them too: a scrub for bit rot, which leaves both as they were.
-    rescan_unchanged: bool = False
-    # True (index_rebuild_job): first rebuild, in owned log dirs, the .index / .timeindex of closed
-    # segments whose files are missing or torn (kts_resources.local_indexes), by Kafka's recovery rule.
-    rebuild_indexes: bool = False
-
-
-@dg.asset(
-    partitions_def=topic_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    pool="spark",
+LOCAL_SEGMENTS = dg.AssetSpec(
+    "local_segments",
     kinds={"spark", "kafka", "parquet"},
     group_name="tiering",
     owners=OWNERS,
@@ -54,22 +41,41 @@ class LocalSegmentsConfig(dg.Config):
         "Offsets follow KIP-405: Lx = local_log_start_offset, Ly = high_watermark, Lz = log_end_offset."
     ),
 )
-def local_segments(
-    context: dg.AssetExecutionContext, pyspark: KtsPySparkResource, kafka_log_dirs: KafkaLogDirsResource,
-    config: LocalSegmentsConfig,
-) -> dg.MaterializeResult:
-    from pyspark.sql import Row
+local_segments = LOCAL_SEGMENTS  # its key and lineage; materialised by assets.tiering.local_and_remote_segments
 
-    from kts_resources.spark import INVENTORY_COLUMNS, inventory_schema, plan_inventory_scan, previous_inventory_rows
 
-    record_run_worker(context)  # so a dead worker's run is failed and its slots freed
+@dataclass
+class InventoryPlan:
+    """What the step found before the scan, in its own thread (it logs and may rebuild indexes)."""
+
+    keys: list[str]
+    located: dict
+    listed: dict
+    reindexed: dict[str, int]
+    run_id: str
+    rescan_unchanged: bool
+
+
+@dataclass
+class InventoryResult:
+    """What the scan found, for the step's own thread to report (the scan may run beside the copy)."""
+
+    rows: list
+    kept: int
+    scanned_by_spark: bool
+
+
+def prepare_inventory(context: dg.AssetExecutionContext, pyspark: KtsPySparkResource, kafka_log_dirs: KafkaLogDirsResource,
+                      rescan_unchanged: bool, rebuild_indexes: bool) -> InventoryPlan:
+    """Locate and list the run's partitions and, with ``rebuild_indexes``, rebuild torn local
+    indexes first (they are what a copy ships); partitions not found or not listable are reported."""
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs ({', '.join(map(str, kafka_log_dirs.paths()))}); nothing scanned")
-        context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, partition_key=key)
-
+        context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, asset_key=LOCAL_SEGMENTS.key,
+                                   partition_key=key)
     listed = {}
     for key, loc in list(located.items()):
         # One partition dir that cannot be listed (permissions, a file in its place) fails alone:
@@ -80,34 +86,51 @@ def local_segments(
             del located[key]
             problem = f"{shown(loc.partition.path)}: cannot be listed: {e.strerror or e}"
             context.log.error(f"{key}: {problem}")
-            context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, partition_key=key)
-    reindexed = _rebuild_local_indexes(context, pyspark, located, listed) if config.rebuild_indexes else {}
+            context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, asset_key=LOCAL_SEGMENTS.key,
+                                       partition_key=key)
+    reindexed = _rebuild_local_indexes(context, pyspark, located, listed) if rebuild_indexes else {}
+    return InventoryPlan(keys, located, listed, reindexed, context.run.run_id, rescan_unchanged)
+
+
+def scan_inventory(pyspark: KtsPySparkResource, plan: InventoryPlan) -> InventoryResult:
+    """The Spark scan of what changed since the last inventory, staged as Parquet beside it. Touches
+    no Dagster context, so it runs in a thread of its own while the step copies."""
+    from pyspark.sql import Row
+
+    from kts_resources.spark import INVENTORY_COLUMNS, plan_inventory_scan, previous_inventory_rows
+
+    located = plan.located
     earlier = {key: path for key in located if (path := inventory_path(key)).is_dir()}
     previous = {}
-    if earlier and not config.rescan_unchanged:
+    if earlier and not plan.rescan_unchanged:
         # A row per segment, read on the driver, so only new, active-and-written or changed segments are scanned.
         previous = previous_inventory_rows(earlier.values())
-    plan = plan_inventory_scan([loc.partition for loc in located.values()], previous)
-    columns = table_schema(inventory_schema())  # the columns of each partition's Parquet files
-    root = inventory_root()
-    staging = root / f".staging-{context.run.run_id}"
-    if plan.unchanged and len(earlier) == len(located) and len(plan.kept_rows) == len(previous):
+    scan_plan = plan_inventory_scan([loc.partition for loc in located.values()], previous)
+    if scan_plan.unchanged and len(earlier) == len(located) and len(scan_plan.kept_rows) == len(previous):
         # Not a byte written since the last inventory: it stands as it is, and no Spark job runs.
-        rows = [Row(**dict(zip(INVENTORY_COLUMNS, r)), partition_key=f"{r[0]}-{r[1]}") for r in plan.kept_rows]
-        kept, scanned_by_spark = len(rows), False
-    else:
-        rows, kept = _scan_and_write(pyspark, located, previous, staging)
-        scanned_by_spark = True
+        rows = [Row(**dict(zip(INVENTORY_COLUMNS, r)), partition_key=f"{r[0]}-{r[1]}") for r in scan_plan.kept_rows]
+        return InventoryResult(rows, len(rows), scanned_by_spark=False)
+    rows, kept = _scan_and_write(pyspark, located, previous, _staging(plan))
+    return InventoryResult(rows, kept, scanned_by_spark=True)
 
-    by_key: dict[str, list] = {key: [] for key in located}
-    for row in rows:
+
+def _staging(plan: InventoryPlan):
+    return inventory_root() / f".staging-{plan.run_id}"
+
+
+def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, result: InventoryResult) -> None:
+    """Publish the staged inventories and report each partition (in the step's own thread)."""
+    columns = table_schema(inventory_schema())  # the columns of each partition's Parquet files
+    staging = _staging(plan)
+    by_key: dict[str, list] = {key: [] for key in plan.located}
+    for row in result.rows:
         by_key.setdefault(row.partition_key, []).append(row)
-    for key, loc in located.items():
+    for key, loc in plan.located.items():
         seg_rows = sorted(by_key.get(key, []), key=lambda r: r.base_offset)
         staged = staging / f"partition_digest={key_digest(key)}"
         if staged.is_dir():
             publish(staged, inventory_path(key))
-        segments = listed[key]
+        segments = plan.listed[key]
         offsets = partition_tiers(loc, segments=segments, log_end_offset=seg_rows[-1].next_offset if seg_rows else None)
         eligible = eligible_segments(offsets, segments)
         crc_failures = sum(r.crc_failures for r in seg_rows)
@@ -134,19 +157,25 @@ def local_segments(
                 "eligible_segments": len(eligible),
                 "eligible_bytes": eligible_bytes,
                 "owned_log_dir": loc.owned,
-                **({"indexes_rebuilt": reindexed[key]} if key in reindexed else {}),
+                **({"indexes_rebuilt": plan.reindexed[key]} if key in plan.reindexed else {}),
                 "inventory": dg.MetadataValue.path(str(inventory_path(key))),
             },
+            asset_key=LOCAL_SEGMENTS.key,
             partition_key=key,
         )
-    shutil.rmtree(staging, ignore_errors=True)
-    how = "in one Spark job" if scanned_by_spark else "without a Spark job (nothing written since the last inventory)"
-    context.log.info(f"inventoried {len(rows)} segments of {len(located)} partitions {how}: "
+    discard_staging(plan)
+    rows, kept = result.rows, result.kept
+    how = "in one Spark job" if result.scanned_by_spark else "without a Spark job (nothing written since the last inventory)"
+    context.log.info(f"inventoried {len(rows)} segments of {len(plan.located)} partitions {how}: "
                      f"{len(rows) - kept} scanned, {kept} unchanged since the last inventory")
     # Run totals go on the run, not on every partition the run materialises.
-    record_run_totals(context, {"partitions_in_run": len(keys), "segments_scanned": len(rows) - kept,
+    record_run_totals(context, {"partitions_in_run": len(plan.keys), "segments_scanned": len(rows) - kept,
                                 "segments_unchanged": kept})
-    return dg.MaterializeResult()
+
+
+def discard_staging(plan: InventoryPlan) -> None:
+    """What a scan staged and did not publish (all of it, when the step failed after the scan)."""
+    shutil.rmtree(_staging(plan), ignore_errors=True)
 
 
 def _scan_and_write(pyspark: KtsPySparkResource, located: dict, previous: dict, staging) -> tuple[list, int]:

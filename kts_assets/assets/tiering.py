@@ -1,0 +1,91 @@
+"""``local_segments`` and ``remote_segments`` in one step: the Spark inventory scans while the
+copy uploads.
+
+The copy does not read the inventory (it picks and verifies its segments itself), so the two need
+not wait for each other: the scan runs on Spark's workers, the copy in this process, mostly waiting
+on writes. As two steps, a 1 GiB sync spent the inventory's ~1.5 s before the copy's first byte
+(bench/sync_bench.py); side by side, the scan is done before the copy. Each asset is still its own
+materialisation, selectable alone (the index rebuild job takes the inventory only), with
+``local_segments → remote_segments`` as its lineage.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import dagster as dg
+
+from kts_assets.assets.copy import REMOTE_SEGMENTS, copy_pass
+from kts_assets.assets.segments import LOCAL_SEGMENTS, discard_staging, prepare_inventory, report_inventory, scan_inventory
+from kts_assets.partitions import topic_partitions
+from kts_assets.run_hygiene import record_run_worker
+from kts_resources.copier import PARALLEL_PARTITIONS
+from kts_resources.resources import (
+    CopyQuotaResource,
+    KafkaLogDirsResource,
+    KtsPySparkResource,
+    MetadataStoreResource,
+    RemoteTierResource,
+)
+
+
+class SegmentsConfig(dg.Config):
+    """Run config of ``local_and_remote_segments`` (sensor and schedule runs take the defaults)."""
+
+    # local_segments: closed segments unchanged (size, modification time) since the last inventory
+    # keep their row; True rescans them too: a scrub for bit rot, which leaves both as they were.
+    rescan_unchanged: bool = False
+    # local_segments: True (index_rebuild_job) first rebuilds, in owned log dirs, the .index /
+    # .timeindex of closed segments whose files are missing or torn (kts_resources.local_indexes),
+    # by Kafka's recovery rule — before any copy starts, since a copy ships them.
+    rebuild_indexes: bool = False
+    # remote_segments: partitions copied at once in one run; the write quota is shared.
+    parallel_partitions: int = PARALLEL_PARTITIONS
+
+
+@dg.multi_asset(
+    name="local_and_remote_segments",
+    specs=[LOCAL_SEGMENTS, REMOTE_SEGMENTS],
+    partitions_def=topic_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    can_subset=True,
+    pool="spark",
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+    description="Scan the partitions' local segments with Spark (local_segments) while the eligible ones are "
+                "copied to the remote tier (remote_segments).",
+)
+def local_and_remote_segments(
+    context: dg.AssetExecutionContext,
+    pyspark: KtsPySparkResource,
+    kafka_log_dirs: KafkaLogDirsResource,
+    metadata_store: MetadataStoreResource,
+    remote_tier: RemoteTierResource,
+    copy_quota: CopyQuotaResource,
+    config: SegmentsConfig,
+):
+    record_run_worker(context)  # so a dead worker's run is failed and its slots freed
+    selected = context.selected_asset_keys
+    plan = scan = None
+    failure: BaseException | None = None
+    # Dagster's context is used in this thread only: the scan thread touches Spark and files.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-inventory") as background:
+        if LOCAL_SEGMENTS.key in selected:
+            plan = prepare_inventory(context, pyspark, kafka_log_dirs, config.rescan_unchanged, config.rebuild_indexes)
+            scan = background.submit(scan_inventory, pyspark, plan)
+        if REMOTE_SEGMENTS.key in selected:
+            try:
+                copy_pass(context, kafka_log_dirs, metadata_store, remote_tier, copy_quota, config.parallel_partitions)
+            except Exception as e:  # noqa: BLE001 - raised below, once the inventory is reported
+                failure = e
+        if scan is not None:
+            try:
+                inventory = scan.result()  # a lost Spark server is already a dg.Failure saying so
+            except Exception:
+                discard_staging(plan)
+                if failure is None and REMOTE_SEGMENTS.key in selected:
+                    yield dg.MaterializeResult(asset_key=REMOTE_SEGMENTS.key)  # the copy did its part
+                raise
+            report_inventory(context, plan, inventory)
+            yield dg.MaterializeResult(asset_key=LOCAL_SEGMENTS.key)
+    if failure is not None:
+        raise failure
+    if REMOTE_SEGMENTS.key in selected:
+        yield dg.MaterializeResult(asset_key=REMOTE_SEGMENTS.key)
