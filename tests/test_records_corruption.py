@@ -282,16 +282,27 @@ def _scan_key(scan: SegmentScan) -> tuple:
     return [(b.position, b.base_offset, b.last_offset, b.crc_ok) for b in scan.batches], scan.valid_bytes, scan.invalid
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(damage=st.lists(st.tuples(st.integers(0, len(SEGMENT) - 1), st.integers(1, 255)), max_size=4),
-       cut=st.integers(0, len(SEGMENT)), tail=st.binary(max_size=80), chunk=st.sampled_from([1, 5, 17, 61, 64, 200, 1 << 20]))
-def test_a_file_scanned_in_chunks_gives_the_scan_of_its_whole_bytes(tmp_path, damage, cut, tail, chunk):
+# The test segment with some bytes flipped, cut anywhere and garbage after, read in chunks of every size.
+damaged_segments_in_chunks = given(
+    damage=st.lists(st.tuples(st.integers(0, len(SEGMENT) - 1), st.integers(1, 255)), max_size=4),
+    cut=st.integers(0, len(SEGMENT)), tail=st.binary(max_size=80), chunk=st.sampled_from([1, 5, 17, 61, 64, 200, 1 << 20]))
+
+
+def _damaged_file(tmp_path, damage, cut, tail):
+    """(path, bytes) of the test segment with ``damage`` (position, xor mask) applied, cut at ``cut``, ``tail`` after."""
     data = bytearray(SEGMENT)
     for position, mask in damage:
         data[position] ^= mask
     data = bytes(data[:cut]) + tail
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(data)
+    return path, data
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@damaged_segments_in_chunks
+def test_a_file_scanned_in_chunks_gives_the_scan_of_its_whole_bytes(tmp_path, damage, cut, tail, chunk):
+    path, data = _damaged_file(tmp_path, damage, cut, tail)
     size, scan = scan_segment_file(path, chunk_bytes=chunk)
     assert size == len(data)
     assert _scan_key(scan) == _scan_key(scan_batches(data))
@@ -341,19 +352,13 @@ def _listed_summary(path, data: bytes):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(damage=st.lists(st.tuples(st.integers(0, len(SEGMENT) - 1), st.integers(1, 255)), max_size=4),
-       cut=st.integers(0, len(SEGMENT)), tail=st.binary(max_size=80), chunk=st.sampled_from([1, 5, 17, 61, 64, 200, 1 << 20]))
+@damaged_segments_in_chunks
 def test_a_tallied_segment_summary_is_the_summary_of_its_listed_batches(tmp_path, damage, cut, tail, chunk):
     """Mixed magic 0/1/2 batches, bits flipped (CRC failures, broken framing), cut anywhere, garbage
     after, read in chunks of every size: the tally's summary is the listed scan's, field for field."""
     from kts_resources.kafka.segment import summarize_segment
 
-    data = bytearray(SEGMENT)
-    for position, mask in damage:
-        data[position] ^= mask
-    data = bytes(data[:cut]) + tail
-    path = tmp_path / "00000000000000000000.log"
-    path.write_bytes(data)
+    path, data = _damaged_file(tmp_path, damage, cut, tail)
     assert summarize_segment(path, 0, active=False, chunk_bytes=chunk) == _listed_summary(path, data)
 
 
