@@ -82,6 +82,8 @@ def local_and_remote_segments(
                 discard_staging(plan)
                 if failure is None and REMOTE_SEGMENTS.key in selected:
                     yield dg.MaterializeResult(asset_key=REMOTE_SEGMENTS.key)  # the copy did its part
+                elif failure is not None:  # the step fails with the inventory's error: say the copy's too
+                    context.log.error(f"the copy failed as well: {type(failure).__name__}: {failure}")
                 raise
             report_inventory(context, plan, inventory)
             yield dg.MaterializeResult(asset_key=LOCAL_SEGMENTS.key)
