@@ -16,7 +16,6 @@ from .records import (
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     V2_HEADER_SIZE,
-    BatchHeader,
     BatchTally,
     InvalidBytes,
     SegmentScan,
@@ -93,24 +92,11 @@ class SegmentSummary:
 
 
 def summarize_scan(path: str, base_offset: int, active: bool, size: int, scan: SegmentScan) -> SegmentSummary:
-    batches: list[BatchHeader] = scan.batches
-    if not batches:
-        return SegmentSummary(path, base_offset, active, size, invalid=scan.invalid)
-    epochs = sorted({b.partition_leader_epoch for b in batches if b.partition_leader_epoch >= 0})
-    return SegmentSummary(
-        path=path,
-        base_offset=base_offset,
-        active=active,
-        size_bytes=size,
-        batch_count=len(batches),
-        record_count=sum(b.record_count for b in batches),
-        last_offset=batches[-1].last_offset,
-        max_timestamp=max(b.max_timestamp for b in batches),
-        leader_epochs=tuple(epochs),
-        first_timestamp=batches[0].max_timestamp,
-        crc_failures=tuple(b.position for b in batches if b.crc_ok is False),
-        invalid=scan.invalid,
-    )
+    """The summary of a listed scan's batches (what :func:`summarize_segment` tallies as it reads)."""
+    tally = BatchTally()
+    for batch in scan.batches:
+        tally.add(batch, batch.position)
+    return summarize_tally(path, base_offset, active, size, tally, scan.invalid)
 
 
 def summarize_tally(path: str, base_offset: int, active: bool, size: int, tally: BatchTally,
