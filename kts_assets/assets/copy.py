@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import dagster as dg
 
 from kts_assets.assets.reporting import OWNERS, record_run_totals
-from kts_assets.assets.segments import LOCAL_SEGMENTS
+from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import human_bytes
 from kts_resources import settings
@@ -33,9 +33,10 @@ TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark",
                  "remote_bytes", "copy_lag_segments", "copy_lag_bytes")
 
 
-REMOTE_SEGMENTS = dg.AssetSpec(
+# The spec (key, lineage) of the copy; assets.tiering.local_and_remote_segments materialises it.
+remote_segments = dg.AssetSpec(
     "remote_segments",
-    deps=[LOCAL_SEGMENTS],
+    deps=[local_segments],
     kinds={"kafka", "s3", "postgres"},  # segments to the tier, their metadata to the store's PostgreSQL
     group_name="tiering",
     owners=OWNERS,
@@ -46,7 +47,6 @@ REMOTE_SEGMENTS = dg.AssetSpec(
         "metadata store. Rx = remote_log_start_offset, Ry = remote_log_end_offset."
     ),
 )
-remote_segments = REMOTE_SEGMENTS  # its key and lineage; materialised by assets.tiering.local_and_remote_segments
 
 
 def copy_pass(
@@ -74,7 +74,8 @@ def copy_pass(
             # Not copied, and not a success either: an operator has to settle which id is the
             # topic's, so the partition's copy_completed check fails (and `kts sync` exits 1).
             context.log.warning(str(problem))
-            context.add_asset_metadata({"copy_failed": 1, "copy_error": str(problem), "skipped": str(problem)}, asset_key=REMOTE_SEGMENTS.key, partition_key=key)
+            context.add_asset_metadata({"copy_failed": 1, "copy_error": str(problem), "skipped": str(problem)},
+                                       asset_key=remote_segments.key, partition_key=key)
             del located[key]
     store = metadata_store.store()
     storage = remote_tier.storage()
@@ -99,7 +100,8 @@ def copy_pass(
             except Exception as e:  # noqa: BLE001
                 failed.append(key)
                 context.log.error(f"{key}: copy pass failed: {type(e).__name__}: {e}")
-                context.add_asset_metadata({"copy_failed": 1, "copy_error": str(e)}, asset_key=REMOTE_SEGMENTS.key, partition_key=key)
+                context.add_asset_metadata({"copy_failed": 1, "copy_error": str(e)}, asset_key=remote_segments.key,
+                                           partition_key=key)
                 continue
             if result.skipped:
                 context.log.info(f"{key}: skipped: {result.skipped}")
@@ -125,7 +127,7 @@ def copy_pass(
                 metadata["copy_error"] = result.stopped
             if result.skipped:
                 metadata["skipped"] = result.skipped
-            context.add_asset_metadata(metadata, asset_key=REMOTE_SEGMENTS.key, partition_key=key)
+            context.add_asset_metadata(metadata, asset_key=remote_segments.key, partition_key=key)
     if located and len(failed) == len(located):
         # Nothing worked (the store or the bucket is down): fail, so the RetryPolicy tries again.
         raise dg.Failure(f"the copy pass failed for every partition of the run: {', '.join(failed[:20])}")

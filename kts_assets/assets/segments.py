@@ -29,7 +29,8 @@ def table_schema(schema) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(field.name, field.dataType.simpleString()) for field in schema.fields])
 
 
-LOCAL_SEGMENTS = dg.AssetSpec(
+# The spec (key, lineage) of the inventory; assets.tiering.local_and_remote_segments materialises it.
+local_segments = dg.AssetSpec(
     "local_segments",
     kinds={"spark", "kafka", "parquet"},
     group_name="tiering",
@@ -41,7 +42,6 @@ LOCAL_SEGMENTS = dg.AssetSpec(
         "Offsets follow KIP-405: Lx = local_log_start_offset, Ly = high_watermark, Lz = log_end_offset."
     ),
 )
-local_segments = LOCAL_SEGMENTS  # its key and lineage; materialised by assets.tiering.local_and_remote_segments
 
 
 @dataclass
@@ -74,7 +74,7 @@ def prepare_inventory(context: dg.AssetExecutionContext, pyspark: KtsPySparkReso
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs ({', '.join(map(str, kafka_log_dirs.paths()))}); nothing scanned")
-        context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, asset_key=LOCAL_SEGMENTS.key,
+        context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, asset_key=local_segments.key,
                                    partition_key=key)
     listed = {}
     for key, loc in list(located.items()):
@@ -86,7 +86,7 @@ def prepare_inventory(context: dg.AssetExecutionContext, pyspark: KtsPySparkReso
             del located[key]
             problem = f"{shown(loc.partition.path)}: cannot be listed: {e.strerror or e}"
             context.log.error(f"{key}: {problem}")
-            context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, asset_key=LOCAL_SEGMENTS.key,
+            context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, asset_key=local_segments.key,
                                        partition_key=key)
     reindexed = _rebuild_local_indexes(context, pyspark, located, listed) if rebuild_indexes else {}
     return InventoryPlan(keys, located, listed, reindexed, context.run.run_id, rescan_unchanged)
@@ -160,7 +160,7 @@ def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, res
                 **({"indexes_rebuilt": plan.reindexed[key]} if key in plan.reindexed else {}),
                 "inventory": dg.MetadataValue.path(str(inventory_path(key))),
             },
-            asset_key=LOCAL_SEGMENTS.key,
+            asset_key=local_segments.key,
             partition_key=key,
         )
     discard_staging(plan)

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
-from kts_assets.assets.copy import REMOTE_SEGMENTS, copy_pass
-from kts_assets.assets.segments import LOCAL_SEGMENTS, discard_staging, prepare_inventory, report_inventory, scan_inventory
+from kts_assets.assets.copy import copy_pass, remote_segments
+from kts_assets.assets.segments import discard_staging, local_segments, prepare_inventory, report_inventory, scan_inventory
 from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_resources.copier import PARALLEL_PARTITIONS
@@ -43,7 +43,7 @@ class SegmentsConfig(dg.Config):
 
 @dg.multi_asset(
     name="local_and_remote_segments",
-    specs=[LOCAL_SEGMENTS, REMOTE_SEGMENTS],
+    specs=[local_segments, remote_segments],
     partitions_def=topic_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
     can_subset=True,
@@ -67,10 +67,10 @@ def local_and_remote_segments(
     failure: BaseException | None = None
     # Dagster's context is used in this thread only: the scan thread touches Spark and files.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-inventory") as background:
-        if LOCAL_SEGMENTS.key in selected:
+        if local_segments.key in selected:
             plan = prepare_inventory(context, pyspark, kafka_log_dirs, config.rescan_unchanged, config.rebuild_indexes)
             scan = background.submit(scan_inventory, pyspark, plan)
-        if REMOTE_SEGMENTS.key in selected:
+        if remote_segments.key in selected:
             try:
                 copy_pass(context, kafka_log_dirs, metadata_store, remote_tier, copy_quota, config.parallel_partitions)
             except Exception as e:  # noqa: BLE001 - raised below, once the inventory is reported
@@ -80,14 +80,14 @@ def local_and_remote_segments(
                 inventory = scan.result()  # a lost Spark server is already a dg.Failure saying so
             except Exception:
                 discard_staging(plan)
-                if failure is None and REMOTE_SEGMENTS.key in selected:
-                    yield dg.MaterializeResult(asset_key=REMOTE_SEGMENTS.key)  # the copy did its part
+                if failure is None and remote_segments.key in selected:
+                    yield dg.MaterializeResult(asset_key=remote_segments.key)  # the copy did its part
                 elif failure is not None:  # the step fails with the inventory's error: say the copy's too
                     context.log.error(f"the copy failed as well: {type(failure).__name__}: {failure}")
                 raise
             report_inventory(context, plan, inventory)
-            yield dg.MaterializeResult(asset_key=LOCAL_SEGMENTS.key)
+            yield dg.MaterializeResult(asset_key=local_segments.key)
     if failure is not None:
         raise failure
-    if REMOTE_SEGMENTS.key in selected:
-        yield dg.MaterializeResult(asset_key=REMOTE_SEGMENTS.key)
+    if remote_segments.key in selected:
+        yield dg.MaterializeResult(asset_key=remote_segments.key)
