@@ -39,7 +39,10 @@ def test_sync_copies_every_eligible_segment_and_records_runs_in_the_instance(tmp
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     simulate(log_dir, SimulationConfig(total_bytes=400 * 1024, **CONFIG))
     env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
-           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home), "KTS_SPARK_MASTER": "local[2]"}
+           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home),
+           # The classic in-process session, end to end once (the other sync tests attach to the
+           # session's Spark Connect server, as kts does by default).
+           "KTS_SPARK_MASTER": "local[2]"}
 
     def sync():
         result = subprocess.run([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, capture_output=True, text=True, timeout=600)
@@ -103,7 +106,7 @@ def test_a_remote_object_damaged_in_the_tier_fails_a_sync_and_the_next_sync_reco
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     simulate(log_dir, SimulationConfig(total_bytes=200 * 1024, **{**CONFIG, "topics": ("orders",), "partitions": 1}))
     env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
-           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home), "KTS_SPARK_MASTER": "local[2]"}
+           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home)}
 
     def kts(*argv: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "kts_assets.cli", *argv], env=env, capture_output=True, text=True, timeout=600)

@@ -132,7 +132,7 @@ def test_a_segment_the_broker_deleted_before_it_was_copied_alarms_on_every_sync_
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
-           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home), "KTS_SPARK_MASTER": "local[2]"}
+           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home)}
 
     def kts(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "kts_assets.cli", *args], env=env, capture_output=True, text=True, timeout=600)

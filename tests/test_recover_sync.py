@@ -27,7 +27,7 @@ def test_after_a_sync_and_a_lost_database_recover_gives_the_same_answers(tmp_pat
     simulate(log_dir, SimulationConfig(seed=13, topics=("orders", "page.views"), partitions=2, total_bytes=320 * 1024,
                                        segment_bytes=24 * 1024))
     env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(home),
-           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home), "KTS_SPARK_MASTER": "local[2]"}
+           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home)}
     synced = subprocess.run([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=900)
     assert synced.returncode == 0, synced.stderr[-3000:]

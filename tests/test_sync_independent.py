@@ -14,7 +14,7 @@ plain boto3 client — never through kts's storage classes:
 - a second sync after one more roll copies exactly the newly eligible segment and rewrites nothing;
 - ``kts status --json`` agrees with the log for every partition.
 
-Each tier runs ``kts sync`` twice (a Spark start each), the two tiers side by side, in one
+Each tier runs ``kts sync`` twice (on the session's Spark Connect server), the two tiers side by side, in one
 module-scoped fixture; the tests only read what it recorded.
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -35,6 +36,7 @@ from typing import Any
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from .conftest import REPO_ROOT
 from .fixtures_postgres import _fresh_database
 from .fixtures_s3 import _FAKE_CREDENTIALS
 from .independent_log_dir import (
@@ -143,13 +145,14 @@ class TierSetup:
         self.tier, self.log_dir, self.third_party_dir = tier, tmp / "logs", third_party_dir
         dagster_home = tmp / "dagster"
         dagster_home.mkdir()
-        (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home)  # kts's instance: runs and events in its PostgreSQL
         self.remote = RemoteTier(tier, tmp, request)
         # kts's defaults but the ones named here, KTS_CLI_SERVER's included: the syncs run in the
         # standing CLI server, as a user's do, and it is stopped when the test ends.
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KTS_")}
+        # Spark is the session's (tests/fixtures_spark.py: its Connect server, or the engine chosen).
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KTS_") or k.startswith("KTS_SPARK_")}
         self.env.update(KTS_DATABASE_URL=database_url, KTS_LOG_DIRS=str(self.log_dir), KTS_HOME=str(tmp / "home"),
-                        DAGSTER_HOME=str(dagster_home), KTS_SPARK_MASTER="local[2]", **self.remote.env)
+                        DAGSTER_HOME=str(dagster_home), **self.remote.env)
         request.addfinalizer(lambda: subprocess.run([sys.executable, "-m", "kts_assets.cli", "services", "stop"],
                                                     env=self.env, capture_output=True, timeout=120, check=False))
 
@@ -177,7 +180,7 @@ TIERS = ("filesystem", "s3")
 
 @pytest.fixture(scope="module")
 def tier_runs(request, tmp_path_factory, pg_admin_url, pg_template, third_party_dir) -> Iterator[dict[str, TierRun]]:
-    """Both tiers, side by side (each sync is mostly a Spark start): the same independent log dir
+    """Both tiers, side by side (each sync mostly waits on its processes): the same independent log dir
     written twice, synced, appended to, synced again."""
     # Each tier gets its own database: neither sees the other's rows.
     databases = [_fresh_database(pg_admin_url, pg_template) for _ in TIERS]

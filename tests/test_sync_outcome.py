@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 
@@ -30,7 +31,7 @@ def sync_env(tmp_path: Path, log_dir: Path, pg_url: str, **overrides: str) -> di
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     return {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
             "KTS_REMOTE_URI": (tmp_path / "remote").as_uri(), "DAGSTER_HOME": str(dagster_home),
-            "KTS_SPARK_MASTER": "local[2]", **overrides}
+            **overrides}
 
 
 def kts(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -38,6 +39,7 @@ def kts(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.Com
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 def test_a_partition_whose_copy_fails_fails_the_pass_by_name_and_the_printed_lag_is_the_status_lag(tmp_path, pg_url):
     log_dir = tmp_path / "logs"
     simulate(log_dir, CONFIG)
