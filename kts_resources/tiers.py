@@ -263,22 +263,22 @@ def active_log_end_offset(segments: Sequence[SegmentFiles]) -> int:
     points at to the end (an active segment may hold a GiB). An index that is missing, unreadable
     or points at no batch means the whole segment is scanned."""
     from kts_resources.kafka.errors import KafkaFormatError
-    from kts_resources.kafka.indexes import read_offset_index
+    from kts_resources.kafka.indexes import last_offset_index_entry
     from kts_resources.kafka.segment import scan_segment_file, summarize_segment
 
     if not segments:
         return -1
     active = segments[-1]
     try:
-        entries = read_offset_index(active.offset_index, active.base_offset)
-        tail = entries[-1].position if entries else 0
+        last = last_offset_index_entry(active.offset_index, active.base_offset)
+        tail = last.position if last is not None else 0
         if 0 < tail:
             _size, scan = scan_segment_file(active.log, start=tail)
             first = scan.batches[0] if scan.batches else None
             # The entry names the append's largest offset (or, before Kafka 3, a record's): the batch
             # at its position starts at or below it, and the tail reaches it.
             if (first is not None and first.position == tail
-                    and active.base_offset <= first.base_offset <= entries[-1].offset <= scan.batches[-1].last_offset):
+                    and active.base_offset <= first.base_offset <= last.offset <= scan.batches[-1].last_offset):
                 return scan.batches[-1].last_offset + 1
     except (OSError, KafkaFormatError):
         pass  # the whole segment tells

@@ -32,6 +32,7 @@ from kts_resources.kafka.indexes import (
     lookup_timestamp,
     max_entries,
     preallocated_size,
+    last_offset_index_entry,
     read_offset_index,
     read_time_index,
     rebuild_indexes,
@@ -129,6 +130,25 @@ def test_zero_filled_preallocated_tails_are_ignored(offsets, times):
 def test_a_preallocated_index_with_no_entries_reads_as_empty():
     assert decode_offset_index(bytes(preallocated_size(DEFAULT_SEGMENT_INDEX_BYTES, OFFSET_ENTRY_SIZE)), 0) == []
     assert decode_time_index(bytes(preallocated_size(DEFAULT_SEGMENT_INDEX_BYTES, TIME_ENTRY_SIZE)), 5) == []
+
+
+@settings(max_examples=60)
+@given(offset_entries(), st.integers(0, 5000), st.booleans())
+def test_the_last_offset_index_entry_found_by_bisection_is_the_last_one_a_whole_read_finds(case, zeros, first_at_base):
+    """An active segment's index is preallocated (10 MiB of zeros past its entries): the log end
+    offset needs only its last entry, found in a few reads, the same one reading it all finds."""
+    import tempfile
+
+    base, entries = case
+    if first_at_base and entries:  # a first entry at the base offset itself (relative offset 0)
+        entries = [OffsetPosition(base, 0 if len(entries) == 1 else entries[0].position), *entries[1:]]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{base:020d}.index"
+        path.write_bytes(encode_offset_index(entries, base) + bytes(OFFSET_ENTRY_SIZE * zeros))
+        whole = read_offset_index(path)
+        assert last_offset_index_entry(path) == (whole[-1] if whole else None)
+        path.write_bytes(encode_offset_index(entries, base) + b"\0" * 3)  # not whole entries: no hint
+        assert last_offset_index_entry(path) is None
 
 
 def test_a_trimmed_time_index_keeps_a_single_entry_at_timestamp_zero_and_the_base_offset():

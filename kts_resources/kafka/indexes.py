@@ -312,6 +312,43 @@ def read_offset_index(path: str | os.PathLike, base_offset: int | None = None) -
     return [OffsetPosition(base + rel, pos) for rel, pos in read.entries]
 
 
+def last_offset_index_entry(path: str | os.PathLike, base_offset: int | None = None) -> OffsetPosition | None:
+    """The last entry of an ``.index`` file, found by bisecting for the start of its zero-filled
+    tail: a score of 8-byte reads instead of the whole file (an active segment's index is
+    preallocated to segment.index.bytes, 10 MiB by default). None when the file has no entry or is
+    not a whole number of entries. Entries' relative offsets increase, so the tail is where they
+    drop to 0 (as :func:`read_offset_index` reads it); in a damaged file the entry found may be any
+    non-zero one, so it is a hint its caller checks against the log."""
+    base = _base_offset_of(path) if base_offset is None else base_offset
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        if size % OFFSET_ENTRY_SIZE or size > MAX_KAFKA_FILE_BYTES:
+            return None
+
+        def entry(i: int) -> tuple[int, int]:
+            data = os.pread(fd, OFFSET_ENTRY_SIZE, i * OFFSET_ENTRY_SIZE)
+            if len(data) < OFFSET_ENTRY_SIZE:
+                raise FileChangedError(f"offset index shrank to {len(data) + i * OFFSET_ENTRY_SIZE:,} bytes while "
+                                       "being read", path=path, position=i * OFFSET_ENTRY_SIZE)
+            return _OFFSET_ENTRY.unpack(data)
+
+        count = size // OFFSET_ENTRY_SIZE
+        if count == 0:
+            return None
+        last, past = 0, count  # entry `last` is an entry (0 always is, if any is); `past` is tail or the end
+        while past - last > 1:
+            middle = (last + past) // 2
+            if entry(middle)[0] != 0:
+                last = middle
+            else:
+                past = middle
+        relative, position = entry(last)
+        if last == 0 and relative == 0 and position == 0:
+            return None  # preallocated and never written
+        return OffsetPosition(base + relative, position)
+
+
 def read_time_index(path: str | os.PathLike, base_offset: int | None = None) -> list[TimestampOffset]:
     """Read a ``.timeindex`` file (in chunks, up to its zero-filled tail); the base offset defaults
     to the one its name carries."""
