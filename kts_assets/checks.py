@@ -8,6 +8,7 @@ check step over a partition range no partition of its own, so a summary would la
 """
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # not re-exported at the top level
@@ -37,6 +38,8 @@ from kts_resources.tiers import (
 )
 
 Verdict = tuple[bool, dict[str, object], str]  # passed, metadata, description
+# Partitions judged at once by a check: within the metadata store's connection pool (5).
+JUDGES = 4
 
 
 def _partition_keys(context: dg.AssetCheckExecutionContext) -> list[str]:
@@ -111,7 +114,9 @@ class _Located:
         self.partitions, self.missing = locate_partitions(self.log_dirs, keys, owned_log_dirs=kafka_log_dirs.owned_paths())
 
     def verdicts(self, judge: Callable[[LocatedPartition], Verdict]) -> dict[str, Verdict]:
-        verdicts = {key: judge(loc) for key, loc in self.partitions.items()}
+        # Side by side: a judge mostly waits on the metadata store, the remote tier or the disk.
+        with ThreadPoolExecutor(max_workers=max(1, min(JUDGES, len(self.partitions))), thread_name_prefix="kts-check") as pool:
+            verdicts = dict(zip(self.partitions, pool.map(judge, self.partitions.values())))
         for key in self.missing:
             # A wrong KTS_LOG_DIRS (or a partition deleted since it was registered) is a finding, not a pass.
             verdicts[key] = (False, {"missing": True},
