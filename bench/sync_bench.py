@@ -92,7 +92,7 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 SYNC_TIMEOUT_S = 1800
 MEASUREMENTS = ("copy_alone", "copy_parallel", "sync", "sync_noop", "status")
 # The phases of one `kts sync`, in the order they happen (see sync_phases).
-PHASES = ("startup", "planning", "resource_init", "local_and_remote_segments", "crc_check", "retention_state",
+PHASES = ("startup", "planning", "resource_init", "local_and_remote_segments", "retention_state",
           "remote_log_index", "other_checks", "dagster_other", "exit")
 STEP_PHASES = ("local_and_remote_segments", "retention_state", "remote_log_index")
 
@@ -400,7 +400,7 @@ def sync_phases(env: SyncEnv, launched: float, exited: float, run_ids_before: se
             phases["resource_init"] += init
             for key, seconds in run_steps.items():
                 steps[key] = steps.get(key, 0.0) + seconds
-                phase = key if key in STEP_PHASES else "crc_check" if "crc_clean" in key else "other_checks"
+                phase = key if key in STEP_PHASES else "other_checks"
                 phases[phase] += seconds
             phases["dagster_other"] += (last - run_start) - init - sum(run_steps.values())
         if previous_end is not None:
@@ -685,11 +685,10 @@ PHASE_LABELS = {
     "startup": "start-up: python, imports, Definitions, discovery",
     "planning": "run planning (events per partition)",
     "resource_init": "resources (Spark attaches in its first step)",
-    "local_and_remote_segments": "step local_and_remote_segments (copy + inventory)",
-    "crc_check": "check local_segments_crc_clean",
+    "local_and_remote_segments": "step local_and_remote_segments (copy, inventory, checks)",
     "retention_state": "step retention_state",
     "remote_log_index": "step remote_log_index",
-    "other_checks": "the other checks",
+    "other_checks": "check steps (retention, remote index)",
     "dagster_other": "Dagster between steps",
     "exit": "exit (the last event → the process gone)",
 }

@@ -1,10 +1,14 @@
 """Asset checks: offset invariants, CRC-clean local segments, every finished remote segment in the
-bucket with its checksum, and the data-loss alarm.
+bucket with its checksum, the data-loss alarm, and whether each pass completed.
 
-remote_segments' four checks are one step (``remote_segments_checks``); the others a step each.
-Checks are partitioned like their assets. A run over one partition records one result for it; a
-single-run backfill over many records one evaluation per partition and nothing else (Dagster gives a
-check step over a partition range no partition of its own, so a summary would land on no partition).
+The checks of local_segments and remote_segments are check specs of the step that materialises
+them (``local_and_remote_segments`` evaluates them with :func:`segments_checks` after the
+inventory and the copy): a step of their own cost ~0.1 s of Dagster's bookkeeping each, per run;
+the step can run them alone (``can_subset``), as the UI's "execute check" does. The others are a
+step each. Checks are partitioned like their assets. A run over one partition records one result
+for it; a single-run backfill over many records one evaluation per partition and nothing else
+(Dagster gives a check step over a partition range no partition of its own, so a summary would
+land on no partition).
 """
 
 from collections.abc import Callable, Iterator
@@ -24,6 +28,7 @@ from kts_assets.partitions import topic_partitions
 from kts_resources import remote_index_cache as index_cache
 from kts_resources import settings
 from kts_resources.inventory import inventory_path, read_inventory_table
+from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.remote_index_check import check_partition_index
 from kts_resources.remote_integrity import inspect_finished_segments
 from kts_resources.lost_ranges import describe, detect_lost_ranges
@@ -42,14 +47,18 @@ Verdict = tuple[bool, dict[str, object], str]  # passed, metadata, description
 JUDGES = 4
 
 
-def _partition_keys(context: dg.AssetCheckExecutionContext) -> list[str]:
+# The checks run in check steps and in the asset step that carries their specs.
+CheckContext = dg.AssetCheckExecutionContext | dg.AssetExecutionContext
+
+
+def _partition_keys(context: CheckContext) -> list[str]:
     ctx = context.op_execution_context
     if ctx.has_partition_key or ctx.has_partition_key_range:
         return list(ctx.partition_keys)
     return list(context.instance.get_dynamic_partitions(topic_partitions.name))
 
 
-def _report(context: dg.AssetCheckExecutionContext, asset_key: dg.AssetKey, check_name: str,
+def _report(context: CheckContext, asset_key: dg.AssetKey, check_name: str,
             verdicts: dict[str, Verdict], blocking: bool = False,
             records: dict[str, dg.EventLogRecord] | None = None) -> Iterator[dg.AssetCheckEvaluation | dg.AssetCheckResult | dg.Output]:
     """The check's results: one AssetCheckResult in a single-partition run, else an evaluation per
@@ -116,7 +125,7 @@ class _Located:
     def verdicts(self, judge: Callable[[LocatedPartition], Verdict]) -> dict[str, Verdict]:
         # Side by side: a judge mostly waits on the metadata store, the remote tier or the disk.
         with ThreadPoolExecutor(max_workers=max(1, min(JUDGES, len(self.partitions))), thread_name_prefix="kts-check") as pool:
-            verdicts = dict(zip(self.partitions, pool.map(judge, self.partitions.values())))
+            verdicts = dict(zip(self.partitions, pool.map(_unreadable_fails(judge), self.partitions.values())))
         for key in self.missing:
             # A wrong KTS_LOG_DIRS (or a partition deleted since it was registered) is a finding, not a pass.
             verdicts[key] = (False, {"missing": True},
@@ -124,15 +133,25 @@ class _Located:
         return verdicts
 
 
+def _unreadable_fails(judge: Callable[[LocatedPartition], Verdict]) -> Callable[[LocatedPartition], Verdict]:
+    """``judge``, but a partition whose files cannot be read (a damaged segment or index, a file
+    gone mid-read) fails the check with the reason, instead of stopping the check for every one."""
+
+    def judged(loc: LocatedPartition) -> Verdict:
+        try:
+            return judge(loc)
+        except (OSError, KafkaFormatError) as e:
+            return False, {"unreadable": True}, f"could not be judged: {one_line(str(e))}"
+
+    return judged
+
+
 def _per_partition(kafka_log_dirs: KafkaLogDirsResource, keys: list[str],
                    judge: Callable[[LocatedPartition], Verdict]) -> dict[str, Verdict]:
     return _Located(kafka_log_dirs, keys).verdicts(judge)
 
 
-@dg.asset_check(asset=local_segments.key, partitions_def=topic_partitions,
-                description="Every batch of every local segment passes its CRC-32C and no segment ends in invalid bytes (from the Parquet inventory).")
-def local_segments_crc_clean(context: dg.AssetCheckExecutionContext) -> Iterator:
-    keys = _partition_keys(context)
+def _crc_clean_verdicts(keys: list[str]) -> dict[str, Verdict]:
     verdicts: dict[str, Verdict] = {}
     for key in keys:
         path = inventory_path(key)
@@ -147,7 +166,7 @@ def local_segments_crc_clean(context: dg.AssetCheckExecutionContext) -> Iterator
         verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
                                    "first_unhealthy_base_offset": bad[0]["base_offset"] if bad else -1},
                          description or f"{total} segments CRC-clean")
-    yield from _report(context, local_segments.key, "local_segments_crc_clean", verdicts)
+    return verdicts
 
 
 def _unhealthy_inventory_rows(path) -> tuple[int, list[dict]]:
@@ -158,9 +177,9 @@ def _unhealthy_inventory_rows(path) -> tuple[int, list[dict]]:
     return len(rows), bad
 
 
-# --- remote_segments: four checks in one step ---------------------------------------------------
-# A step per check cost ~0.3 s of Dagster's bookkeeping each, and located every partition and read
-# its latest materialisation four times over; a launch of some of them (the UI) runs just those.
+# --- the checks of local_segments and remote_segments, evaluated in the step materialising them ---
+# Judged once the inventory and the copy are reported; every partition is located and its latest
+# materialisation read once for all of them.
 
 def _offset_invariants(loc: LocatedPartition, store) -> Verdict:
     segments = loc.partition.segments()
@@ -219,42 +238,47 @@ def _no_uncopied_segment_lost(loc: LocatedPartition, store) -> Verdict:
     return True, metadata, f"every deleted local segment was copied first{acknowledged}"
 
 
+CRC_CLEAN = dg.AssetCheckKey(local_segments.key, "local_segments_crc_clean")
 OFFSET_INVARIANTS = dg.AssetCheckKey(remote_segments.key, "offset_invariants")
 REMOTE_SEGMENTS_IN_BUCKET = dg.AssetCheckKey(remote_segments.key, "remote_segments_in_bucket")
 NO_UNCOPIED_SEGMENT_LOST = dg.AssetCheckKey(remote_segments.key, "no_uncopied_segment_lost")
 COPY_COMPLETED = dg.AssetCheckKey(remote_segments.key, "copy_completed")
 
+SEGMENTS_CHECK_SPECS = [
+    dg.AssetCheckSpec(CRC_CLEAN.name, asset=local_segments.key, partitions_def=topic_partitions,
+                      description="Every batch of every local segment passes its CRC-32C and no segment ends in invalid bytes "
+                                  "(from the Parquet inventory)."),
+    dg.AssetCheckSpec(OFFSET_INVARIANTS.name, asset=remote_segments.key, partitions_def=topic_partitions,
+                      description="Lx ≤ Ly ≤ Lz (local log start ≤ high watermark ≤ log end) and Rx ≤ Ry ≤ Ly "
+                                  "(remote start ≤ remote end ≤ high watermark)."),
+    dg.AssetCheckSpec(REMOTE_SEGMENTS_IN_BUCKET.name, asset=remote_segments.key, partitions_def=topic_partitions,
+                      description="Every COPY_SEGMENT_FINISHED segment's objects are in the remote tier with their recorded "
+                                  "size; objects up to 1 MiB are read back and their CRC-32C compared. A damaged segment is "
+                                  "recorded in the metadata store and re-copied by the next copy pass while its local segment "
+                                  "exists; a segment whose manifest (what `kts recover` reads) is missing or wrong gets it "
+                                  "written again by the next copy pass."),
+    dg.AssetCheckSpec(NO_UNCOPIED_SEGMENT_LOST.name, asset=remote_segments.key, partitions_def=topic_partitions,
+                      description="Data-loss alarm: no offsets below the local log start offset are missing from the remote "
+                                  "tier (deleted locally, by the broker or by kts, before they were copied). A lost range is "
+                                  "recorded in the metadata store and fails this check on every evaluation until `kts "
+                                  "ack-loss` acknowledges it."),
+    # Blocking: a failed copy fails the step, so the run in which it failed is not a success.
+    dg.AssetCheckSpec(COPY_COMPLETED.name, asset=remote_segments.key, partitions_def=topic_partitions, blocking=True,
+                      description="The partition's latest copy pass completed: no segment failed its verification or "
+                                  "upload and the metadata store and the remote tier answered. Otherwise it fails with the "
+                                  "copy's error, and fails its run."),
+]
 
-@dg.multi_asset_check(
-    specs=[
-        dg.AssetCheckSpec(OFFSET_INVARIANTS.name, asset=remote_segments.key, partitions_def=topic_partitions,
-                          description="Lx ≤ Ly ≤ Lz (local log start ≤ high watermark ≤ log end) and Rx ≤ Ry ≤ Ly "
-                                      "(remote start ≤ remote end ≤ high watermark)."),
-        dg.AssetCheckSpec(REMOTE_SEGMENTS_IN_BUCKET.name, asset=remote_segments.key, partitions_def=topic_partitions,
-                          description="Every COPY_SEGMENT_FINISHED segment's objects are in the remote tier with their recorded "
-                                      "size; objects up to 1 MiB are read back and their CRC-32C compared. A damaged segment is "
-                                      "recorded in the metadata store and re-copied by the next copy pass while its local segment "
-                                      "exists; a segment whose manifest (what `kts recover` reads) is missing or wrong gets it "
-                                      "written again by the next copy pass."),
-        dg.AssetCheckSpec(NO_UNCOPIED_SEGMENT_LOST.name, asset=remote_segments.key, partitions_def=topic_partitions,
-                          description="Data-loss alarm: no offsets below the local log start offset are missing from the remote "
-                                      "tier (deleted locally, by the broker or by kts, before they were copied). A lost range is "
-                                      "recorded in the metadata store and fails this check on every evaluation until `kts "
-                                      "ack-loss` acknowledges it."),
-        # Blocking: a failed copy fails the step, so the run in which it failed is not a success.
-        dg.AssetCheckSpec(COPY_COMPLETED.name, asset=remote_segments.key, partitions_def=topic_partitions, blocking=True,
-                          description="The partition's latest copy pass completed: no segment failed its verification or "
-                                      "upload and the metadata store and the remote tier answered. Otherwise it fails with the "
-                                      "copy's error, and fails its run."),
-    ],
-    can_subset=True,
-    description="The checks of remote_segments, in one step: offsets in order, the bucket holds every finished segment intact, "
-                "no uncopied segment lost, the latest copy pass completed.",
-)
-def remote_segments_checks(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
-                           metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> Iterator:
+
+def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
+                    metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> Iterator:
+    """The results of the SEGMENTS_CHECK_SPECS the step runs (those selected), for its partitions."""
     selected = context.selected_asset_check_keys
     keys = _partition_keys(context)
+    if CRC_CLEAN in selected:
+        yield from _report(context, local_segments.key, CRC_CLEAN.name, _crc_clean_verdicts(keys))
+    if not selected & {OFFSET_INVARIANTS, REMOTE_SEGMENTS_IN_BUCKET, NO_UNCOPIED_SEGMENT_LOST, COPY_COMPLETED}:
+        return
     located = _Located(kafka_log_dirs, keys)
     records = _latest_records(context.instance, remote_segments.key, keys)
     store = metadata_store.store()
@@ -325,4 +349,5 @@ def retention_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: 
                        blocking=True, records=records)
 
 
-asset_checks = [retention_completed, remote_log_index_covers_finished_segments, local_segments_crc_clean, remote_segments_checks]
+# Checks with a step of their own; SEGMENTS_CHECK_SPECS are local_and_remote_segments' own.
+asset_checks = [retention_completed, remote_log_index_covers_finished_segments]

@@ -177,14 +177,17 @@ def test_a_partition_dir_whose_topic_id_disagrees_with_its_siblings_is_not_copie
     write_partition_metadata(root / "orders-1" / "partition.metadata", PartitionMetadata(0, stray_id))
     instance.add_dynamic_partitions(topic_partitions.name, ["orders-2"])
     result = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], instance=instance, resources=pipeline_resources(root, pg_url, tmp_path / "remote"),
-                            tags={RANGE_START: "orders-0", RANGE_END: "orders-2"})
-    assert result.success
+                            tags={RANGE_START: "orders-0", RANGE_END: "orders-2"}, raise_on_error=False)
     md = partition_metadata(result, "remote_segments")
     assert md["orders-0"]["copied_segments"] > 0 and md["orders-2"]["copied_segments"] > 0
     assert "copied_segments" not in md["orders-1"]
     assert str(root / "orders-1") in md["orders-1"]["skipped"] and str(stray_id) in md["orders-1"]["skipped"]
-    # Not a success for that partition: its copy_completed check fails on it, and `kts sync` exits 1.
+    # Not a success for that partition: its copy_completed check fails on it (blocking: the step and
+    # the run fail), and `kts sync` exits 1.
     assert md["orders-1"]["copy_failed"] == 1 and str(stray_id) in md["orders-1"]["copy_error"]
+    completed = {e.partition: e.passed for e in result.get_asset_check_evaluations() if e.check_name == "copy_completed"}
+    assert (completed["orders-0"], completed["orders-1"], completed["orders-2"]) == (True, False, True)
+    assert not result.success
     warnings = [e.user_message for e in instance.all_logs(result.run_id)
                 if e.level == logging.WARNING and str(stray_id) in e.user_message]
     assert len(warnings) == 1 and "not copied" in warnings[0]
@@ -259,14 +262,16 @@ def test_a_corrupt_segment_stops_only_its_own_partition(log_dir, pg_url, tmp_pat
     victim.write_bytes(bytes(data))
     result = dg.materialize([local_and_remote_segments], instance=instance,
                             resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote"),
-                            tags={RANGE_START: "orders-0", RANGE_END: "orders-1"})
-    assert result.success
+                            tags={RANGE_START: "orders-0", RANGE_END: "orders-1"}, raise_on_error=False)
     local = partition_metadata(result, "local_segments")
     remote = partition_metadata(result, "remote_segments")
     assert local["orders-0"]["crc_failures"] >= 1 and local["orders-1"]["crc_failures"] == 0
     assert remote["orders-0"]["copy_failed"] == 1 and remote["orders-0"]["copied_segments"] == 1
     assert "fails its CRC" in remote["orders-0"]["copy_error"]
     assert remote["orders-1"]["copy_failed"] == 0 and remote["orders-1"]["copied_segments"] == len(eligible(log_dir, "orders-1"))
+    # Both assets are materialised for both partitions; the step fails on orders-0's checks alone.
+    failed = {(e.check_name, e.partition) for e in result.get_asset_check_evaluations() if not e.passed}
+    assert failed == {("local_segments_crc_clean", "orders-0"), ("copy_completed", "orders-0")} and not result.success
 
 
 def test_remote_segments_copies_to_an_s3_tier_through_dagster_aws(log_dir, pg_url, tmp_path, kts_home, instance, s3_endpoint, s3_bucket, s3_client):

@@ -10,13 +10,7 @@ import pytest
 
 from tests.conftest import materializations
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments, retention_state
-from kts_assets.checks import (
-    NO_UNCOPIED_SEGMENT_LOST,
-    REMOTE_SEGMENTS_IN_BUCKET,
-    asset_checks,
-    local_segments_crc_clean,
-    remote_segments_checks,
-)
+from kts_assets.checks import NO_UNCOPIED_SEGMENT_LOST, REMOTE_SEGMENTS_IN_BUCKET, SEGMENTS_CHECK_SPECS, asset_checks
 from kts_assets.partitions import topic_partitions
 from kts_resources.kafka.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir
@@ -48,13 +42,14 @@ def run(log_dir, pg_url, tmp_path, instance, assets, **kwargs) -> dg.ExecuteInPr
                           raise_on_error=False, **kwargs)
 
 
-CHECK_KEYS = [key for check in asset_checks for key in check.check_keys]
+# The copy step's own checks (check specs of local_and_remote_segments), then those with a step each.
+CHECK_KEYS = [spec.key for spec in SEGMENTS_CHECK_SPECS] + [key for check in asset_checks for key in check.check_keys]
 
 
 def check_only(log_dir, pg_url, tmp_path, instance, check: dg.AssetCheckKey, partition_key: str) -> dg.AssetCheckEvaluation:
     """Run one of remote_segments' checks on its own (its asset left as it is, the other checks of
     its step not run) and return its one evaluation."""
-    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, remote_segments_checks],
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments],
                  selection=dg.AssetSelection.checks(check), tags={"dagster/partition": partition_key})
     [evaluation] = result.get_asset_check_evaluations()
     return evaluation
@@ -76,7 +71,7 @@ def test_a_flipped_bit_in_a_local_segment_fails_the_crc_check(log_dir, pg_url, t
     data = bytearray(victim.read_bytes())
     data[100] ^= 0x01
     victim.write_bytes(bytes(data))
-    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, local_segments_crc_clean], selection=dg.AssetSelection.assets(local_segments.key), partition_key="orders-0")
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=dg.AssetSelection.assets(local_segments.key), partition_key="orders-0")
     [evaluation] = result.get_asset_check_evaluations()
     assert not evaluation.passed and str(victim) in evaluation.description
     assert evaluation.metadata["first_unhealthy_base_offset"].value == eligible(log_dir, "orders-0")[1].base_offset
@@ -146,8 +141,28 @@ def test_a_multi_partition_run_records_one_evaluation_per_partition_and_nothing_
     upstream = {local_segments.key, remote_segments.key}
     for key in CHECK_KEYS:
         name = key.name
-        # The failed copy's blocking check stops what comes after the copy: their checks do not run.
+        # The failed copy's blocking check fails the copy's step after its checks are all judged;
+        # what comes after the copy does not run, nor do its checks.
         expected = set(KEYS) if key.asset_key in upstream else set()
         assert {k for (n, k) in seen if n == name} == expected, name
     assert seen[("local_segments_crc_clean", "orders-1")] is False
     assert seen[("local_segments_crc_clean", "orders-0")] is True
+
+
+def test_a_check_that_cannot_run_fails_the_copy_step_once_and_keeps_what_it_materialised(
+        log_dir, pg_url, tmp_path, kts_home, instance, monkeypatch):
+    """The checks run in the step that copies: a check that crashes (here: the instance's event log
+    failing when read) must fail that step, not have its RetryPolicy copy and scan again."""
+    from kts_assets import checks
+
+    def event_log_down(*args, **kwargs):
+        raise RuntimeError("event log unreachable")
+
+    monkeypatch.setattr(checks, "_latest_records", event_log_down)
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], partition_key="orders-0")
+    assert not result.success
+    starts = [e for e in result.all_events if e.event_type_value == "STEP_START"]
+    assert [e.step_key for e in starts] == ["local_and_remote_segments"]  # no retry
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert "could not run: RuntimeError: event log unreachable" in failure.step_failure_data.user_failure_data.description
+    assert materializations(result, "local_segments") and materializations(result, "remote_segments")

@@ -119,8 +119,12 @@ def test_hostile_partitions_fail_alone_each_reported_once_and_healthy_ones_are_a
                                     tags={RANGE_START: keys[0], RANGE_END: keys[-1]})
             metadata = partition_metadata(result, "remote_segments")
             errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.ERROR]
+            # The step's checks judge every partition, the hostile ones too (as failed).
+            evaluations = [e for e in result.get_asset_check_evaluations() if e.check_name == "copy_completed"]
+            judged = {e.partition: e.passed for e in result.get_asset_check_evaluations() if e.check_name == "offset_invariants"}
     finally:
         next(database, None)
+    assert set(judged) == set(keys) and {e.partition for e in evaluations if not e.passed} == set(bad)
     for key in keys:
         md = metadata[key]
         if key in bad:

@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_segments
-from kts_assets.checks import OFFSET_INVARIANTS, remote_segments_checks
+from kts_assets.checks import OFFSET_INVARIANTS
 from kts_assets.partitions import topic_partitions
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -59,7 +59,7 @@ def test_a_run_whose_partitions_are_in_no_log_dir_fails_and_so_does_their_check(
         assert "none of the run's 2 partitions is in the log dirs" in failure.step_failure_data.user_failure_data.description
         assert instance.get_materialized_partitions(remote_segments.key) == set()
 
-        checked = dg.materialize([local_and_remote_segments, remote_segments_checks], resources=resources, instance=instance,
+        checked = dg.materialize([local_and_remote_segments], resources=resources, instance=instance,
                                  selection=dg.AssetSelection.checks(OFFSET_INVARIANTS), tags={"dagster/partition": "orders-0"},
                                  raise_on_error=False)
         [evaluation] = checked.get_asset_check_evaluations()

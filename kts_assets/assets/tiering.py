@@ -6,7 +6,8 @@ not wait for each other: the scan runs on Spark's workers, the copy in this proc
 on writes. As two steps, a 1 GiB sync spent the inventory's ~1.5 s before the copy's first byte
 (bench/sync_bench.py); side by side, the scan is done before the copy. Each asset is still its own
 materialisation, selectable alone (the index rebuild job takes the inventory only), with
-``local_segments → remote_segments`` as its lineage.
+``local_segments → remote_segments`` as its lineage. Their checks (kts_assets.checks,
+SEGMENTS_CHECK_SPECS) are judged here once both are reported, and can be run alone.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ import dagster as dg
 
 from kts_assets.assets.copy import copy_pass, remote_segments
 from kts_assets.assets.segments import discard_staging, local_segments, prepare_inventory, report_inventory, scan_inventory
+from kts_assets.checks import SEGMENTS_CHECK_SPECS, segments_checks
 from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_resources.copier import PARALLEL_PARTITIONS
@@ -44,13 +46,14 @@ class SegmentsConfig(dg.Config):
 @dg.multi_asset(
     name="local_and_remote_segments",
     specs=[local_segments, remote_segments],
+    check_specs=SEGMENTS_CHECK_SPECS,
     partitions_def=topic_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
     can_subset=True,
     pool="spark",
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
     description="Scan the partitions' local segments with Spark (local_segments) while the eligible ones are "
-                "copied to the remote tier (remote_segments).",
+                "copied to the remote tier (remote_segments), then check both.",
 )
 def local_and_remote_segments(
     context: dg.AssetExecutionContext,
@@ -91,3 +94,10 @@ def local_and_remote_segments(
         raise failure
     if remote_segments.key in selected:
         yield dg.MaterializeResult(asset_key=remote_segments.key)
+    try:
+        yield from segments_checks(context, kafka_log_dirs, metadata_store, remote_tier)
+    except Exception as e:
+        # The assets are reported; a check that could not run fails the step without a retry,
+        # which would copy and scan again for nothing.
+        raise dg.Failure(description=f"the checks of local_segments and remote_segments could not run: "
+                                     f"{type(e).__name__}: {e}", allow_retries=False) from e
