@@ -24,11 +24,12 @@ from .test_sync_outcome import kts, sync_env
 LONGEST_TOPIC = "t" * 249  # Kafka's limit (Topic.MAX_NAME_LENGTH)
 
 
+@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 def test_a_249_character_topic_is_tiered_beside_a_healthy_one(tmp_path, pg_url):
     log_dir = tmp_path / "logs"
     simulate(log_dir, SimulationConfig(seed=11, topics=(LONGEST_TOPIC, "orders"), partitions=1,
                                        segment_bytes=48 * 1024, total_bytes=200 * 1024))
-    env = sync_env(tmp_path, log_dir, pg_url)
+    env = sync_env(tmp_path, log_dir, pg_url, session_spark=True)
 
     done = kts(env, "sync")
 

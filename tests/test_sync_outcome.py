@@ -25,13 +25,17 @@ from .test_copier import _eligible
 CONFIG = SimulationConfig(seed=5, topics=("orders", "page.views"), partitions=2, segment_bytes=48 * 1024, total_bytes=400 * 1024)
 
 
-def sync_env(tmp_path: Path, log_dir: Path, pg_url: str, **overrides: str) -> dict[str, str]:
+def sync_env(tmp_path: Path, log_dir: Path, pg_url: str, *, session_spark: bool = False, **overrides: str) -> dict[str, str]:
+    """A ``kts sync`` subprocess's environment: its own KTS_HOME, Dagster home and remote tier, on
+    ``pg_url``. Spark is a classic local[2] session in the sync's own process (the kill and
+    signal tests are about that process), or with ``session_spark`` the session's Spark Connect
+    server (tests/fixtures_spark.py; the test must be marked ``spark``)."""
     dagster_home = tmp_path / "dagster"
     dagster_home.mkdir(exist_ok=True)
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    spark = {} if session_spark else {"KTS_SPARK_MASTER": "local[2]"}
     return {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
-            "KTS_REMOTE_URI": (tmp_path / "remote").as_uri(), "DAGSTER_HOME": str(dagster_home),
-            **overrides}
+            "KTS_REMOTE_URI": (tmp_path / "remote").as_uri(), "DAGSTER_HOME": str(dagster_home), **spark, **overrides}
 
 
 def kts(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -52,7 +56,7 @@ def test_a_partition_whose_copy_fails_fails_the_pass_by_name_and_the_printed_lag
     # orders-1: its first closed segment cut short inside a batch (invalid bytes at its end).
     cut = eligible["orders-1"][0].log
     os.truncate(cut, cut.stat().st_size - 7)
-    env = sync_env(tmp_path, log_dir, pg_url)
+    env = sync_env(tmp_path, log_dir, pg_url, session_spark=True)
 
     result = kts(env, "sync")
 
