@@ -79,14 +79,23 @@ def _remember_tables_found(storage) -> None:
 
 def dagster_database_url(schema: str = DEFAULT_SCHEMA, server_url: str | None = None) -> str:
     """kts's database URL (``server_url``, default ``database_url()``) with ``schema`` first on the
-    search path (created if missing)."""
+    search path (created if missing), and Dagster's commits not waiting for the disk.
+
+    ``synchronous_commit=off`` for Dagster's own sessions only: a run stores ~170 events, each two
+    or three autocommitted statements, and every commit waited for a WAL flush — behind the copy's
+    own writes of a gigabyte, ~1 s of a 1 GiB ``kts sync`` (bench/README.md). PostgreSQL keeps the
+    database consistent either way; an operating-system crash may lose the last fraction of a
+    second of Dagster's events, as if they were never written (the run monitor fails a run whose
+    worker is gone, and frees its pool slots). kts's metadata store, the record of what is in the
+    remote tier, keeps its sessions synchronous, and its commits flush Dagster's earlier ones too.
+    Options in ``KTS_DATABASE_URL`` come after, so a deployment can still set it back."""
     from kts_resources.metadata import database
 
     if not _SCHEMA_NAME.fullmatch(schema):
         raise database.MetadataStoreMisconfigured(
             f"dagster.yaml: storage schema {schema!r} is not a plain PostgreSQL name (lower case letters, digits, _)")
     url = make_url(database.normalize_url(server_url) if server_url else database.database_url())
-    options = " ".join(filter(None, [url.query.get("options"), f"-csearch_path={schema}"]))
+    options = " ".join(filter(None, ["-csynchronous_commit=off", url.query.get("options"), f"-csearch_path={schema}"]))
     # connect_timeout: a server that is gone fails the load in seconds; the name tells Dagster's
     # connections from the store's in pg_stat_activity.
     url = url.update_query_dict({"options": options, "connect_timeout": str(database.CONNECT_TIMEOUT_S),

@@ -115,3 +115,35 @@ def test_the_schema_is_a_plain_name(pg_url, monkeypatch, tmp_path):
         "    config:\n      schema: 'x; DROP TABLE runs'\n")
     with pytest.raises(database.MetadataStoreMisconfigured, match="not a plain PostgreSQL name"):
         dg.DagsterInstance.from_config(str(tmp_path))
+
+
+def _commit_setting(conn) -> tuple[str, str]:
+    """(synchronous_commit, where the session got it: 'client' when its connection asked for it)."""
+    return tuple(conn.exec_driver_sql("SELECT setting, source FROM pg_settings WHERE name = 'synchronous_commit'").one())
+
+
+def test_dagster_sessions_commit_without_waiting_for_the_disk_and_the_metadata_store_keeps_the_servers_setting(pg_url, monkeypatch):
+    """Dagster's bookkeeping (events, runs, schedules) may lose its last fraction of a second to an
+    operating-system crash; the record of what is in the remote tier may not."""
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+
+    monkeypatch.setenv("KTS_DATABASE_URL", pg_url)
+    with dg.DagsterInstance.from_config(str(REPO_ROOT)) as instance:
+        assert dg.materialize([chatty], instance=instance).success
+        for storage in (instance.event_log_storage, instance.run_storage, instance.schedule_storage):
+            with storage.index_connection() if hasattr(storage, "index_connection") else storage.connect() as conn:
+                assert _commit_setting(conn) == ("off", "client")
+    store = RemoteLogMetadataStore.from_url(pg_url)
+    try:
+        with store.engine.connect() as conn:
+            assert _commit_setting(conn)[1] != "client"  # the server's own (the test server's is off, for speed)
+    finally:
+        store.close()
+
+
+def test_a_deployment_can_keep_dagsters_commits_synchronous_through_the_database_urls_options(pg_url, monkeypatch):
+    url = sa.engine.make_url(pg_url).update_query_dict({"options": "-csynchronous_commit=on"})
+    monkeypatch.setenv("KTS_DATABASE_URL", url.render_as_string(hide_password=False))
+    with dg.DagsterInstance.from_config(str(REPO_ROOT)) as instance:
+        with instance.event_log_storage.index_connection() as conn:
+            assert _commit_setting(conn) == ("on", "client")
