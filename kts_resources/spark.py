@@ -308,6 +308,20 @@ def task_slots(spark: "SparkSession") -> int | None:
     return (os.cpu_count() or 1) if threads == "*" else max(1, int(threads))
 
 
+def scan_tasks(spark: "SparkSession", scans: int, *, beside_copy: bool = False) -> int:
+    """How many tasks an inventory of ``scans`` segments runs as: the session's slots (a task per
+    scan on a cluster that does not say). ``beside_copy``: a copy runs in this process meanwhile,
+    so a local session (its tasks on this machine's cores) leaves it one core: on two cores, two
+    scan tasks beside the copy's CRCs and writes made a 1 GiB copy step ~0.3 s slower than one task
+    did (bench/README.md), and the scan still ends before the copy."""
+    slots = task_slots(spark)
+    if slots is None:
+        return scans
+    if beside_copy and slots > 1 and _LOCAL_MASTER.match(spark.conf.get("spark.master", None) or ""):
+        slots -= 1
+    return slots * TASKS_PER_SLOT
+
+
 def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:
     """The indexes of ``sizes`` in at most ``groups`` groups of about equal total (largest first,
     each to the lightest group so far: within 4/3 of the best split), none empty."""
@@ -362,10 +376,10 @@ def plan_inventory_scan(partitions: Iterable[PartitionDir], previous: Mapping[st
 
 
 def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
-                      previous: Mapping[str, "Row"] | None = None) -> tuple["DataFrame", int]:
+                      previous: Mapping[str, "Row"] | None = None, *, beside_copy: bool = False) -> tuple["DataFrame", int]:
     """One row per segment of the given partitions: header-only scan with every CRC checked,
     except what :func:`plan_inventory_scan` keeps from ``previous``. Returns the rows and how many
-    were kept.
+    were kept. ``beside_copy``: see :func:`scan_tasks`.
 
     DataFrame APIs only (``range`` + ``mapInArrow``, no RDD or ``sparkContext``), so the job runs
     the same on a classic session and on Spark Connect.
@@ -376,8 +390,7 @@ def segment_inventory(spark: "SparkSession", partitions: Iterable[PartitionDir],
     if not plan.scans:
         return kept, len(plan.kept_rows)
     # range's partitions are the tasks, each index naming its group of scans.
-    slots = task_slots(spark)
-    groups = balanced_groups(plan.sizes, len(plan.scans) if slots is None else slots * TASKS_PER_SLOT)
+    groups = balanced_groups(plan.sizes, scan_tasks(spark, len(plan.scans), beside_copy=beside_copy))
     tasks = [[plan.scans[i] for i in group] for group in groups]
     scanned = spark.range(0, len(tasks), 1, numPartitions=len(tasks)).mapInArrow(_scanner(tasks), schema)
     return (scanned.unionByName(kept) if plan.kept_rows or plan.unreadable else scanned), len(plan.kept_rows)

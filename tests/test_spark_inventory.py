@@ -24,6 +24,7 @@ from kts_resources.spark import (
     read_inventory,
     segment_inventory,
     spark_mode,
+    scan_tasks,
     task_slots,
 )
 from tests.conftest import REPO_ROOT
@@ -207,3 +208,20 @@ def test_a_local_session_runs_as_many_tasks_at_once_as_its_threads_and_a_cluster
     # The test session's own master, read through the session (Connect or classic alike).
     master = spark.conf.get("spark.master")
     assert task_slots(spark) == task_slots(_Session(spark_master=master)) and master.startswith("local")
+
+
+def test_a_scan_beside_a_copy_leaves_the_copy_one_core_of_a_local_session_and_a_cluster_all_it_has():
+    assert scan_tasks(_Session(spark_master="local[2]"), 24) == 2
+    assert scan_tasks(_Session(spark_master="local[2]"), 24, beside_copy=True) == 1
+    assert scan_tasks(_Session(spark_master="local[8]"), 24, beside_copy=True) == 7
+    assert scan_tasks(_Session(spark_master="local"), 24, beside_copy=True) == 1  # never none
+    # Executors elsewhere do not share this machine's cores with the copy.
+    assert scan_tasks(_Session(spark_master="spark://cluster:7077"), 24, beside_copy=True) == 24
+    assert scan_tasks(_Session(spark_master="yarn", spark_default_parallelism="48"), 24, beside_copy=True) == 48
+
+
+def test_a_scan_beside_a_copy_finds_the_same_rows(spark, log_dir):
+    partitions = discover_partitions(log_dir)
+    alone = sorted(segment_inventory(spark, partitions)[0].collect(), key=lambda r: r.path)
+    beside = sorted(segment_inventory(spark, partitions, beside_copy=True)[0].collect(), key=lambda r: r.path)
+    assert beside == alone and len(alone) > 2

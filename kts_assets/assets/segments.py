@@ -54,6 +54,7 @@ class InventoryPlan:
     reindexed: dict[str, int]
     run_id: str
     rescan_unchanged: bool
+    beside_copy: bool = False  # a copy runs in this process while Spark scans (spark.scan_tasks)
 
 
 @dataclass
@@ -110,7 +111,7 @@ def scan_inventory(pyspark: KtsPySparkResource, plan: InventoryPlan) -> Inventor
         # Not a byte written since the last inventory: it stands as it is, and no Spark job runs.
         rows = [Row(**dict(zip(INVENTORY_COLUMNS, r)), partition_key=f"{r[0]}-{r[1]}") for r in scan_plan.kept_rows]
         return InventoryResult(rows, len(rows), scanned_by_spark=False)
-    rows, kept = _scan_and_write(pyspark, located, previous, _staging(plan))
+    rows, kept = _scan_and_write(pyspark, located, previous, _staging(plan), plan.beside_copy)
     return InventoryResult(rows, kept, scanned_by_spark=True)
 
 
@@ -178,7 +179,8 @@ def discard_staging(plan: InventoryPlan) -> None:
     shutil.rmtree(_staging(plan), ignore_errors=True)
 
 
-def _scan_and_write(pyspark: KtsPySparkResource, located: dict, previous: dict, staging) -> tuple[list, int]:
+def _scan_and_write(pyspark: KtsPySparkResource, located: dict, previous: dict, staging,
+                    beside_copy: bool) -> tuple[list, int]:
     """The Spark inventory of the run's partitions (rows kept from ``previous`` where nothing
     changed), collected and written on the driver as one Parquet directory per partition under
     ``staging`` (named by the key's digest, never the key itself, which a 249-character topic makes
@@ -189,7 +191,8 @@ def _scan_and_write(pyspark: KtsPySparkResource, located: dict, previous: dict, 
     from kts_resources.spark import inventory_schema, segment_inventory
 
     with pyspark.server_loss_as_failure():
-        inventory, kept = segment_inventory(pyspark.spark_session, [loc.partition for loc in located.values()], previous)
+        inventory, kept = segment_inventory(pyspark.spark_session, [loc.partition for loc in located.values()], previous,
+                                            beside_copy=beside_copy)
         collected = inventory.collect()
     schema = to_arrow_schema(inventory_schema())
     by_key: dict[str, list[dict]] = {}

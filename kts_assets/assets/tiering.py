@@ -72,6 +72,8 @@ def local_and_remote_segments(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-inventory") as background:
         if local_segments.key in selected:
             plan = prepare_inventory(context, pyspark, kafka_log_dirs, config.rescan_unchanged, config.rebuild_indexes)
+            # A scrub's rescan is the bigger job: it keeps every core.
+            plan.beside_copy = remote_segments.key in selected and not config.rescan_unchanged
             scan = background.submit(scan_inventory, pyspark, plan)
         if remote_segments.key in selected:
             try:
