@@ -93,7 +93,7 @@ SYNC_TIMEOUT_S = 1800
 MEASUREMENTS = ("copy_alone", "copy_parallel", "sync", "sync_noop", "status")
 # The phases of one `kts sync`, in the order they happen (see sync_phases).
 PHASES = ("startup", "planning", "resource_init", "local_and_remote_segments", "retention_state",
-          "remote_log_index", "other_checks", "dagster_other", "exit")
+          "remote_log_index", "other_steps", "dagster_other", "exit")
 STEP_PHASES = ("local_and_remote_segments", "retention_state", "remote_log_index")
 
 # Sizes: (full, --quick).
@@ -400,7 +400,7 @@ def sync_phases(env: SyncEnv, launched: float, exited: float, run_ids_before: se
             phases["resource_init"] += init
             for key, seconds in run_steps.items():
                 steps[key] = steps.get(key, 0.0) + seconds
-                phase = key if key in STEP_PHASES else "other_checks"
+                phase = key if key in STEP_PHASES else "other_steps"
                 phases[phase] += seconds
             phases["dagster_other"] += (last - run_start) - init - sum(run_steps.values())
         if previous_end is not None:
@@ -688,7 +688,7 @@ PHASE_LABELS = {
     "local_and_remote_segments": "step local_and_remote_segments (copy, inventory, checks)",
     "retention_state": "step retention_state",
     "remote_log_index": "step remote_log_index",
-    "other_checks": "check steps (retention, remote index)",
+    "other_steps": "other steps (none: every check is judged in its asset's step)",
     "dagster_other": "Dagster between steps",
     "exit": "exit (the last event → the process gone)",
 }

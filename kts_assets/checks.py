@@ -1,14 +1,18 @@
 """Asset checks: offset invariants, CRC-clean local segments, every finished remote segment in the
-bucket with its checksum, the data-loss alarm, and whether each pass completed.
+bucket with its checksum, the data-loss alarm, the remote log index's coverage, and whether each
+pass completed.
 
-The checks of local_segments and remote_segments are check specs of the step that materialises
-them (``local_and_remote_segments`` evaluates them with :func:`segments_checks` after the
-inventory and the copy): a step of their own cost ~0.1 s of Dagster's bookkeeping each, per run;
-the step can run them alone (``can_subset``), as the UI's "execute check" does. The others are a
-step each. Checks are partitioned like their assets. A run over one partition records one result
-for it; a single-run backfill over many records one evaluation per partition and nothing else
-(Dagster gives a check step over a partition range no partition of its own, so a summary would
-land on no partition).
+Every check is a check spec of the step that materialises its asset, evaluated there once the
+asset is reported (``segments_checks``, ``retention_checks``, ``remote_index_checks``): a step of
+their own cost ~0.1 s of Dagster's bookkeeping each, per run. The steps can run them alone
+(``can_subset``), as the UI's "execute check" does. A check that cannot run fails its step without
+a retry (:func:`checks_that_must_run`). Checks are partitioned like their assets. A run over one
+partition records one result for it; a single-run backfill over many records one evaluation per
+partition and nothing else (a run over a partition range has no partition of its own, so a summary
+would land on no partition).
+
+Assets are named by their keys (``kts_assets.asset_keys``), not imported: the assets import their
+check specs from here.
 """
 
 from collections.abc import Callable, Iterator
@@ -19,10 +23,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from kts_assets.assets.copy import remote_segments
-from kts_assets.assets.remote_index import remote_log_index
-from kts_assets.assets.retention import retention_state
-from kts_assets.assets.segments import local_segments
+from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_LOG_INDEX, REMOTE_SEGMENTS, RETENTION_STATE
 from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
 from kts_resources import remote_index_cache as index_cache
@@ -47,8 +48,8 @@ Verdict = tuple[bool, dict[str, object], str]  # passed, metadata, description
 JUDGES = 4
 
 
-# The checks run in check steps and in the asset step that carries their specs.
-CheckContext = dg.AssetCheckExecutionContext | dg.AssetExecutionContext
+# The checks run in the asset step that carries their specs.
+CheckContext = dg.AssetExecutionContext
 
 
 def _partition_keys(context: CheckContext) -> list[str]:
@@ -238,32 +239,32 @@ def _no_uncopied_segment_lost(loc: LocatedPartition, store) -> Verdict:
     return True, metadata, f"every deleted local segment was copied first{acknowledged}"
 
 
-CRC_CLEAN = dg.AssetCheckKey(local_segments.key, "local_segments_crc_clean")
-OFFSET_INVARIANTS = dg.AssetCheckKey(remote_segments.key, "offset_invariants")
-REMOTE_SEGMENTS_IN_BUCKET = dg.AssetCheckKey(remote_segments.key, "remote_segments_in_bucket")
-NO_UNCOPIED_SEGMENT_LOST = dg.AssetCheckKey(remote_segments.key, "no_uncopied_segment_lost")
-COPY_COMPLETED = dg.AssetCheckKey(remote_segments.key, "copy_completed")
+CRC_CLEAN = dg.AssetCheckKey(LOCAL_SEGMENTS, "local_segments_crc_clean")
+OFFSET_INVARIANTS = dg.AssetCheckKey(REMOTE_SEGMENTS, "offset_invariants")
+REMOTE_SEGMENTS_IN_BUCKET = dg.AssetCheckKey(REMOTE_SEGMENTS, "remote_segments_in_bucket")
+NO_UNCOPIED_SEGMENT_LOST = dg.AssetCheckKey(REMOTE_SEGMENTS, "no_uncopied_segment_lost")
+COPY_COMPLETED = dg.AssetCheckKey(REMOTE_SEGMENTS, "copy_completed")
 
 SEGMENTS_CHECK_SPECS = [
-    dg.AssetCheckSpec(CRC_CLEAN.name, asset=local_segments.key, partitions_def=topic_partitions,
+    dg.AssetCheckSpec(CRC_CLEAN.name, asset=LOCAL_SEGMENTS, partitions_def=topic_partitions,
                       description="Every batch of every local segment passes its CRC-32C and no segment ends in invalid bytes "
                                   "(from the Parquet inventory)."),
-    dg.AssetCheckSpec(OFFSET_INVARIANTS.name, asset=remote_segments.key, partitions_def=topic_partitions,
+    dg.AssetCheckSpec(OFFSET_INVARIANTS.name, asset=REMOTE_SEGMENTS, partitions_def=topic_partitions,
                       description="Lx ≤ Ly ≤ Lz (local log start ≤ high watermark ≤ log end) and Rx ≤ Ry ≤ Ly "
                                   "(remote start ≤ remote end ≤ high watermark)."),
-    dg.AssetCheckSpec(REMOTE_SEGMENTS_IN_BUCKET.name, asset=remote_segments.key, partitions_def=topic_partitions,
+    dg.AssetCheckSpec(REMOTE_SEGMENTS_IN_BUCKET.name, asset=REMOTE_SEGMENTS, partitions_def=topic_partitions,
                       description="Every COPY_SEGMENT_FINISHED segment's objects are in the remote tier with their recorded "
                                   "size; objects up to 1 MiB are read back and their CRC-32C compared. A damaged segment is "
                                   "recorded in the metadata store and re-copied by the next copy pass while its local segment "
                                   "exists; a segment whose manifest (what `kts recover` reads) is missing or wrong gets it "
                                   "written again by the next copy pass."),
-    dg.AssetCheckSpec(NO_UNCOPIED_SEGMENT_LOST.name, asset=remote_segments.key, partitions_def=topic_partitions,
+    dg.AssetCheckSpec(NO_UNCOPIED_SEGMENT_LOST.name, asset=REMOTE_SEGMENTS, partitions_def=topic_partitions,
                       description="Data-loss alarm: no offsets below the local log start offset are missing from the remote "
                                   "tier (deleted locally, by the broker or by kts, before they were copied). A lost range is "
                                   "recorded in the metadata store and fails this check on every evaluation until `kts "
                                   "ack-loss` acknowledges it."),
     # Blocking: a failed copy fails the step, so the run in which it failed is not a success.
-    dg.AssetCheckSpec(COPY_COMPLETED.name, asset=remote_segments.key, partitions_def=topic_partitions, blocking=True,
+    dg.AssetCheckSpec(COPY_COMPLETED.name, asset=REMOTE_SEGMENTS, partitions_def=topic_partitions, blocking=True,
                       description="The partition's latest copy pass completed: no segment failed its verification or "
                                   "upload and the metadata store and the remote tier answered. Otherwise it fails with the "
                                   "copy's error, and fails its run."),
@@ -276,24 +277,24 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
     selected = context.selected_asset_check_keys
     keys = _partition_keys(context)
     if CRC_CLEAN in selected:
-        yield from _report(context, local_segments.key, CRC_CLEAN.name, _crc_clean_verdicts(keys))
+        yield from _report(context, LOCAL_SEGMENTS, CRC_CLEAN.name, _crc_clean_verdicts(keys))
     if not selected & {OFFSET_INVARIANTS, REMOTE_SEGMENTS_IN_BUCKET, NO_UNCOPIED_SEGMENT_LOST, COPY_COMPLETED}:
         return
     located = _Located(kafka_log_dirs, keys)
-    records = _latest_records(context.instance, remote_segments.key, keys)
+    records = _latest_records(context.instance, REMOTE_SEGMENTS, keys)
     store = metadata_store.store()
     if OFFSET_INVARIANTS in selected:
-        yield from _report(context, remote_segments.key, OFFSET_INVARIANTS.name,
+        yield from _report(context, REMOTE_SEGMENTS, OFFSET_INVARIANTS.name,
                            located.verdicts(lambda loc: _offset_invariants(loc, store)), records=records)
     if REMOTE_SEGMENTS_IN_BUCKET in selected:
         storage = remote_tier.storage()
-        yield from _report(context, remote_segments.key, REMOTE_SEGMENTS_IN_BUCKET.name,
+        yield from _report(context, REMOTE_SEGMENTS, REMOTE_SEGMENTS_IN_BUCKET.name,
                            located.verdicts(lambda loc: _remote_segments_in_bucket(loc, store, storage)), records=records)
     if NO_UNCOPIED_SEGMENT_LOST in selected:
-        yield from _report(context, remote_segments.key, NO_UNCOPIED_SEGMENT_LOST.name,
+        yield from _report(context, REMOTE_SEGMENTS, NO_UNCOPIED_SEGMENT_LOST.name,
                            located.verdicts(lambda loc: _no_uncopied_segment_lost(loc, store)), records=records)
     if COPY_COMPLETED in selected:
-        yield from _report(context, remote_segments.key, COPY_COMPLETED.name,
+        yield from _report(context, REMOTE_SEGMENTS, COPY_COMPLETED.name,
                            located.verdicts(_pass_completed(records, flag="copy_failed", error="copy_error", what="copy")),
                            blocking=True, records=records)
 
@@ -316,12 +317,29 @@ def _pass_completed(records: dict[str, dg.EventLogRecord], *, flag: str, error: 
     return judge
 
 
-@dg.asset_check(asset=remote_log_index, partitions_def=topic_partitions,
-                description="Every COPY_SEGMENT_FINISHED segment is covered by the remote log index exactly once, its entries "
-                            "contiguous from the segment's start to its end offset; every entry's CRC holds and both indexes "
-                            "point at entries.")
-def remote_log_index_covers_finished_segments(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
-                                              metadata_store: MetadataStoreResource) -> Iterator:
+REMOTE_INDEX_COVERS = dg.AssetCheckKey(REMOTE_LOG_INDEX, "remote_log_index_covers_finished_segments")
+RETENTION_COMPLETED = dg.AssetCheckKey(RETENTION_STATE, "retention_completed")
+
+REMOTE_INDEX_CHECK_SPECS = [
+    dg.AssetCheckSpec(REMOTE_INDEX_COVERS.name, asset=REMOTE_LOG_INDEX, partitions_def=topic_partitions,
+                      description="Every COPY_SEGMENT_FINISHED segment is covered by the remote log index exactly once, its "
+                                  "entries contiguous from the segment's start to its end offset; every entry's CRC holds and "
+                                  "both indexes point at entries."),
+]
+
+RETENTION_CHECK_SPECS = [
+    # Blocking: a retention pass that failed fails its run.
+    dg.AssetCheckSpec(RETENTION_COMPLETED.name, asset=RETENTION_STATE, partitions_def=topic_partitions, blocking=True,
+                      description="The partition's latest retention pass completed: its plan was made and every deletion it "
+                                  "asked for went through. Otherwise it fails with the cause, and fails its run."),
+]
+
+
+def remote_index_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
+                        metadata_store: MetadataStoreResource) -> Iterator:
+    """The results of REMOTE_INDEX_CHECK_SPECS if the step runs them, for its partitions."""
+    if REMOTE_INDEX_COVERS not in context.selected_asset_check_keys:
+        return
     store = metadata_store.store()
     home = settings.kts_home()
 
@@ -334,20 +352,26 @@ def remote_log_index_covers_finished_segments(context: dg.AssetCheckExecutionCon
         metadata = {"indexed_segments": len(finished), "index_entries": entries, "problems": len(problems)}
         return not problems, metadata, "; ".join(problems[:5]) or f"{len(finished)} segments covered by {entries} entries"
 
-    yield from _report(context, remote_log_index.key, "remote_log_index_covers_finished_segments",
+    yield from _report(context, REMOTE_LOG_INDEX, REMOTE_INDEX_COVERS.name,
                        _per_partition(kafka_log_dirs, _partition_keys(context), judge))
 
 
-@dg.asset_check(asset=retention_state, partitions_def=topic_partitions, blocking=True,
-                description="The partition's latest retention pass completed: its plan was made and every deletion it asked for "
-                            "went through. Otherwise it fails with the cause, and fails its run.")
-def retention_completed(context: dg.AssetCheckExecutionContext, kafka_log_dirs: KafkaLogDirsResource) -> Iterator:
+def retention_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogDirsResource) -> Iterator:
+    """The results of RETENTION_CHECK_SPECS if the step runs them, for its partitions."""
+    if RETENTION_COMPLETED not in context.selected_asset_check_keys:
+        return
     keys = _partition_keys(context)
-    records = _latest_records(context.instance, retention_state.key, keys)
+    records = _latest_records(context.instance, RETENTION_STATE, keys)
     judge = _pass_completed(records, flag="retention_failed", error="retention_error", what="retention")
-    yield from _report(context, retention_state.key, "retention_completed", _per_partition(kafka_log_dirs, keys, judge),
+    yield from _report(context, RETENTION_STATE, RETENTION_COMPLETED.name, _per_partition(kafka_log_dirs, keys, judge),
                        blocking=True, records=records)
 
 
-# Checks with a step of their own; SEGMENTS_CHECK_SPECS are local_and_remote_segments' own.
-asset_checks = [retention_completed, remote_log_index_covers_finished_segments]
+def checks_that_must_run(checks: Iterator, what: str) -> Iterator:
+    """``checks``' results; a check that cannot run (an exception, not a failed verdict) fails the
+    step without a retry: the asset is reported, and a retry would do its work again for nothing."""
+    try:
+        yield from checks
+    except Exception as e:
+        raise dg.Failure(description=f"the checks of {what} could not run: {type(e).__name__}: {e}",
+                         allow_retries=False) from e

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dagster as dg
 
 from kts_assets.assets import hourly_record_counts, local_and_remote_segments, remote_log_index, retention_state
-from kts_assets.checks import asset_checks
 from kts_assets.jobs import jobs
 from kts_assets.schedules import reconcile_schedule
 from kts_assets.scrub_job import remote_tier_scrubbed, scrub_job, scrub_schedule
@@ -36,7 +35,7 @@ def default_resources() -> dict[str, object]:
 
 defs = dg.Definitions(
     assets=[local_and_remote_segments, retention_state, remote_log_index, hourly_record_counts],
-    asset_checks=[*asset_checks, remote_tier_scrubbed],
+    asset_checks=[remote_tier_scrubbed],  # the others are check specs of their assets (kts_assets.checks)
     jobs=[*jobs, scrub_job],
     sensors=sensors,
     schedules=[reconcile_schedule, scrub_schedule],

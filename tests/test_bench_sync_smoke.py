@@ -32,7 +32,7 @@ def test_sync_bench_quick_runs_verifies_and_writes_json(tmp_path):
         assert len(data[name]["rounds_seconds"]) == data["params"]["repeats"]
     assert {"ratio_vs_copy_alone", "median_ratio_vs_copy_alone", "phases_median_seconds", "rounds"} <= data["sync"].keys()
     phases = data["sync"]["phases_median_seconds"]
-    assert {"startup", "resource_init", "local_and_remote_segments", "retention_state", "other_checks", "exit"} <= phases.keys()
+    assert {"startup", "resource_init", "local_and_remote_segments", "retention_state", "other_steps", "exit"} <= phases.keys()
     # The phases come from the run's event log and the subprocess's clock: they account for its wall time.
     assert abs(sum(phases.values()) - data["sync"]["seconds"]) < 0.5
     assert {"median_seconds", "ratio_vs_copy_alone"} <= data["copy_step"].keys()

@@ -10,7 +10,13 @@ import pytest
 
 from tests.conftest import materializations
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments, retention_state
-from kts_assets.checks import NO_UNCOPIED_SEGMENT_LOST, REMOTE_SEGMENTS_IN_BUCKET, SEGMENTS_CHECK_SPECS, asset_checks
+from kts_assets.checks import (
+    NO_UNCOPIED_SEGMENT_LOST,
+    REMOTE_INDEX_CHECK_SPECS,
+    REMOTE_SEGMENTS_IN_BUCKET,
+    RETENTION_CHECK_SPECS,
+    SEGMENTS_CHECK_SPECS,
+)
 from kts_assets.partitions import topic_partitions
 from kts_resources.kafka.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir
@@ -42,8 +48,8 @@ def run(log_dir, pg_url, tmp_path, instance, assets, **kwargs) -> dg.ExecuteInPr
                           raise_on_error=False, **kwargs)
 
 
-# The copy step's own checks (check specs of local_and_remote_segments), then those with a step each.
-CHECK_KEYS = [spec.key for spec in SEGMENTS_CHECK_SPECS] + [key for check in asset_checks for key in check.check_keys]
+# Every check is a check spec of its asset's step.
+CHECK_KEYS = [spec.key for spec in SEGMENTS_CHECK_SPECS + RETENTION_CHECK_SPECS + REMOTE_INDEX_CHECK_SPECS]
 
 
 def check_only(log_dir, pg_url, tmp_path, instance, check: dg.AssetCheckKey, partition_key: str) -> dg.AssetCheckEvaluation:
@@ -60,7 +66,7 @@ def verdicts(result: dg.ExecuteInProcessResult) -> dict[tuple[str, str | None], 
 
 
 def test_every_check_passes_on_a_healthy_partition(log_dir, pg_url, tmp_path, kts_home, instance):
-    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, retention_state, remote_log_index, *asset_checks], partition_key="orders-0")
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, retention_state, remote_log_index], partition_key="orders-0")
     assert result.success
     assert verdicts(result) == {(key.name, "orders-0"): True for key in CHECK_KEYS}
     assert len(CHECK_KEYS) == 7
@@ -135,7 +141,7 @@ def test_a_multi_partition_run_records_one_evaluation_per_partition_and_nothing_
     data = bytearray(victim.read_bytes())
     data[100] ^= 0x01
     victim.write_bytes(bytes(data))
-    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, retention_state, remote_log_index, *asset_checks],
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, retention_state, remote_log_index],
                  tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]})
     seen = verdicts(result)
     upstream = {local_segments.key, remote_segments.key}
@@ -166,3 +172,14 @@ def test_a_check_that_cannot_run_fails_the_copy_step_once_and_keeps_what_it_mate
     [failure] = [e for e in result.all_events if e.is_step_failure]
     assert "could not run: RuntimeError: event log unreachable" in failure.step_failure_data.user_failure_data.description
     assert materializations(result, "local_segments") and materializations(result, "remote_segments")
+
+
+def test_the_checks_module_imports_first_in_a_fresh_process():
+    """The assets take their check specs from kts_assets.checks, which names the assets by key and
+    so never imports them back (importing it first once failed on that cycle)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import kts_assets.checks, kts_assets.definitions"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -142,9 +142,9 @@ def test_in_a_brokers_log_dir_local_indexes_are_never_written(log_dir, pg_url, t
 
 def test_the_index_rebuild_job_rebuilds_local_and_remote_indexes_and_checks_them():
     job = defs.resolve_job_def(INDEX_REBUILD_JOB_NAME)
-    assert sorted(node.name for node in job.nodes) == ["local_and_remote_segments", "remote_log_index",
-                                                       "remote_log_index_remote_log_index_covers_finished_segments"]
-    # The inventory's CRC check comes along (judged in its step), remote_segments' checks do not.
+    assert sorted(node.name for node in job.nodes) == ["local_and_remote_segments", "remote_log_index"]
+    # The inventory's CRC check and the index's come along (each judged in its asset's step),
+    # remote_segments' checks do not.
     assert sorted(k.to_user_string() for k in job.asset_layer.asset_graph.asset_check_keys) == [
         "local_segments:local_segments_crc_clean", "remote_log_index:remote_log_index_covers_finished_segments"]
     assert job.executor_def.name == "in_process"

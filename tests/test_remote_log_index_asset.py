@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments
-from kts_assets.checks import remote_log_index_covers_finished_segments
+from kts_assets.checks import REMOTE_INDEX_COVERS
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
 from kts_resources.copier import delete_remote_log_segment
@@ -37,7 +37,7 @@ def _check_results(result) -> list:
 
 def test_the_index_covers_every_finished_segment_locally_and_in_the_tier(log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
-    result = _run(instance, resources, remote_log_index_covers_finished_segments)
+    result = _run(instance, resources)  # the index's check comes with it
     assert result.success
     md = partition_metadata(result, "remote_log_index")[KEY]
     store = RemoteLogMetadataStore.from_url(pg_url)
@@ -64,7 +64,7 @@ def test_the_index_covers_every_finished_segment_locally_and_in_the_tier(log_dir
     again = _run(instance, resources)
     assert partition_metadata(again, "remote_log_index")[KEY]["new_segments"] == 0
     delete_remote_log_segment(store, storage, finished[0], SystemClock())
-    rolled = dg.materialize([remote_log_index, remote_log_index_covers_finished_segments], partition_key=KEY,
+    rolled = dg.materialize([remote_log_index], partition_key=KEY,
                             instance=instance, resources=resources)
     md = partition_metadata(rolled, "remote_log_index")[KEY]
     assert md["indexed_segments"] == len(finished) - 1 and md["new_segments"] == 0
@@ -85,9 +85,9 @@ def test_a_damaged_index_file_fails_the_check_naming_file_and_position(log_dir, 
     data = bytearray(log_index.read_bytes())
     data[20] ^= 0xFF
     log_index.write_bytes(bytes(data))
-    result = dg.materialize([local_and_remote_segments, remote_log_index, remote_log_index_covers_finished_segments],
+    result = dg.materialize([local_and_remote_segments, remote_log_index],
                             instance=instance, resources=resources, raise_on_error=False, tags={"dagster/partition": KEY},
-                            selection=dg.AssetSelection.checks(remote_log_index_covers_finished_segments))
+                            selection=dg.AssetSelection.checks(REMOTE_INDEX_COVERS))
     [check] = _check_results(result)
     assert not check.passed
     assert str(log_index) in check.description and "byte 0: remoteLogIndex entry CRC" in check.description

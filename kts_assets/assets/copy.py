@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import dagster as dg
 
+from kts_assets.asset_keys import REMOTE_SEGMENTS
 from kts_assets.assets.reporting import OWNERS, record_run_totals
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
@@ -35,7 +36,7 @@ TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark",
 
 # The spec (key, lineage) of the copy; assets.tiering.local_and_remote_segments materialises it.
 remote_segments = dg.AssetSpec(
-    "remote_segments",
+    REMOTE_SEGMENTS,
     deps=[local_segments],
     kinds={"kafka", "s3", "postgres"},  # segments to the tier, their metadata to the store's PostgreSQL
     group_name="tiering",

@@ -10,9 +10,11 @@ import uuid
 
 import dagster as dg
 
+from kts_assets.asset_keys import REMOTE_LOG_INDEX
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.retention import retention_state
 from kts_assets.assets.reporting import OWNERS, record_run_totals
+from kts_assets.checks import REMOTE_INDEX_CHECK_SPECS, checks_that_must_run, remote_index_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
@@ -36,24 +38,44 @@ class RemoteLogIndexConfig(dg.Config):
     rebuild: bool = False  # True: re-read every segment and lay the files out afresh
 
 
-@dg.asset(
+@dg.multi_asset(
+    name="remote_log_index",
+    specs=[dg.AssetSpec(
+        REMOTE_LOG_INDEX,
+        deps=[remote_segments, retention_state],  # after expiry, so deleted segments roll out at once
+        kinds={"spark", "s3", "postgres"},
+        group_name="tiering",
+        owners=OWNERS,
+        code_version=REMOTE_INDEX_CODE_VERSION,
+        description=(
+            "The seeds' remote log index of each partition: remoteLogIndex entries (whole batches of one remote "
+            "segment, 1 MiB chunks, each naming its object and byte range) with remoteOffsetIndex and "
+            "remoteTimeIndex, for every COPY_SEGMENT_FINISHED segment. Kept under `KTS_HOME/remote-log-index/` and "
+            "shipped beside the segments, so a fetch of tiered data is one ranged GET."
+        ),
+    )],
+    check_specs=REMOTE_INDEX_CHECK_SPECS,  # judged here once the index is reported; can run alone
+    can_subset=True,
     partitions_def=topic_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=[remote_segments, retention_state],  # after expiry, so deleted segments roll out at once
     pool="spark",
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
-    kinds={"spark", "s3", "postgres"},
-    group_name="tiering",
-    owners=OWNERS,
-    code_version=REMOTE_INDEX_CODE_VERSION,
-    description=(
-        "The seeds' remote log index of each partition: remoteLogIndex entries (whole batches of one remote "
-        "segment, 1 MiB chunks, each naming its object and byte range) with remoteOffsetIndex and "
-        "remoteTimeIndex, for every COPY_SEGMENT_FINISHED segment. Kept under `KTS_HOME/remote-log-index/` and "
-        "shipped beside the segments, so a fetch of tiered data is one ranged GET."
-    ),
 )
 def remote_log_index(
+    context: dg.AssetExecutionContext,
+    pyspark: KtsPySparkResource,
+    kafka_log_dirs: KafkaLogDirsResource,
+    metadata_store: MetadataStoreResource,
+    remote_tier: RemoteTierResource,
+    config: RemoteLogIndexConfig,
+):
+    record_run_worker(context)
+    if REMOTE_LOG_INDEX in context.selected_asset_keys:
+        yield _build(context, pyspark, kafka_log_dirs, metadata_store, remote_tier, config)
+    yield from checks_that_must_run(remote_index_checks(context, kafka_log_dirs, metadata_store), "remote_log_index")
+
+
+def _build(
     context: dg.AssetExecutionContext,
     pyspark: KtsPySparkResource,
     kafka_log_dirs: KafkaLogDirsResource,
@@ -63,7 +85,6 @@ def remote_log_index(
 ) -> dg.MaterializeResult:
     from kts_resources.spark_index import EntriesTask, segment_entries_job
 
-    record_run_worker(context)
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
@@ -146,7 +167,7 @@ def remote_log_index(
                      f"over {len(work)} partitions ({len(failed)} failed)")
     record_run_totals(context, {"partitions_in_run": len(keys), "index_partitions_failed": len(failed),
                                 "index_segments_read": len(tasks)})
-    return dg.MaterializeResult()
+    return dg.MaterializeResult(asset_key=REMOTE_LOG_INDEX)
 
 
 def _not_cached(md) -> list:

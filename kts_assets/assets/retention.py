@@ -11,8 +11,10 @@ through the delete states, local segments in owned log dirs). In broker-owned lo
 import dagster as dg
 from pydantic import Field
 
+from kts_assets.asset_keys import RETENTION_STATE
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.reporting import OWNERS, record_run_totals
+from kts_assets.checks import RETENTION_CHECK_SPECS, checks_that_must_run, retention_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
@@ -37,23 +39,29 @@ class RetentionStateConfig(dg.Config):
         description="From this many partitions in a run the plans are one Spark job; fewer are planned on the driver.")
 
 
-@dg.asset(
+@dg.multi_asset(
+    name="retention_state",
+    specs=[dg.AssetSpec(
+        RETENTION_STATE,
+        deps=[remote_segments],
+        kinds={"spark", "s3", "postgres"},
+        group_name="retention",
+        owners=OWNERS,
+        code_version=RETENTION_CODE_VERSION,
+        description=(
+            "What retention takes from each partition, in Kafka's order — remote: retention.bytes over local-only plus "
+            "remote bytes, retention.ms on each segment's largest timestamp (KIP-33), the log start offset, segments "
+            "left behind an unclean election; local: local.retention.* for segments already remote — and taking it: "
+            "the log start offset recorded first, remote segments through DELETE_SEGMENT_STARTED → FINISHED, "
+            "owned log dirs' local segments removed (broker-owned ones only reported)."
+        ),
+    )],
+    check_specs=RETENTION_CHECK_SPECS,  # judged here once the asset is reported; can run alone
+    can_subset=True,
     partitions_def=topic_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=[remote_segments],
     pool="spark",
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
-    kinds={"spark", "s3", "postgres"},
-    group_name="retention",
-    owners=OWNERS,
-    code_version=RETENTION_CODE_VERSION,
-    description=(
-        "What retention takes from each partition, in Kafka's order — remote: retention.bytes over local-only plus "
-        "remote bytes, retention.ms on each segment's largest timestamp (KIP-33), the log start offset, segments "
-        "left behind an unclean election; local: local.retention.* for segments already remote — and taking it: "
-        "the log start offset recorded first, remote segments through DELETE_SEGMENT_STARTED → FINISHED, "
-        "owned log dirs' local segments removed (broker-owned ones only reported)."
-    ),
 )
 def retention_state(
     context: dg.AssetExecutionContext,
@@ -62,8 +70,21 @@ def retention_state(
     metadata_store: MetadataStoreResource,
     remote_tier: RemoteTierResource,
     config: RetentionStateConfig,
-) -> dg.MaterializeResult:
+):
     record_run_worker(context)
+    if RETENTION_STATE in context.selected_asset_keys:
+        yield _expire(context, pyspark, kafka_log_dirs, metadata_store, remote_tier, config)
+    yield from checks_that_must_run(retention_checks(context, kafka_log_dirs), "retention_state")
+
+
+def _expire(
+    context: dg.AssetExecutionContext,
+    pyspark: KtsPySparkResource,
+    kafka_log_dirs: KafkaLogDirsResource,
+    metadata_store: MetadataStoreResource,
+    remote_tier: RemoteTierResource,
+    config: RetentionStateConfig,
+) -> dg.MaterializeResult:
     keys = list(context.partition_keys)
     log_dirs, owned = kafka_log_dirs.paths(), kafka_log_dirs.owned_paths()
     located, missing = locate_partitions(log_dirs, keys, owned_log_dirs=owned)
@@ -136,4 +157,4 @@ def retention_state(
     context.log.info(f"retention: {totals['remote_segments_deleted']} remote and {totals['local_segments_deleted']} local "
                      f"segments deleted over {len(keys)} partitions ({len(failed)} failed)")
     record_run_totals(context, {"partitions_in_run": len(keys), "retention_partitions_failed": len(failed), **totals})
-    return dg.MaterializeResult()
+    return dg.MaterializeResult(asset_key=RETENTION_STATE)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from kts_assets.asset_keys import LOCAL_SEGMENTS
 from kts_assets.assets.reporting import OWNERS, record_run_totals
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import human_bytes
@@ -31,7 +32,7 @@ def table_schema(schema) -> dg.TableSchema:
 
 # The spec (key, lineage) of the inventory; assets.tiering.local_and_remote_segments materialises it.
 local_segments = dg.AssetSpec(
-    "local_segments",
+    LOCAL_SEGMENTS,
     kinds={"spark", "kafka", "parquet"},
     group_name="tiering",
     owners=OWNERS,

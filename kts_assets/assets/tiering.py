@@ -16,7 +16,7 @@ import dagster as dg
 
 from kts_assets.assets.copy import copy_pass, remote_segments
 from kts_assets.assets.segments import discard_staging, local_segments, prepare_inventory, report_inventory, scan_inventory
-from kts_assets.checks import SEGMENTS_CHECK_SPECS, segments_checks
+from kts_assets.checks import SEGMENTS_CHECK_SPECS, checks_that_must_run, segments_checks
 from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_resources.copier import PARALLEL_PARTITIONS
@@ -96,10 +96,5 @@ def local_and_remote_segments(
         raise failure
     if remote_segments.key in selected:
         yield dg.MaterializeResult(asset_key=remote_segments.key)
-    try:
-        yield from segments_checks(context, kafka_log_dirs, metadata_store, remote_tier)
-    except Exception as e:
-        # The assets are reported; a check that could not run fails the step without a retry,
-        # which would copy and scan again for nothing.
-        raise dg.Failure(description=f"the checks of local_segments and remote_segments could not run: "
-                                     f"{type(e).__name__}: {e}", allow_retries=False) from e
+    yield from checks_that_must_run(segments_checks(context, kafka_log_dirs, metadata_store, remote_tier),
+                                    "local_segments and remote_segments")
