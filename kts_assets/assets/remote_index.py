@@ -14,9 +14,9 @@ from kts_assets.asset_keys import REMOTE_LOG_INDEX
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.retention import retention_state
 from kts_assets.assets.reporting import OWNERS, record_run_totals
+from kts_assets.assets.steps import PIPELINE_STEP
 from kts_assets.checks import REMOTE_INDEX_CHECK_SPECS, checks_that_must_run, remote_index_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
-from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
 from kts_resources import remote_index as ri
@@ -55,11 +55,7 @@ class RemoteLogIndexConfig(dg.Config):
         ),
     )],
     check_specs=REMOTE_INDEX_CHECK_SPECS,  # judged here once the index is reported; can run alone
-    can_subset=True,
-    partitions_def=topic_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    pool="spark",
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+    **PIPELINE_STEP,  # one run per partition range, subsettable, in the spark pool, retried (assets/steps.py)
 )
 def remote_log_index(
     context: dg.AssetExecutionContext,
@@ -69,22 +65,13 @@ def remote_log_index(
     remote_tier: RemoteTierResource,
     config: RemoteLogIndexConfig,
 ):
-    record_run_worker(context)
-    if REMOTE_LOG_INDEX in context.selected_asset_keys:
-        yield _build(context, pyspark, kafka_log_dirs, metadata_store, remote_tier, config)
-    yield from checks_that_must_run(remote_index_checks(context, kafka_log_dirs, metadata_store), "remote_log_index")
-
-
-def _build(
-    context: dg.AssetExecutionContext,
-    pyspark: KtsPySparkResource,
-    kafka_log_dirs: KafkaLogDirsResource,
-    metadata_store: MetadataStoreResource,
-    remote_tier: RemoteTierResource,
-    config: RemoteLogIndexConfig,
-) -> dg.MaterializeResult:
     from kts_resources.spark_index import EntriesTask, segment_entries_job
 
+    record_run_worker(context)
+    checks = checks_that_must_run(remote_index_checks(context, kafka_log_dirs, metadata_store), "remote_log_index")
+    if REMOTE_LOG_INDEX not in context.selected_asset_keys:  # its check, run alone
+        yield from checks
+        return
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
@@ -167,7 +154,8 @@ def _build(
                      f"over {len(work)} partitions ({len(failed)} failed)")
     record_run_totals(context, {"partitions_in_run": len(keys), "index_partitions_failed": len(failed),
                                 "index_segments_read": len(tasks)})
-    return dg.MaterializeResult(asset_key=REMOTE_LOG_INDEX)
+    yield dg.MaterializeResult(asset_key=REMOTE_LOG_INDEX)
+    yield from checks  # judged once the index is reported
 
 
 def _not_cached(md) -> list:

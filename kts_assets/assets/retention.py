@@ -14,9 +14,9 @@ from pydantic import Field
 from kts_assets.asset_keys import RETENTION_STATE
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.reporting import OWNERS, record_run_totals
+from kts_assets.assets.steps import PIPELINE_STEP
 from kts_assets.checks import RETENTION_CHECK_SPECS, checks_that_must_run, retention_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
-from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
 from kts_resources import settings
@@ -57,11 +57,7 @@ class RetentionStateConfig(dg.Config):
         ),
     )],
     check_specs=RETENTION_CHECK_SPECS,  # judged here once the asset is reported; can run alone
-    can_subset=True,
-    partitions_def=topic_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    pool="spark",
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+    **PIPELINE_STEP,  # one run per partition range, subsettable, in the spark pool, retried (assets/steps.py)
 )
 def retention_state(
     context: dg.AssetExecutionContext,
@@ -72,19 +68,10 @@ def retention_state(
     config: RetentionStateConfig,
 ):
     record_run_worker(context)
-    if RETENTION_STATE in context.selected_asset_keys:
-        yield _expire(context, pyspark, kafka_log_dirs, metadata_store, remote_tier, config)
-    yield from checks_that_must_run(retention_checks(context, kafka_log_dirs), "retention_state")
-
-
-def _expire(
-    context: dg.AssetExecutionContext,
-    pyspark: KtsPySparkResource,
-    kafka_log_dirs: KafkaLogDirsResource,
-    metadata_store: MetadataStoreResource,
-    remote_tier: RemoteTierResource,
-    config: RetentionStateConfig,
-) -> dg.MaterializeResult:
+    checks = checks_that_must_run(retention_checks(context, kafka_log_dirs), "retention_state")
+    if RETENTION_STATE not in context.selected_asset_keys:  # its check, run alone
+        yield from checks
+        return
     keys = list(context.partition_keys)
     log_dirs, owned = kafka_log_dirs.paths(), kafka_log_dirs.owned_paths()
     located, missing = locate_partitions(log_dirs, keys, owned_log_dirs=owned)
@@ -157,4 +144,5 @@ def _expire(
     context.log.info(f"retention: {totals['remote_segments_deleted']} remote and {totals['local_segments_deleted']} local "
                      f"segments deleted over {len(keys)} partitions ({len(failed)} failed)")
     record_run_totals(context, {"partitions_in_run": len(keys), "retention_partitions_failed": len(failed), **totals})
-    return dg.MaterializeResult(asset_key=RETENTION_STATE)
+    yield dg.MaterializeResult(asset_key=RETENTION_STATE)
+    yield from checks  # judged once the pass is reported

@@ -16,8 +16,8 @@ import dagster as dg
 
 from kts_assets.assets.copy import copy_pass, remote_segments
 from kts_assets.assets.segments import discard_staging, local_segments, prepare_inventory, report_inventory, scan_inventory
+from kts_assets.assets.steps import PIPELINE_STEP
 from kts_assets.checks import SEGMENTS_CHECK_SPECS, checks_that_must_run, segments_checks
-from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_resources.copier import PARALLEL_PARTITIONS
 from kts_resources.resources import (
@@ -47,11 +47,7 @@ class SegmentsConfig(dg.Config):
     name="local_and_remote_segments",
     specs=[local_segments, remote_segments],
     check_specs=SEGMENTS_CHECK_SPECS,
-    partitions_def=topic_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    can_subset=True,
-    pool="spark",
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+    **PIPELINE_STEP,  # one run per partition range, subsettable, in the spark pool, retried (assets/steps.py)
     description="Scan the partitions' local segments with Spark (local_segments) while the eligible ones are "
                 "copied to the remote tier (remote_segments), then check both.",
 )
