@@ -344,8 +344,8 @@ def last_offset_index_entry(path: str | os.PathLike, base_offset: int | None = N
             else:
                 past = middle
         relative, position = entry(last)
-        if last == 0 and relative == 0 and position == 0:
-            return None  # preallocated and never written
+        if last == 0 and relative == 0 and position == 0 and count > 1:
+            return None  # preallocated and never written (one zero entry alone is an entry, as read_offset_index reads it)
         return OffsetPosition(base + relative, position)
 
 
