@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kts_resources import remote_index as ri
 from kts_resources.kafka.records import scan_batches
+from kts_resources.remote_index_check import segment_coverage_problems
 from kts_resources.remote_log import RemoteLogSegmentMetadata, TopicIdPartition
 from kts_resources.remote_storage.keys import ObjectKeys
 
@@ -147,6 +148,8 @@ def build_partition_index(
                 entries = decode_segment_entries(path.read_bytes(), path=path)
             except (OSError, ri.RemoteIndexFormatError):
                 entries = None  # damaged cache: read the segment again
+            if entries is not None and segment_coverage_problems(md, entries):
+                entries = None  # whole entries that no longer cover the segment (cut short): read it again
         if entries is None:
             entries = entries_for(md)
             store_segment_entries(directory, md.segment_id.id, encode_segment_entries(entries))

@@ -39,10 +39,9 @@ def test_sync_copies_every_eligible_segment_and_records_runs_in_the_instance(tmp
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     simulate(log_dir, SimulationConfig(total_bytes=400 * 1024, **CONFIG))
     env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
-           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home),
-           # The classic in-process session, end to end once (the other sync tests attach to the
-           # session's Spark Connect server, as kts does by default).
-           "KTS_SPARK_MASTER": "local[2]"}
+           "KTS_REMOTE_URI": remote.as_uri(), "DAGSTER_HOME": str(dagster_home)}
+    # On the session's Spark Connect server, as kts runs by default; whole syncs on the classic
+    # session (KTS_SPARK_MASTER) are test_run_hygiene's and test_sync_outcome's.
 
     def sync():
         result = subprocess.run([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, capture_output=True, text=True, timeout=600)

@@ -149,14 +149,19 @@ def test_files_rotate_at_segment_borders_and_retention_rewrites_only_the_oldest_
             assert before[name] == content
 
 
-def test_an_incremental_build_reads_only_new_segments(tmp_path):
-    class Md:
-        def __init__(self, base):
-            self.start_offset = base
-            self.segment_id = type("Id", (), {"id": uuid.uuid4()})()
-            self.data = segment_bytes(base, 10)
+class _Md:
+    """What the build reads of a finished segment's metadata."""
 
-    segments = [Md(base) for base in range(0, 200, 40)]
+    def __init__(self, base):
+        self.start_offset = base
+        self.segment_id = type("Id", (), {"id": uuid.uuid4()})()
+        self.data = segment_bytes(base, 10)  # offsets base .. base + 39
+        self.end_offset = base + 39
+        self.segment_size_in_bytes = len(self.data)
+
+
+def test_an_incremental_build_reads_only_new_segments(tmp_path):
+    segments = [_Md(base) for base in range(0, 200, 40)]
     reads = []
 
     def entries_for(md):
@@ -170,6 +175,33 @@ def test_an_incremental_build_reads_only_new_segments(tmp_path):
     assert second.entries == sum(len(entries_of(md.data, 2048)) for md in segments)
     loaded = [ri.load_file_set(tmp_path, b) for b in ri.file_set_offsets(tmp_path)]
     assert [e.first_offset for e in ri.iter_entries(loaded)] == [e.first_offset for md in segments for e in entries_of(md.data, 2048)]
+
+
+@pytest.mark.parametrize("cut", [lambda b: b"", lambda b: b[: len(b) // 2]], ids=["emptied", "cut-between-entries"])
+def test_a_cached_segment_cut_short_is_read_again_not_indexed_short(tmp_path, cut):
+    """A segment's cached entries cut short between entries still pass every entry's CRC: the
+    build checks they cover the segment (the rule of the coverage check) and reads it again where
+    they do not, rather than lay out an index with a hole."""
+    segments = [_Md(base) for base in (0, 40)]
+    reads = []
+
+    def entries_for(md):
+        reads.append(md.start_offset)
+        return entries_of(md.data, 2048, md.segment_id.id)
+
+    index_cache.build_partition_index(tmp_path, segments, entries_for)
+    cached = tmp_path / index_cache.SEGMENTS_DIR / f"{segments[1].segment_id.id}{index_cache.ENTRIES_SUFFIX}"
+    whole = cached.read_bytes()
+    entries = ri.decode_entries(whole)
+    assert len(entries) > 2
+    short = cut(whole)
+    if short:  # a whole number of entries, the rest gone
+        short = whole[: entries[len(entries) // 2][0]]
+    cached.write_bytes(short)
+    again = index_cache.build_partition_index(tmp_path, segments, entries_for)
+    assert reads == [0, 40, 40] and again.new_segments == 1
+    assert again.entries == sum(len(entries_of(md.data, 2048)) for md in segments)
+    assert cached.read_bytes() == whole
 
 
 @pytest.mark.parametrize("damage, message", [

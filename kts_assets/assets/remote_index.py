@@ -160,5 +160,7 @@ def remote_log_index(
 
 def _not_cached(md) -> list:
     """Every segment's entries were read by Spark and cached before the build; one that is not
-    (its task failed) fails the partition, never a half index."""
-    raise RuntimeError(f"segment {md.start_offset} ({md.segment_id.id}) has no entries: its read failed")
+    (its task failed, or its cached entries no longer cover it) fails the partition, never a half
+    index. The index-rebuild job (``rebuild: true``) reads every segment again."""
+    raise RuntimeError(f"segment {md.start_offset} ({md.segment_id.id}) has no usable entries: its read failed or its "
+                       "cached entries no longer cover it (the index rebuild reads it again)")
