@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import sqlalchemy as sa
@@ -672,8 +673,11 @@ def test_two_processes_sharing_postgres_samples_keep_their_combined_rate_within_
     # 100 kB/s over 3 x 200 ms: allowance 60 kB; 2 x 10 segments of 10 kB take about 1.5 s.
     sizes = [10_000] * 10
     start_at = SystemClock().now_ms() + 1500  # after both interpreters have started
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
-        results = pool.starmap(_copy_in_another_process, [(pg_url, quota_name, sizes, start_at)] * 2)
+    # Not multiprocessing.Pool: its terminate() can miss a worker its maintenance thread respawns
+    # and wait for it forever (CI17 hung here until pytest's timeout); this executor raises instead.
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_copy_in_another_process, pg_url, quota_name, sizes, start_at) for _ in range(2)]
+        results = [future.result(timeout=120) for future in futures]
     log = [record for records, _ in results for record in records]
     assert len(log) == 20
     assert worst_excess(log, 2 * 200, allowance_bytes(100_000, 3, 200)) <= 0
