@@ -749,7 +749,7 @@ def _sync(args) -> int:
         # A failed non-blocking check leaves its run a success: then the pass's runs say more.
         runs = outcome.failed_runs or outcome.run_ids
         report([f"sync failed for {len(outcome.failed)} of {len(keys)} partitions; "
-                f"run{'s' if len(runs) > 1 else ''} {', '.join(runs) or '-'} in the Dagster UI say more"])
+                f"run{'s' if len(runs) > 1 else ''} {', '.join(runs) or '-'} in the Dagster UI say{'' if len(runs) > 1 else 's'} more"])
     report(lost_lines)
     if lost_lines:
         report([f"{len(lost_lines)} lost range{'s' if len(lost_lines) > 1 else ''} not acknowledged"])
