@@ -48,18 +48,14 @@ Verdict = tuple[bool, dict[str, object], str]  # passed, metadata, description
 JUDGES = 4
 
 
-# The checks run in the asset step that carries their specs.
-CheckContext = dg.AssetExecutionContext
-
-
-def _partition_keys(context: CheckContext) -> list[str]:
+def _partition_keys(context: dg.AssetExecutionContext) -> list[str]:
     ctx = context.op_execution_context
     if ctx.has_partition_key or ctx.has_partition_key_range:
         return list(ctx.partition_keys)
     return list(context.instance.get_dynamic_partitions(topic_partitions.name))
 
 
-def _report(context: CheckContext, asset_key: dg.AssetKey, check_name: str,
+def _report(context: dg.AssetExecutionContext, asset_key: dg.AssetKey, check_name: str,
             verdicts: dict[str, Verdict], blocking: bool = False,
             records: dict[str, dg.EventLogRecord] | None = None) -> Iterator[dg.AssetCheckEvaluation | dg.AssetCheckResult | dg.Output]:
     """The check's results: one AssetCheckResult in a single-partition run, else an evaluation per

@@ -55,7 +55,6 @@ class InventoryPlan:
     reindexed: dict[str, int]
     run_id: str
     rescan_unchanged: bool
-    beside_copy: bool = False  # a copy runs in this process while Spark scans (spark.scan_tasks)
 
 
 @dataclass
@@ -94,9 +93,10 @@ def prepare_inventory(context: dg.AssetExecutionContext, pyspark: KtsPySparkReso
     return InventoryPlan(keys, located, listed, reindexed, context.run.run_id, rescan_unchanged)
 
 
-def scan_inventory(pyspark: KtsPySparkResource, plan: InventoryPlan) -> InventoryResult:
+def scan_inventory(pyspark: KtsPySparkResource, plan: InventoryPlan, *, beside_copy: bool = False) -> InventoryResult:
     """The Spark scan of what changed since the last inventory, staged as Parquet beside it. Touches
-    no Dagster context, so it runs in a thread of its own while the step copies."""
+    no Dagster context, so it runs in a thread of its own while the step copies (``beside_copy``:
+    see ``spark.scan_tasks``)."""
     from pyspark.sql import Row
 
     from kts_resources.spark import INVENTORY_COLUMNS, plan_inventory_scan, previous_inventory_rows
@@ -112,7 +112,7 @@ def scan_inventory(pyspark: KtsPySparkResource, plan: InventoryPlan) -> Inventor
         # Not a byte written since the last inventory: it stands as it is, and no Spark job runs.
         rows = [Row(**dict(zip(INVENTORY_COLUMNS, r)), partition_key=f"{r[0]}-{r[1]}") for r in scan_plan.kept_rows]
         return InventoryResult(rows, len(rows), scanned_by_spark=False)
-    rows, kept = _scan_and_write(pyspark, located, previous, _staging(plan), plan.beside_copy)
+    rows, kept = _scan_and_write(pyspark, located, previous, _staging(plan), beside_copy)
     return InventoryResult(rows, kept, scanned_by_spark=True)
 
 

@@ -69,8 +69,8 @@ def local_and_remote_segments(
         if local_segments.key in selected:
             plan = prepare_inventory(context, pyspark, kafka_log_dirs, config.rescan_unchanged, config.rebuild_indexes)
             # A scrub's rescan is the bigger job: it keeps every core.
-            plan.beside_copy = remote_segments.key in selected and not config.rescan_unchanged
-            scan = background.submit(scan_inventory, pyspark, plan)
+            beside_copy = remote_segments.key in selected and not config.rescan_unchanged
+            scan = background.submit(scan_inventory, pyspark, plan, beside_copy=beside_copy)
         if remote_segments.key in selected:
             try:
                 copy_pass(context, kafka_log_dirs, metadata_store, remote_tier, copy_quota, config.parallel_partitions)
