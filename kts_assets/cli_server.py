@@ -424,12 +424,15 @@ def serve(home: Path) -> int:
 
 def _warm_up() -> None:
     """What every sync computes the same way before its first event, done once before the forks:
-    the copy job resolved from the Definitions, the metadata store's newest schema revision (which
-    loads Alembic's scripts)."""
+    the command line's parser (building it imports the modules of every command's options, ~0.1 s
+    of a child's start otherwise), the copy job resolved from the Definitions, the metadata store's
+    newest schema revision (which loads Alembic's scripts)."""
+    from kts_assets.cli import build_parser
     from kts_assets.definitions import defs
     from kts_assets.jobs import COPY_JOB_NAME
     from kts_resources.metadata.database import head_revision
 
+    build_parser()
     defs.resolve_job_def(COPY_JOB_NAME)
     head_revision()
 

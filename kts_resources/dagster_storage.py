@@ -38,7 +38,10 @@ class KtsDagsterStorage(DagsterPostgresStorage):
 
     def __init__(self, schema: str = DEFAULT_SCHEMA, inst_data=None, server_url: str | None = None):
         self.schema = schema
-        super().__init__(dagster_database_url(schema, server_url), should_autocreate_tables=True, inst_data=inst_data)
+        url = dagster_database_url(schema, server_url)
+        # Each of Dagster's three storages otherwise opens a connection and reflects the schema's
+        # tables to see whether to create them (~0.1 s of every process that loads the instance).
+        super().__init__(url, should_autocreate_tables=not _prepare_schema(url, schema), inst_data=inst_data)
         # One pooled connection per process, as Dagster's webserver keeps (storages otherwise open a
         # connection per statement); no statement timeout in a run (a webserver sets its own).
         for storage in (self.run_storage, self.event_log_storage, self.schedule_storage):
@@ -100,20 +103,32 @@ def dagster_database_url(schema: str = DEFAULT_SCHEMA, server_url: str | None = 
     # connections from the store's in pg_stat_activity.
     url = url.update_query_dict({"options": options, "connect_timeout": str(database.CONNECT_TIMEOUT_S),
                                  "application_name": "kts-dagster"})
-    _create_schema(url.set(query={k: v for k, v in url.query.items() if k != "options"}), schema)
     return url.render_as_string(hide_password=False)
 
 
-def _create_schema(url, schema: str) -> None:
+# The tables whose absence makes each of Dagster's PostgreSQL storages create its own (with
+# should_autocreate_tables): run storage "runs" (and "instance_info"), the event log "event_logs",
+# schedule storage "jobs" or "schedules" (dagster_postgres, each storage's __init__).
+_CREATION_MARKERS = (("runs",), ("instance_info",), ("event_logs",), ("jobs", "schedules"))
+
+
+def _prepare_schema(url: str, schema: str) -> bool:
+    """Create ``schema`` if missing; True when every table whose absence would make one of
+    Dagster's storages create its tables is already there (so none need look)."""
     import sqlalchemy as sa
     from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
     from kts_resources.metadata import database
 
-    engine = database.create_engine(url, poolclass=sa.pool.NullPool)
+    bare = make_url(url)
+    engine = database.create_engine(bare.set(query={k: v for k, v in bare.query.items() if k != "options"}),
+                                    poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
             conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            tables = set(conn.execute(sa.text("SELECT table_name FROM information_schema.tables WHERE table_schema = :schema"),
+                                      {"schema": schema}).scalars())
+        return all(any(name in tables for name in marker) for marker in _CREATION_MARKERS)
     except OperationalError as e:
         # Dagster would retry and then raise a traceback; this is the line a user needs.
         reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
@@ -123,5 +138,6 @@ def _create_schema(url, schema: str) -> None:
         # Two processes' first start at once: IF NOT EXISTS is not atomic in PostgreSQL; the
         # other one made it.
         log.debug("schema %s: %s", schema, e)
+        return False
     finally:
         engine.dispose()

@@ -209,3 +209,22 @@ def _alive(pid: int) -> bool:
     from kts_resources.local_processes import alive
 
     return alive(pid)
+
+
+def test_the_servers_warm_up_leaves_a_command_nothing_to_import_before_it_runs():
+    # A served child starts from the server's imports: whatever parsing its command line still
+    # imported was paid by every sync (~0.1 s, the read and simulate commands' option modules).
+    script = (
+        "import importlib, sys\n"
+        "from kts_assets import cli_server\n"
+        "for name in cli_server.PRELOAD: importlib.import_module(name)\n"
+        "cli_server._warm_up()\n"
+        "before = set(sys.modules)\n"
+        "from kts_assets.cli import build_parser\n"
+        "build_parser().parse_args(['sync'])\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+                         env={**os.environ, **cli_server.SERVER_ENVIRONMENT})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -98,6 +98,33 @@ def test_a_table_found_once_is_not_looked_up_in_the_catalog_again_and_a_missing_
         assert not instance.has_dynamic_partition("topic_partitions", "orders-9")
 
 
+def _creates_tables(instance) -> list[bool]:
+    return [s.should_autocreate_tables for s in (instance.run_storage, instance.event_log_storage, instance.schedule_storage)]
+
+
+def test_loading_an_instance_whose_tables_exist_checks_them_in_one_query_and_a_missing_table_is_made_again(pg_url, monkeypatch):
+    monkeypatch.setenv("KTS_DATABASE_URL", pg_url)
+    with dg.DagsterInstance.from_config(str(REPO_ROOT)) as instance:  # a new database: Dagster makes its tables
+        assert _creates_tables(instance) == [True, True, True]
+    assert {"runs", "instance_info", "event_logs", "jobs"} <= _tables(pg_url, "dagster")
+
+    before = _sessions(pg_url)
+    with dg.DagsterInstance.from_config(str(REPO_ROOT)) as instance:
+        assert _creates_tables(instance) == [False, False, False]
+        loaded = _sessions(pg_url)
+        assert instance.get_runs() == []  # nothing else changed
+    # One for the schema and its tables (and one for _sessions itself): not one more per storage.
+    assert loaded - before == 2
+
+    engine = database.create_engine(pg_url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE dagster.instance_info")
+    engine.dispose()
+    with dg.DagsterInstance.from_config(str(REPO_ROOT)) as instance:
+        assert _creates_tables(instance) == [True, True, True]
+    assert "instance_info" in _tables(pg_url, "dagster")
+
+
 def test_an_unreachable_database_is_one_line_naming_it_without_the_password(pg_url, monkeypatch):
     url = sa.engine.make_url(pg_url).set(host="127.0.0.1", port=1, password="s3cret-pw")
     monkeypatch.setenv("KTS_DATABASE_URL", url.render_as_string(hide_password=False))
