@@ -41,7 +41,13 @@ _DEFAULT_CONF = {
 # Adaptive execution re-plans every query at each shuffle: on one machine with kts's small jobs it
 # coalesces nothing worth having and costs ~0.2 s a query (bench/read_bench.py: a third of a Spark
 # job's fixed cost here). A cluster keeps Spark's default.
-_LOCAL_CONF = {"spark.sql.adaptive.enabled": "false"}
+#
+# The JVM compiles with C1 only: its C2 compiler threads, warming up on every new query of a
+# server that only ever runs small ones (kts's work is in the Python workers), took ~0.6 CPU-s of
+# each inventory job on this 2-CPU machine, beside a copy that needs those cores. With C1 alone a
+# warm server's inventory of 1 GiB costs 0.5 CPU-s instead of 1.4 and ends in half the time, and
+# its start and first job take ~40 % less (bench/README.md).
+_LOCAL_CONF = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
 
 
 def spark_conf(master: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:

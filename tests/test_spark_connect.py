@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kts_resources import spark_connect
-from kts_resources.spark import EMBEDDED, build_spark_session, forget_connect_sessions, lost_connect_server, spark_mode
+from kts_resources.spark import EMBEDDED, build_spark_session, forget_connect_sessions, lost_connect_server, spark_conf, spark_mode
 from tests.conftest import REPO_ROOT
 
 # Each test here starts servers of its own (a KTS_HOME each), not the session's.
@@ -74,6 +74,15 @@ def test_neither_remote_nor_master_means_the_embedded_server(monkeypatch):
     assert spark_mode() == EMBEDDED
 
 
+@pytest.mark.parametrize("master", ["local[*]", "local[2]", "local"])
+def test_a_local_jvm_leaves_out_adaptive_execution_and_the_c2_compiler_and_a_cluster_keeps_sparks_defaults(master):
+    local = spark_conf(master)
+    assert local["spark.sql.adaptive.enabled"] == "false"
+    assert local["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    cluster = spark_conf("spark://spark-master:7077")
+    assert "spark.sql.adaptive.enabled" not in cluster and "spark.driver.extraJavaOptions" not in cluster
+
+
 def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop_stops_it(tmp_path):
     home = tmp_path / "kts-home"
     try:
@@ -95,6 +104,9 @@ def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop
         listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
         ours = [line for line in listening if f"pid={server.pid}," in line]
         assert ours and all(line.split()[3].rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]") for line in ours), ours
+
+        # A local JVM compiles with C1 only (kts_resources.spark: C2's warm-up took the copy's cores).
+        assert b"-XX:TieredStopAtLevel=1" in Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
 
         workers = python_workers_of(server.pid)
         # The jobs above ran Python on the server's own workers; every process attaches to the one
