@@ -676,6 +676,8 @@ def cmd_sync(args) -> int:
 
 
 def _sync(args) -> int:
+    import logging
+
     from kts_resources import settings
     from kts_resources.kafka.logdir import LogDir
     from kts_resources.lost_ranges import describe
@@ -707,8 +709,13 @@ def _sync(args) -> int:
         instance.add_dynamic_partitions(topic_partitions.name, new)
     ordered = instance.get_dynamic_partitions(topic_partitions.name)
     job = defs.resolve_job_def(COPY_JOB_NAME)
-    # The run's full event log is in the Dagster UI; the terminal gets warnings and errors.
-    run_config = {"loggers": {"console": {"config": {"log_level": settings.log_level("WARNING")}}}}
+    # The terminal gets the pass's outcome: each failed partition once, with every cause, at the
+    # end (sync.summary_lines), and the run to open in the UI, which has its full event log. The
+    # run's own logging would say each failure again as it happened (the copy's error, the check's
+    # verdict, a stack trace of the failed blocking check, the run's failure): KTS_LOG_LEVEL shows it.
+    level = settings.log_level("CRITICAL")
+    logging.getLogger().setLevel(level)
+    run_config = {"loggers": {"console": {"config": {"log_level": level}}}}
     outcome = sync.PassOutcome()
     # What the roll sensor would ask for now; taken before the runs, so a roll during them is still
     # requested by the sensor later.

@@ -87,7 +87,8 @@ def spark_remote() -> str | None:
 
 def log_level(default: str) -> str:
     """``KTS_LOG_LEVEL`` (a ``logging`` level name, any case), else ``default``; upper-cased.
-    The CLI's default is ERROR for library logging and WARNING for a Dagster run's console."""
+    The CLI's default is ERROR for library logging, and CRITICAL in ``kts sync`` for both library
+    logging and the run's Dagster console (the sync prints each failed partition once instead)."""
     return (_get(LOG_LEVEL) or default).upper()
 
 
