@@ -46,7 +46,7 @@ _DEFAULT_CONF = {
 # server that only ever runs small ones (kts's work is in the Python workers), took ~0.6 CPU-s of
 # each inventory job on this 2-CPU machine, beside a copy that needs those cores. With C1 alone a
 # warm server's inventory of 1 GiB costs 0.5 CPU-s instead of 1.4 and ends in half the time, and
-# its start and first job take ~40 % less (bench/README.md).
+# its start and first job take ~25–40 % less (bench/README.md).
 _LOCAL_CONF = {"spark.sql.adaptive.enabled": "false", "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
 
 
