@@ -26,12 +26,13 @@ def missing_log_dirs(log_dirs: Sequence[Path]) -> list[str]:
 
 
 def check_log_dirs(log_dirs: Sequence[Path]) -> list[str]:
-    """Every log dir exists and is a directory, and together they hold at least one partition."""
+    """Every log dir exists and is a directory, and together they hold at least one partition.
+    A missing log dir is the line to fix first: that the rest hold no partition is then no news."""
     from kts_resources.kafka.logdir import LogDir
 
     problems = missing_log_dirs(log_dirs)
-    if not any(LogDir(p).partitions() for p in log_dirs if p.is_dir()):
-        problems.insert(0, f"no partitions in the log dirs ({', '.join(map(str, log_dirs))}); set KTS_LOG_DIRS")
+    if not problems and not any(LogDir(p).partitions() for p in log_dirs):
+        problems.append(f"no partitions in the log dirs ({', '.join(map(str, log_dirs))}); set KTS_LOG_DIRS")
     return problems
 
 

@@ -129,11 +129,13 @@ def test_a_remote_object_damaged_in_the_tier_fails_a_sync_and_the_next_sync_reco
     _assert_remote_tier_mirrors_eligible_segments(log_dir, metadata_store, remote_storage_from_uri(remote.as_uri()))
 
 
-def test_sync_with_no_partitions_is_one_line(tmp_path):
-    env = {**os.environ, "KTS_LOG_DIRS": str(tmp_path / "empty"), "KTS_HOME": str(tmp_path / "home")}
-    result = subprocess.run([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1
-    assert result.stderr.strip().startswith("kts: no partitions in the log dirs")
+def test_sync_with_no_partitions_or_no_log_dir_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for log_dirs, line in ((tmp_path / "empty", f"kts: no partitions in the log dirs ({tmp_path / 'empty'}); set KTS_LOG_DIRS"),
+                           (tmp_path / "gone", f"kts: log dir {tmp_path / 'gone'}: no such directory (KTS_LOG_DIRS)")):
+        env = {**os.environ, "KTS_LOG_DIRS": str(log_dirs), "KTS_HOME": str(tmp_path / "home")}
+        result = subprocess.run([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, capture_output=True, text=True, timeout=120)
+        assert (result.returncode, result.stderr.splitlines()) == (1, [line])
 
 
 def test_status_with_a_log_dir_that_is_not_there_is_a_line_and_exit_1_not_an_empty_table(tmp_path):
