@@ -175,8 +175,9 @@ def cmd_scrub(args) -> int:
               f"{' (deep)' if args.deep else ''}: {verb} {_n(len(outcome.orphans_deleted), 'orphaned object')}, finished "
               f"{_n(outcome.deletes_finished, 'interrupted delete')}, aborted {_n(outcome.uploads_aborted, 'stale upload')}; "
               f"{_n(len(outcome.damaged), 'damaged segment')}")
-    if outcome.damaged:
-        report(outcome.damaged + ["damaged segments are re-copied by the next copy pass while their local segments exist"])
+    if outcome.problems:
+        hint = ["damaged segments are re-copied by the next copy pass while their local segments exist"] if outcome.damaged else []
+        report(outcome.problems + hint)
     return 0 if outcome.clean else 1
 
 

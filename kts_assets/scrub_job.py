@@ -33,12 +33,14 @@ def remote_tier_scrubbed(context: dg.AssetCheckExecutionContext, config: ScrubCo
     metadata = {"objects_listed": report.objects_listed, "segments_checked": report.segments_checked,
                 "orphans_deleted": len(report.orphans_deleted), "deletes_finished": report.deletes_finished,
                 "uploads_aborted": report.uploads_aborted, "damaged_segments": len(report.damaged),
+                "unrecorded_segments": len(report.unrecorded), "manifests_missing_or_wrong": len(report.manifests),
                 "deep": config.deep}
-    for line in report.damaged:
+    for line in report.problems:
         context.log.error(line)
-    description = ("; ".join(report.damaged[:20]) + "; re-copied by the next copy pass while their local segments exist"
-                   if report.damaged else f"{report.segments_checked} finished segments intact, "
-                                          f"{len(report.orphans_deleted)} orphaned objects removed")
+    description = ("; ".join(report.problems[:20]) + ("; damaged segments are re-copied by the next copy pass while their "
+                                                      "local segments exist" if report.damaged else "")
+                   if report.problems else f"{report.segments_checked} finished segments intact, "
+                                           f"{len(report.orphans_deleted)} orphaned objects removed")
     return dg.AssetCheckResult(passed=report.clean, severity=dg.AssetCheckSeverity.ERROR, metadata=metadata,
                                description=description)
 

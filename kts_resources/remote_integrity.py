@@ -5,15 +5,22 @@ read back and their checksum recomputed.
 The remote_segments_in_bucket check runs it after every copy pass and records what it finds on the
 segments (``RemoteLogMetadataStore.record_segment_damage``); the next copy pass re-copies a damaged
 segment from its local segment while that exists (``copier.recopy_damaged``).
+
+A segment's .log object is a Kafka segment: ``scan_log_object`` reads what it holds (offsets,
+leader epochs, max timestamp, every batch's CRC) from the object alone, so a segment the store
+does not know can be judged (the scrub) or described again (``kts recover``, a lost manifest).
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+from kts_resources.kafka.files import mapped
+from kts_resources.kafka.records import NO_TIMESTAMP, verify_segment
 from kts_resources.remote_log import RemoteLogSegmentMetadata, TopicIdPartition
 from kts_resources.remote_storage.base import (
     RemoteStorageError,
@@ -22,6 +29,7 @@ from kts_resources.remote_storage.base import (
     recorded_manifest,
     stored_objects,
 )
+from kts_resources.remote_storage.manifest import ManifestError, decode_manifest, manifest_differences
 
 # Objects up to this size are read back and their CRC-32C recomputed; larger ones are checked by size.
 VERIFY_CRC_MAX_BYTES = 1024 * 1024
@@ -45,11 +53,15 @@ class TierInspection:
 def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartition,
                               finished: Sequence[RemoteLogSegmentMetadata], *,
                               verify_crc_max_bytes: int = VERIFY_CRC_MAX_BYTES,
-                              listed: Mapping[str, int] | None = None) -> TierInspection:
+                              listed: Mapping[str, int] | None = None,
+                              compare_manifests: bool = False) -> TierInspection:
     """Every object each finished segment recorded is listed with its recorded size; those up to
     ``verify_crc_max_bytes`` also match their recorded checksum (read in chunks: memory stays
     bounded whatever the object's size). A segment with no log object recorded is damaged too (it
-    could never be read). ``listed``: key → size of a listing already made (the scrub's)."""
+    could never be read). ``listed``: key → size of a listing already made (the scrub's).
+    A whole segment's manifest must be there with its recorded bytes; ``compare_manifests`` (a
+    deep scrub) also parses it and compares it with the store's row, and checks the manifest of
+    a segment that has none recorded when the tier has one."""
     found = TierInspection()
     if not finished:
         return found
@@ -77,23 +89,89 @@ def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartiti
         if problems:
             found.damaged.append((md, problems))
             continue
-        manifest = recorded_manifest(md.custom_metadata)
-        if manifest is not None:  # none recorded yet: the copy pass's backfill writes it
+        if "manifest.key" in md.custom_metadata:
             found.objects_checked += 1
-            size = listed.get(manifest.key)
-            try:
-                if size is None:
-                    problem = f"{storage.location(manifest.key)}: manifest missing"
-                elif size != manifest.size:
-                    problem = f"{storage.location(manifest.key)}: manifest has {size} bytes, recorded {manifest.size}"
-                else:
-                    storage.fetch_object(manifest.key, verify_checksum=manifest.checksum)
-                    problem = None
-            except RemoteStorageError as e:
-                problem = f"manifest: {e}"
-            if problem is not None:
-                found.manifests_lost.append((md, problem))
+        problem = manifest_problem(storage, md, listed, compare=compare_manifests)
+        if problem is not None:
+            found.manifests_lost.append((md, problem))
     return found
+
+
+def manifest_problem(storage: RemoteStorageManager, md: RemoteLogSegmentMetadata, listed: Mapping[str, int], *,
+                     compare: bool = False) -> str | None:
+    """What is wrong with a finished segment's manifest in the tier, starting with its location,
+    or None. Missing, or bytes other than those recorded: what differs from the store's row (or
+    why it does not parse). ``compare``: parsed and compared even when its bytes are as recorded,
+    and a manifest the store has none recorded for is checked when the tier has one."""
+    try:
+        recorded = recorded_manifest(md.custom_metadata)
+    except ValueError as e:
+        return f"segment {md.start_offset}: {e}"
+    key = recorded.key if recorded is not None else storage.keys.manifest_key(md.segment_id, md.start_offset)
+    size = listed.get(key)
+    if recorded is None and (not compare or size is None):
+        return None  # none recorded yet: the copy pass's backfill writes it
+    where = storage.location(key)
+    if size is None:
+        return f"{where}: manifest missing"
+    try:
+        data = storage.fetch_object(key)
+    except RemoteStorageError as e:
+        return f"manifest: {e}"
+    changed = recorded is not None and (len(data) != recorded.size or crc32c(data) != recorded.crc32c)
+    if not changed and not compare:
+        return None
+    try:
+        differences = manifest_differences(decode_manifest(data, where=where), md)
+    except ManifestError as e:
+        return str(e)
+    if differences:
+        return f"{where}: the manifest disagrees with the store: {'; '.join(differences)}"
+    if changed:
+        return (f"{where}: manifest of {len(data)} bytes, CRC-32C {crc32c(data):08x}, recorded {recorded.size} bytes, "
+                f"{recorded.checksum}: it changed in the tier")
+    return None
+
+
+# --- segment objects on their own ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogObjectScan:
+    """What a segment's .log object holds, read from its batches (``verify_segment``)."""
+
+    key: str
+    size: int
+    crc32c: int
+    first_offset: int | None  # the first batch's base offset; None: no batch
+    last_offset: int | None  # the last batch's last offset
+    max_timestamp: int
+    epochs: dict[int, int]  # leader epoch → base offset of its first batch
+    problem: tuple[int, str] | None  # (byte position, what is wrong): a CRC failure or invalid bytes
+
+    def problem_line(self, where: str) -> str | None:
+        return None if self.problem is None else f"{where}: byte {self.problem[0]}: {self.problem[1]}"
+
+
+def scan_log_object(storage: RemoteStorageManager, key: str) -> LogObjectScan:
+    """Read a .log object through the tier in ranged chunks into a private temporary file and
+    check every batch there (memory stays at a chunk: a segment may be a GiB)."""
+    with tempfile.TemporaryFile(prefix="kts-segment-") as spool:
+        read = 0
+        while True:
+            chunk = storage.fetch_range(key, read, read + CHECKSUM_READ_BYTES - 1)
+            if not chunk:
+                break
+            spool.write(chunk)
+            read += len(chunk)
+            if len(chunk) < CHECKSUM_READ_BYTES:
+                break
+        spool.flush()
+        with mapped(spool) as view:
+            found = verify_segment(view)
+            first = int.from_bytes(view[:8], "big", signed=True) if found.batches else None
+    return LogObjectScan(key, found.size, found.crc32c, first, found.last_offset,
+                         found.max_timestamp if found.batches else NO_TIMESTAMP, dict(found.epochs), found.problem)
 
 
 CHECKSUM_READ_BYTES = 8 * 1024 * 1024

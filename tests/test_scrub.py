@@ -16,7 +16,7 @@ from kts_resources.copier import copy_log_dir, copy_partition
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentState, TopicIdPartition
-from kts_resources.remote_storage.base import RemoteStorageError, stored_objects
+from kts_resources.remote_storage.base import RemoteStorageError, recorded_manifest, stored_objects
 from kts_resources.scrub import scrub
 
 S = RemoteLogSegmentState
@@ -37,13 +37,30 @@ def _keys(storage) -> set[str]:
     return {o.key for o in storage.list_objects()}
 
 
+def _leftover_of(storage, md, segment_id=None, suffixes=None) -> dict[str, bytes]:
+    """A crashed copy of ``md``'s segment (re-copied later as ``md``): its objects under another
+    segment id, without a manifest. key → bytes, planted in the tier."""
+    segment_id = segment_id or RemoteLogSegmentId(md.topic_id_partition, uuid.uuid4())
+    planted = {}
+    for suffix, obj in stored_objects(md.custom_metadata).items():
+        if suffixes is None or suffix in suffixes:
+            key = storage.keys.segment_key(segment_id, md.start_offset, suffix)
+            planted[key] = storage.fetch_object(obj.key)
+            storage.put_object(key, planted[key])
+    return planted
+
+
+def _forget(store, md) -> None:
+    """The store loses the segment's row (a database restored from an older backup)."""
+    with store.engine.begin() as conn:
+        for table in ("remote_segment_leader_epochs", "remote_segments"):
+            conn.exec_driver_sql(f"DELETE FROM {table} WHERE segment_id = %(sid)s", {"sid": md.segment_id.id})
+
+
 def test_orphans_go_after_the_grace_period_and_nothing_referenced_is_touched(copied, metadata_store, remote_storage):
-    _root, tip, _segments = copied
+    _root, tip, segments = copied
     referenced = _keys(remote_storage)
-    orphan_id = RemoteLogSegmentId(tip, uuid.uuid4())  # a copy whose STARTED row was lost
-    orphans = {remote_storage.keys.segment_key(orphan_id, 0, suffix) for suffix in ("log", "index")}
-    for key in orphans:
-        remote_storage.put_object(key, b"left behind")
+    orphans = set(_leftover_of(remote_storage, segments[0], suffixes=("log", "index")))  # a copy whose STARTED row was lost
 
     young = scrub(metadata_store, remote_storage)
     assert young.orphans_deleted == [] and young.young_left == 2 and young.clean
@@ -55,6 +72,57 @@ def test_orphans_go_after_the_grace_period_and_nothing_referenced_is_touched(cop
     done = scrub(metadata_store, remote_storage, now=time.time() + LATER)
     assert set(done.orphans_deleted) == orphans and done.clean
     assert _keys(remote_storage) == referenced  # exactly the orphans went
+
+
+def test_objects_of_an_unknown_segment_without_its_log_hold_no_records_and_go(copied, metadata_store, remote_storage):
+    _root, tip, segments = copied
+    referenced = _keys(remote_storage)
+    orphans = set(_leftover_of(remote_storage, segments[1], suffixes=("index", "timeindex")))
+    done = scrub(metadata_store, remote_storage, now=time.time() + LATER)
+    assert set(done.orphans_deleted) == orphans and done.clean and _keys(remote_storage) == referenced
+
+
+def test_a_segment_the_store_does_not_know_is_kept_while_nothing_else_holds_its_offsets(copied, metadata_store, remote_storage):
+    """A lost manifest and a store without the segment (issue 34, finding 2): its objects are the
+    only copy of its offsets, an open lost range meanwhile; the scrub says so and deletes nothing."""
+    _root, tip, segments = copied
+    victim = segments[1]
+    remote_storage.delete_objects([recorded_manifest(victim.custom_metadata).key])
+    _forget(metadata_store, victim)
+    assert metadata_store.record_lost_range(tip, victim.start_offset, victim.end_offset, "copy pass")
+    before = _keys(remote_storage)
+    log = stored_objects(victim.custom_metadata)["log"]
+
+    report = scrub(metadata_store, remote_storage, now=time.time() + LATER)
+    assert report.orphans_deleted == [] and not report.clean and _keys(remote_storage) == before
+    [line] = report.unrecorded
+    assert remote_storage.location(log.key) in line and f"{victim.start_offset}..{victim.end_offset}" in line
+    assert "not in the store; run kts recover" in line
+    assert line in report.problems
+
+
+def test_a_segment_the_store_does_not_know_in_a_partition_it_does_not_know_is_kept(copied, metadata_store, remote_storage):
+    _root, tip, segments = copied
+    elsewhere = RemoteLogSegmentId(TopicIdPartition(uuid.uuid4(), tip.topic_partition), uuid.uuid4())
+    planted = _leftover_of(remote_storage, segments[0], segment_id=elsewhere)
+    report = scrub(metadata_store, remote_storage, now=time.time() + LATER)
+    assert report.orphans_deleted == [] and len(report.unrecorded) == 1 and set(planted) <= _keys(remote_storage)
+
+
+def test_a_leftover_whose_log_fails_its_scan_is_reported_with_its_byte_and_kept(copied, metadata_store, remote_storage):
+    from kts_resources.kafka.records import scan_batches
+
+    _root, tip, segments = copied
+    planted = _leftover_of(remote_storage, segments[0], suffixes=("log",))
+    [(key, data)] = planted.items()
+    damaged = bytearray(data)
+    second = scan_batches(data).batches[1].position
+    damaged[second + 70] ^= 0x01
+    remote_storage.put_object(key, bytes(damaged))
+    report = scrub(metadata_store, remote_storage, now=time.time() + LATER)
+    assert report.orphans_deleted == [] and key in _keys(remote_storage)
+    [line] = report.unrecorded
+    assert remote_storage.location(key) in line and f"byte {second}" in line and "CRC" in line
 
 
 def test_an_interrupted_delete_is_finished(copied, metadata_store, remote_storage):
@@ -194,7 +262,7 @@ def test_a_scrub_sigkilled_half_way_is_converged_by_a_rerun(tmp_path, pg_url, me
     tip = result.copied[0].topic_id_partition
     referenced = _keys(storage)
     for _ in range(3):
-        storage.put_object(storage.keys.segment_key(RemoteLogSegmentId(tip, uuid.uuid4()), 0, "log"), b"x")
+        _leftover_of(storage, result.copied[0], suffixes=("log",))
     env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_REMOTE_URI": uri}
     killed = subprocess.run([sys.executable, "-m", "tests.tier_tools_driver", "scrub", "1"], env=env, capture_output=True,
                             text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
@@ -202,3 +270,85 @@ def test_a_scrub_sigkilled_half_way_is_converged_by_a_rerun(tmp_path, pg_url, me
     assert referenced < _keys(storage) and len(_keys(storage) - referenced) == 2  # one orphan went; nothing referenced
     again = scrub(metadata_store, storage, grace_s=0)
     assert len(again.orphans_deleted) == 2 and _keys(storage) == referenced and again.clean
+
+
+# --- manifests ------------------------------------------------------------------------------------
+
+
+def _edit_manifest(storage, md, **changes) -> str:
+    """The segment's manifest rewritten with other values, still well-formed (its own CRC right)."""
+    from dataclasses import replace
+
+    from kts_resources.remote_storage.manifest import decode_manifest, encode_manifest
+
+    key = recorded_manifest(md.custom_metadata).key
+    manifest = decode_manifest(storage.fetch_object(key), where=key)
+    storage.put_object(key, encode_manifest(replace(manifest, metadata=replace(manifest.metadata, **changes))))
+    return key
+
+
+def test_a_deep_scrub_finds_an_edited_manifest_says_what_differs_and_writes_it_again(copied, metadata_store, remote_storage):
+    from kts_resources.remote_storage.manifest import decode_manifest
+
+    _root, tip, segments = copied
+    edited = _edit_manifest(remote_storage, segments[1], end_offset=segments[1].end_offset + 7)
+    garbled = recorded_manifest(segments[2].custom_metadata).key
+    remote_storage.put_object(garbled, b'{"format": "kts-remote-segment-manifest", "version": 1')
+
+    report = scrub(metadata_store, remote_storage, deep=True)
+    assert not report.clean and report.damaged == []
+    assert len(report.manifests) == 2
+    line = next(line for line in report.manifests if remote_storage.location(edited) in line)
+    assert f"end_offset {segments[1].end_offset + 7}" in line and f"store {segments[1].end_offset}" in line
+    assert "written again from the store" in line
+    line = next(line for line in report.manifests if remote_storage.location(garbled) in line)
+    assert "damaged manifest" in line and "written again from the store" in line
+    for md in segments[1:3]:
+        key = recorded_manifest(md.custom_metadata).key
+        manifest = decode_manifest(remote_storage.fetch_object(key), where=key)
+        assert (manifest.metadata.segment_id, manifest.metadata.end_offset) == (md.segment_id, md.end_offset)
+        assert recorded_manifest(metadata_store.segment(md.segment_id).custom_metadata).key == key
+    assert scrub(metadata_store, remote_storage, deep=True).clean
+
+
+def test_an_edited_manifest_beside_a_damaged_segment_is_not_written_again(copied, metadata_store, remote_storage):
+    _root, tip, segments = copied
+    victim = segments[1]
+    key = _edit_manifest(remote_storage, victim, segment_leader_epochs={7: victim.start_offset})
+    edited = remote_storage.fetch_object(key)
+    log = stored_objects(victim.custom_metadata)["log"]
+    data = bytearray(remote_storage.fetch_object(log.key))
+    data[len(data) // 2] ^= 0x04
+    remote_storage.put_object(log.key, bytes(data))
+    report = scrub(metadata_store, remote_storage, deep=True)
+    assert len(report.damaged) == 1 and "CRC-32C" in report.damaged[0]
+    assert remote_storage.fetch_object(key) == edited  # the store's row is not vouched for by its object: no rewrite
+
+
+def test_a_dry_run_reports_an_edited_manifest_and_leaves_it(copied, metadata_store, remote_storage):
+    _root, tip, segments = copied
+    key = _edit_manifest(remote_storage, segments[0], segment_size_in_bytes=segments[0].segment_size_in_bytes,
+                         max_timestamp_ms=segments[0].max_timestamp_ms + 1)
+    edited = remote_storage.fetch_object(key)
+    report = scrub(metadata_store, remote_storage, deep=True, dry_run=True)
+    [line] = report.manifests
+    assert "max_timestamp_ms" in line and remote_storage.fetch_object(key) == edited
+
+
+def test_the_cli_deep_scrub_exits_1_naming_an_edited_manifest(copied, tmp_path, pg_url, remote_storage):
+    import os
+    import subprocess
+    import sys
+
+    if hasattr(remote_storage, "bucket"):
+        pytest.skip("the CLI path is the same for both tiers")
+    _root, _tip, segments = copied
+    key = _edit_manifest(remote_storage, segments[0], start_offset=segments[0].start_offset, end_offset=segments[0].end_offset - 1)
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_HOME": str(tmp_path / "home"),
+           "KTS_REMOTE_URI": remote_storage.location("")}
+    run = subprocess.run([sys.executable, "-m", "kts_assets.cli", "scrub", "--deep"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    [line] = [line for line in run.stderr.splitlines() if remote_storage.location(key) in line]
+    assert "end_offset" in line

@@ -40,7 +40,7 @@ from kts_resources.remote_log import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from kts_resources.remote_storage.base import StoredObject, crc32c_hex, parse_crc32c_hex, segment_custom_metadata
+from kts_resources.remote_storage.base import StoredObject, crc32c_hex, parse_crc32c_hex, segment_custom_metadata, stored_objects
 from kts_resources.remote_storage.keys import LOG_SUFFIX, MAX_OFFSET, SEGMENT_SUFFIXES, check_object_key
 
 FORMAT = "kts-remote-segment-manifest"
@@ -189,6 +189,35 @@ def _decode(data: bytes) -> SegmentManifest:
         custom_metadata=segment_custom_metadata(objects),
     )
     return SegmentManifest(metadata, objects, dict(configs), _int(body, "log_start_offset", 0, MAX_OFFSET))
+
+
+def manifest_differences(manifest: SegmentManifest, recorded: RemoteLogSegmentMetadata) -> list[str]:
+    """What ``manifest`` says that the store's row ``recorded`` does not, one phrase per field
+    (``end_offset 106 (store 99)``); empty when they describe the same segment. The topic's
+    configs, the log start offset and the event time are as of the write and may move since."""
+    md = manifest.metadata
+    pairs = {
+        "segment": (str(md.segment_id.id), str(recorded.segment_id.id)),
+        "partition": (str(md.topic_id_partition), str(recorded.topic_id_partition)),
+        "start_offset": (md.start_offset, recorded.start_offset),
+        "end_offset": (md.end_offset, recorded.end_offset),
+        "max_timestamp_ms": (md.max_timestamp_ms, recorded.max_timestamp_ms),
+        "broker_id": (md.broker_id, recorded.broker_id),
+        "segment_size_in_bytes": (md.segment_size_in_bytes, recorded.segment_size_in_bytes),
+        "segment_leader_epochs": (sorted(md.segment_leader_epochs.items()), sorted(recorded.segment_leader_epochs.items())),
+    }
+    out = [f"{name} {ours} (store {theirs})" for name, (ours, theirs) in pairs.items() if ours != theirs]
+    objects = {s: (o.key, o.size, o.checksum) for s, o in manifest.objects.items()}
+    stored = {s: (o.key, o.size, o.checksum) for s, o in stored_objects(recorded.custom_metadata).items()}
+    for suffix in sorted(objects.keys() | stored.keys()):
+        if objects.get(suffix) != stored.get(suffix):
+            ours, theirs = objects.get(suffix), stored.get(suffix)
+            out.append(f"{suffix} object {_object_text(ours)} (store {_object_text(theirs)})")
+    return out
+
+
+def _object_text(obj: tuple[str, int, str] | None) -> str:
+    return "none" if obj is None else f"{obj[0]} {obj[1]} bytes CRC-32C {obj[2]}"
 
 
 def _canonical(body: Mapping[str, Any]) -> bytes:
