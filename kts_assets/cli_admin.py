@@ -99,16 +99,17 @@ def cmd_recover(args) -> int:
     if args.json:
         print_json(outcome.to_json())
     else:
-        print(f"recovered {_n(outcome.segments_recovered, 'segment')} ({outcome.segments_present} already in the store) of "
+        rebuilt = f", {outcome.segments_rebuilt} rebuilt from segment objects without a manifest" if outcome.segments_rebuilt else ""
+        print(f"recovered {_n(outcome.segments_recovered, 'segment')} ({outcome.segments_present} already in the store{rebuilt}) of "
               f"{_n(outcome.partitions, 'partition')} of {_n(outcome.topics, 'topic')} from {_n(outcome.manifests, 'manifest')} "
               f"({_n(outcome.objects_listed, 'object')} listed); remote log index of {_n(outcome.index_partitions, 'partition')} "
               f"({_n(outcome.index_segments_read, 'segment')} read, {_n(outcome.index_files_written, 'file')} written, "
               f"{outcome.index_files_published} shipped)")
-    lines = []
+    lines = list(outcome.rebuilt)
     if outcome.objects_without_manifest:
         lines.append(f"{_n(len(outcome.objects_without_manifest), 'object')} of {_n(outcome.segments_without_manifest, 'segment')} "
-                     f"have no manifest and were not recovered (leftovers of copies that never finished, or segments "
-                     f"copied before manifests existed), e.g. " + ", ".join(outcome.unmanifested_sample))
+                     f"have no manifest and were not recovered: they hold no record that finished segments do not "
+                     f"(leftovers of copies that never finished), e.g. " + ", ".join(outcome.unmanifested_sample))
     lines += outcome.incomplete_segments + outcome.skipped + outcome.index_errors
     if lines:
         report(lines)

@@ -6,12 +6,17 @@ what they describe — topics with their configs, partitions, COPY_SEGMENT_FINIS
 their leader epochs, log start offsets — then rebuilds each partition's remote log index.
 
 Rules it keeps:
-- Nothing is guessed: objects without a manifest are reported (a crashed copy's leftovers, or
-  segments copied before manifests existed whose store is gone), never recorded; a manifest
+- Nothing is guessed: a segment whose manifest is lost is rebuilt from its objects, which are a
+  Kafka segment (offsets, leader epochs, max timestamp and every batch's CRC are in its .log; the
+  partition, topic id and base offset in its key; the leader-epoch lineage, indexes and snapshot
+  beside it), recorded as finished and its manifest written again, each with one line saying so.
+  Only when every offset it holds is in no finished segment: objects whose offsets finished
+  segments hold (a crashed copy's leftovers) are reported, never recorded; a .log that fails its
+  scan, or a segment that cannot be described whole, is reported with why and kept. A manifest
   whose objects are not all listed (with their sizes) is reported, not recorded.
 - A damaged manifest stops recovery before anything is written: one error naming the object.
-- Never deletes or overwrites a remote object: it only lists and reads, and ships remote log
-  index files under names the tier does not have yet.
+- Never deletes or overwrites a remote object: it only lists and reads, and writes remote log
+  index files and lost manifests under names the tier does not have yet.
 - Idempotent: segments already in the store (any state) are left as they are, each segment is
   recorded straight in COPY_SEGMENT_FINISHED (never STARTED, which a copy pass would clean up),
   and each batch is one transaction, so a rerun — also after a SIGKILL half-way — converges.
@@ -30,11 +35,28 @@ from crc32c import crc32c
 
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
+from kts_resources.kafka.checkpoints import parse_leader_epoch_checkpoint
+from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from kts_resources.remote_storage.base import StoredObject, segment_custom_metadata
-from kts_resources.remote_storage.keys import LOG_START_OFFSET_NAME, MANIFEST_SUFFIX, MAX_TOPIC_IN_KEY, REMOTE_INDEX_DIR
-from kts_resources.remote_storage.manifest import ManifestError, SegmentManifest, decode_log_start_offset, decode_manifest
+from kts_resources.lost_ranges import uncovered
+from kts_resources.remote_integrity import scan_log_object
+from kts_resources.remote_log import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from kts_resources.remote_storage.base import RemoteStorageError, StoredObject, segment_custom_metadata
+from kts_resources.remote_storage.keys import (
+    LOG_START_OFFSET_NAME,
+    LOG_SUFFIX,
+    MANIFEST_SUFFIX,
+    MAX_TOPIC_IN_KEY,
+    REMOTE_INDEX_DIR,
+    suffix_for_index,
+)
+from kts_resources.remote_storage.manifest import (
+    REQUIRED_OBJECTS,
+    ManifestError,
+    SegmentManifest,
+    decode_log_start_offset,
+    decode_manifest,
+)
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -66,6 +88,7 @@ class TierSurvey:
 
     objects: int = 0
     sizes: dict[str, int] = field(default_factory=dict)  # every segment object and manifest: key → size
+    modified: dict[str, float] = field(default_factory=dict)  # segment object or manifest key → when it was written (epoch s)
     manifests: list[str] = field(default_factory=list)  # manifest keys
     segment_objects: dict[str, list[str]] = field(default_factory=dict)  # key stem → its objects' keys
     index_files: dict[str, set[str]] = field(default_factory=dict)  # partition prefix → its remote log index file names
@@ -83,6 +106,8 @@ class RecoveryReport:
     topics_created: int = 0
     partitions: int = 0
     segments_recovered: int = 0
+    segments_rebuilt: int = 0  # of them, rebuilt from their objects (the manifest was lost)
+    rebuilt: list[str] = field(default_factory=list)  # one line each: which segment was rebuilt from its objects
     segments_present: int = 0
     log_start_offsets_set: int = 0
     objects_without_manifest: list[str] = field(default_factory=list)
@@ -110,6 +135,8 @@ class RecoveryReport:
             "topics_created": self.topics_created,
             "partitions": self.partitions,
             "segments_recovered": self.segments_recovered,
+            "segments_rebuilt": self.segments_rebuilt,
+            "rebuilt": self.rebuilt,
             "segments_already_present": self.segments_present,
             "log_start_offsets_set": self.log_start_offsets_set,
             "objects_without_manifest": len(self.objects_without_manifest),
@@ -155,6 +182,8 @@ def _classify(survey: TierSurvey, rsm: "RemoteStorageManager", root: str, info: 
             survey.other.append(info.key)
         return
     survey.sizes[info.key] = info.size
+    if info.last_modified is not None:
+        survey.modified[info.key] = info.last_modified
     if parsed.suffix == MANIFEST_SUFFIX:
         survey.manifests.append(info.key)
     else:
@@ -258,10 +287,6 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
         else:
             complete.append((key, manifest))
     orphaned = sorted(stem for stem in survey.segment_objects if stem not in described)
-    report.objects_without_manifest = sorted(k for stem in orphaned for k in survey.segment_objects[stem])
-    report.segments_without_manifest = len(orphaned)
-    report.unmanifested_sample = [f"{stem}.log" if f"{stem}.log" in survey.sizes else sorted(survey.segment_objects[stem])[0]
-                                  for stem in orphaned[:SAMPLE]]
 
     # topic name → topic id → partition → manifests; incarnations of a name oldest first, so the
     # newest ends up current and the older ones' partitions are marked for deletion, as they were.
@@ -300,6 +325,11 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
                 recovered_tips.append(tip)
                 if len(recovered_tips) % PARTITION_PROGRESS_EVERY == 0:
                     say(f"{len(recovered_tips)} partitions, {report.segments_recovered} segments recovered so far")
+    leftovers = _rebuild_without_manifest(store, rsm, survey, orphaned, report, recovered_tips)
+    report.objects_without_manifest = sorted(k for stem in leftovers for k in survey.segment_objects[stem])
+    report.segments_without_manifest = len(leftovers)
+    report.unmanifested_sample = [f"{stem}.log" if f"{stem}.log" in survey.sizes else sorted(survey.segment_objects[stem])[0]
+                                  for stem in leftovers[:SAMPLE]]
     report.partitions = len(recovered_tips)
 
     if home is not None:
@@ -355,6 +385,148 @@ def _recover_partition(store: "RemoteLogMetadataStore", tip: TopicIdPartition,
             report.log_start_offsets_set += 1
         # kts watched the partition from its first copied segment on (the data-loss rule's floor).
         store.observe_first_offset(tip, min(m.metadata.start_offset for m in ordered))
+
+
+# --- segments whose manifest is lost -------------------------------------------------------------
+
+
+def _rebuild_without_manifest(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", survey: TierSurvey,
+                              stems: Sequence[str], report: RecoveryReport, tips: list[TopicIdPartition]) -> list[str]:
+    """Each segment with objects but no manifest (by key stem, in offset order) rebuilt from its
+    objects where it holds offsets no finished segment holds; returns the stems left as they are
+    because they hold no record another segment does not (a crashed copy's leftovers)."""
+    leftovers = []
+    for stem in stems:
+        outcome, line, tip = _rebuild_segment(store, rsm, survey, stem)
+        if outcome == "leftover":
+            leftovers.append(stem)
+        elif outcome == "present":
+            report.segments_present += 1
+        elif outcome == "skipped":
+            report.skipped.append(line)
+        else:
+            report.segments_recovered += 1
+            report.segments_rebuilt += 1
+            report.rebuilt.append(line)
+            if tip not in tips:
+                tips.append(tip)
+    return leftovers
+
+
+def _rebuild_segment(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", survey: TierSurvey,
+                     stem: str) -> tuple[str, str | None, TopicIdPartition | None]:
+    """(outcome, line, partition): "rebuilt", "leftover" (no record only it holds), "present" (the
+    store has it), or "skipped" (kept, and the line says why it cannot be described)."""
+    by_suffix = {rsm.keys.parse(key).suffix: key for key in survey.segment_objects[stem]}
+    log_key = by_suffix.get(LOG_SUFFIX)
+    if log_key is None:
+        return "leftover", None, None  # indexes or a snapshot alone hold no record
+    parsed = rsm.keys.parse(log_key)
+    if store.segment(parsed.segment_id) is not None:
+        return "present", None, None
+    where = rsm.location(log_key)
+    kept = "the segment has no manifest and was not rebuilt; its objects are kept"
+    name = _topic_name(store, parsed)
+    if name is None:
+        return "skipped", f"{where}: topic id {parsed.topic_id} is not in the store and its name may be cut short in the key; {kept}", None
+    tip = TopicIdPartition(parsed.topic_id, TopicPartition(name, parsed.partition))
+    try:
+        found = scan_log_object(rsm, log_key)
+    except RemoteStorageError as e:
+        return "skipped", f"{e}; {kept}", None
+    if found.problem is not None:
+        return "skipped", f"{found.problem_line(where)}; {kept}", None
+    if found.last_offset is None:
+        return "leftover", None, None  # no batch: no record
+    start, end = parsed.start_offset, found.last_offset
+    if found.first_offset < start:
+        return "skipped", f"{where}: its first batch is at offset {found.first_offset}, below the base offset {start} its key names; {kept}", None
+    finished = store.list_remote_log_segments(tip, states={FINISHED})
+    holes = uncovered(start, end, [(md.start_offset, md.end_offset) for md in finished])
+    if not holes:
+        return "leftover", None, None  # every offset is in finished segments: a crashed copy's leftovers
+    if holes != [(start, end)]:
+        return "skipped", (f"{where}: segment {start}..{end} overlaps finished segments (offsets "
+                           f"{', '.join(f'{a}..{b}' for a, b in holes)} are in none of them); {kept}"), None
+    missing = REQUIRED_OBJECTS - by_suffix.keys()
+    if missing:
+        return "skipped", f"{where}: segment {start}..{end} lacks its {', '.join(sorted(missing))} object(s); {kept}", None
+    try:
+        objects, lineage = _segment_objects(rsm, by_suffix, found)
+        line = _record_rebuilt(store, rsm, survey, tip, parsed.segment_id, start, end, found, objects, lineage, finished)
+    except (RemoteStorageError, ValueError) as e:  # _NotRebuilt too
+        return "skipped", f"{where}: segment {start}..{end}: {e}; {kept}", None
+    return "rebuilt", f"{where}: {line}", tip
+
+
+class _NotRebuilt(ValueError):
+    """Why a segment described from its objects cannot join the store."""
+
+
+def _topic_name(store: "RemoteLogMetadataStore", parsed) -> str | None:
+    """The topic's name: the store's for this topic id, else the key's unless it may be cut short."""
+    for name, topic_id in store.topics().items():
+        if topic_id == parsed.topic_id:
+            return name
+    return parsed.topic if len(parsed.topic) < MAX_TOPIC_IN_KEY else None
+
+
+def _segment_objects(rsm: "RemoteStorageManager", by_suffix: dict[str, str], found) -> tuple[dict[str, StoredObject], list]:
+    """suffix → the object as the tier has it (key, size, CRC-32C), and the leader-epoch lineage
+    its checkpoint object holds ([] when it does not parse: the batches' epochs stand in)."""
+    objects = {LOG_SUFFIX: StoredObject(found.key, found.size, found.crc32c)}
+    lineage: list = []
+    for suffix, key in by_suffix.items():
+        if suffix == LOG_SUFFIX:
+            continue
+        data = rsm.fetch_object(key)
+        objects[suffix] = StoredObject(key, len(data), crc32c(data))
+        if suffix == suffix_for_index(IndexType.LEADER_EPOCH):
+            try:
+                lineage = parse_leader_epoch_checkpoint(data, path=rsm.location(key))
+            except KafkaFormatError:
+                lineage = []
+    return objects, lineage
+
+
+def _record_rebuilt(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", survey: TierSurvey, tip: TopicIdPartition,
+                    segment_uuid: uuid.UUID, start: int, end: int, found, objects: dict[str, StoredObject], lineage: list,
+                    finished: Sequence[RemoteLogSegmentMetadata]) -> str:
+    """Describe the segment as its copy did, write its manifest, record it finished; the line to
+    report. _NotRebuilt when its topic or partition cannot take it."""
+    from kts_resources.copier import manifest_context_for, segment_leader_epochs, write_manifest
+    from kts_resources.metadata.store import StaleTopicIdError
+
+    written_ms = int(survey.modified.get(found.key, 0) * 1000)
+    before = [md for md in finished if md.start_offset < start]
+    metadata = RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId(tip, segment_uuid), start_offset=start, end_offset=end,
+        # Without timestamps (magic 0) the object's write time stands in, as the file's did for the copy.
+        max_timestamp_ms=found.max_timestamp if found.max_timestamp >= 0 else written_ms,
+        broker_id=(before[-1] if before else finished[0]).broker_id if finished else 0,
+        event_timestamp_ms=written_ms, segment_size_in_bytes=found.size,
+        segment_leader_epochs=segment_leader_epochs(lineage, found.epochs, start, end),
+        state=FINISHED, custom_metadata=segment_custom_metadata(objects))
+    current = store.topic_id(tip.topic)
+    created = ""
+    if current is None:
+        try:
+            store.ensure_topic(tip.topic, tip.topic_id)
+        except (StaleTopicIdError, ValueError) as e:
+            raise _NotRebuilt(f"topic {tip.topic!r}: {e}") from None
+        created = f"; topic {tip.topic} recorded without config overrides (the tier held none for it)"
+    elif current != tip.topic_id:
+        raise _NotRebuilt(f"topic {tip.topic!r} is topic id {current} in the store, not {tip.topic_id}")
+    state = store.partition_state(tip).delete_state
+    if state is not None:
+        raise _NotRebuilt(f"the partition is {state.name}")
+    with store.partition_lock(tip):
+        manifest = write_manifest(rsm, metadata, objects, manifest_context_for(store, tip))
+        recorded = replace(metadata, custom_metadata={**metadata.custom_metadata, **manifest})
+        store.recover_remote_log_segments(tip, [recorded])
+        store.observe_first_offset(tip, start)
+    return (f"segment {start}..{end} of {tip.topic_partition} rebuilt from the segment object (its manifest was "
+            f"missing): recorded as finished and its manifest written again{created}")
 
 
 # --- the remote log index ------------------------------------------------------------------------

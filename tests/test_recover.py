@@ -402,29 +402,119 @@ recover(store, remote_storage_from_uri(), settings.kts_home())
 """
 
 
-def test_objects_without_a_manifest_are_reported_and_not_recovered(log_dir, pg_url, pg_admin_url, pg_template, tmp_path, tier):
+def _lose_manifest_of_a_middle_segment(log_dir: Path, pg_url: str, storage):
+    """Copied, the first two segments of orders-0 gone locally, then the second one's manifest
+    removed from the tier: (its store row, fetches of its first and last offset as they were)."""
+    store = _store(pg_url)
+    _copy_and_age(log_dir, store, storage)
+    tip = next(t for t in _tips(log_dir) if str(t.topic_partition) == "orders-0")
+    victim = store.list_remote_log_segments(tip, states={FINISHED})[1]
+    store.close()
+    second = sorted((log_dir / "orders-0").glob("*.log"))[0]
+    assert int(second.stem) == victim.start_offset
+    for f in (log_dir / "orders-0").glob(second.stem + ".*"):
+        f.unlink()
+    storage.delete_objects([recorded_manifest(victim.custom_metadata).key])
+    return tip, victim
+
+
+def _fetches(env, offsets) -> list:
+    return kts_session(env, [["fetch", "orders", "0", "--offset", str(o), "--max-bytes", "8192", "--json"] for o in offsets])
+
+
+def test_a_segment_whose_manifest_is_lost_is_rebuilt_from_its_object(log_dir, pg_url, pg_admin_url, pg_template, tmp_path, tier):
+    storage, tier_env = tier
+    env = _env(pg_url, tmp_path, log_dir, tier_env)
+    tip, victim = _lose_manifest_of_a_middle_segment(log_dir, pg_url, storage)
+    fetched = _fetches(env, (victim.start_offset, victim.end_offset))
+    assert [a["records"][0]["offset"] for a in fetched] == [victim.start_offset, victim.end_offset]
+    objects = {suffix: obj.key for suffix, obj in stored_objects(victim.custom_metadata).items()}
+    _drop_and_recreate(pg_url, pg_admin_url, pg_template)
+
+    result = kts(env, "recover", "--json")
+    out = json.loads(result.stdout)
+    assert out["segments_rebuilt"] == 1 and out["objects_without_manifest"] == 0 and out["skipped"] == []
+    [line] = [line for line in result.stderr.splitlines() if "rebuilt from" in line]
+    assert storage.location(objects["log"]) in line and f"{victim.start_offset}..{victim.end_offset}" in line
+    store = _store(pg_url)
+    try:
+        md = store.segment(victim.segment_id)
+        assert md is not None and md.state is FINISHED
+        assert (md.start_offset, md.end_offset, dict(md.segment_leader_epochs), md.segment_size_in_bytes, md.max_timestamp_ms) == (
+            victim.start_offset, victim.end_offset, dict(victim.segment_leader_epochs), victim.segment_size_in_bytes,
+            victim.max_timestamp_ms)
+        assert stored_objects(md.custom_metadata) == stored_objects(victim.custom_metadata)
+        # The tier describes the segment again: its manifest is back, and recorded.
+        manifest = recorded_manifest(md.custom_metadata)
+        assert manifest.key == recorded_manifest(victim.custom_metadata).key and manifest.key in _listing(storage)
+        assert decode_manifest(storage.fetch_object(manifest.key), where=manifest.key).metadata.end_offset == victim.end_offset
+        # The next copy pass finds nothing lost and nothing to copy.
+        again = {str(r.topic_partition): r for r in copy_log_dir(LogDir(log_dir), store, storage)}
+        assert again["orders-0"].lost == [] and store.lost_ranges(tip) == []
+        assert [r.copied for r in again.values()] == [[]] * 4
+    finally:
+        store.close()
+    assert _fetches(env, (victim.start_offset, victim.end_offset)) == fetched
+    assert json.loads(kts(env, "recover", "--json").stdout)["segments_rebuilt"] == 0  # a rerun: already in the store
+
+
+def test_a_leftover_without_a_manifest_whose_offsets_a_finished_segment_holds_is_reported_not_recovered(
+        log_dir, pg_url, pg_admin_url, pg_template, tmp_path, tier):
     storage, tier_env = tier
     env = _env(pg_url, tmp_path, log_dir, tier_env)
     store = _store(pg_url)
     copy_log_dir(LogDir(log_dir), store, storage)
     victim = store.list_remote_log_segments(_tips(log_dir)[0], states={FINISHED})[-1]
     store.close()
-    objects = {suffix: obj.key for suffix, obj in stored_objects(victim.custom_metadata).items()}
-    storage.delete_objects([recorded_manifest(victim.custom_metadata).key])
+    # A crashed copy of the same segment, re-copied later: its objects, no manifest.
+    from kts_resources.remote_log import RemoteLogSegmentId
+
+    crashed = RemoteLogSegmentId(victim.topic_id_partition, uuid.uuid4())
+    leftovers = {storage.keys.segment_key(crashed, victim.start_offset, suffix): storage.fetch_object(obj.key)
+                 for suffix, obj in stored_objects(victim.custom_metadata).items()}
+    for key, data in leftovers.items():
+        storage.put_object(key, data)
     _drop_and_recreate(pg_url, pg_admin_url, pg_template)
 
     result = kts(env, "recover", "--json")
     out = json.loads(result.stdout)
-    assert out["objects_without_manifest"] == len(objects) and out["segments_without_manifest"] == 1
-    assert out["objects_without_manifest_sample"] == [objects["log"]]
-    assert f"{len(objects)} objects of 1 segment have no manifest" in result.stderr and objects["log"] in result.stderr
+    assert out["objects_without_manifest"] == len(leftovers) and out["segments_without_manifest"] == 1
+    assert out["segments_rebuilt"] == 0 and out["skipped"] == []
+    assert "leftovers of copies that never finished" in result.stderr
     store = _store(pg_url)
     try:
-        assert store.segment(victim.segment_id) is None  # never guessed
-        assert out["segments_recovered"] > 0
+        assert store.segment(crashed) is None and store.segment(victim.segment_id) is not None
     finally:
         store.close()
-    assert set(objects.values()) <= set(_listing(storage))  # and never deleted
+    assert set(leftovers) <= set(_listing(storage))  # never deleted
+
+
+def test_a_segment_without_a_manifest_that_fails_its_crc_is_reported_with_its_byte_and_kept(
+        log_dir, pg_url, pg_admin_url, pg_template, tmp_path, tier):
+    from kts_resources.kafka.records import scan_batches
+
+    storage, tier_env = tier
+    env = _env(pg_url, tmp_path, log_dir, tier_env)
+    tip, victim = _lose_manifest_of_a_middle_segment(log_dir, pg_url, storage)
+    log = stored_objects(victim.custom_metadata)["log"]
+    data = bytearray(storage.fetch_object(log.key))
+    third = scan_batches(bytes(data)).batches[2].position
+    data[third + 70] ^= 0x10  # inside the third batch's records
+    storage.put_object(log.key, bytes(data))
+    _drop_and_recreate(pg_url, pg_admin_url, pg_template)
+
+    result = kts(env, "recover", "--json", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    out = json.loads(result.stdout)
+    assert out["segments_rebuilt"] == 0
+    [line] = out["skipped"]
+    assert storage.location(log.key) in line and f"byte {third}" in line and "CRC" in line
+    store = _store(pg_url)
+    try:
+        assert store.segment(victim.segment_id) is None
+    finally:
+        store.close()
+    assert set(k for k in (o.key for o in stored_objects(victim.custom_metadata).values())) <= set(_listing(storage))
 
 
 def test_a_damaged_manifest_is_one_error_line_naming_the_object_and_nothing_is_recovered(
