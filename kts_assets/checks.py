@@ -225,12 +225,11 @@ def _no_uncopied_segment_lost(loc: LocatedPartition, store) -> Verdict:
             detect_lost_ranges(store, tip, loc.partition.segments(), how_found="no_uncopied_segment_lost check")
     every = store.lost_ranges(tip, include_acknowledged=True)
     open_ranges = [r for r in every if not r.acknowledged]
-    who = "kts (owned log dir)" if loc.owned else "the broker"
     metadata = {"lost_offsets": sum(r.offsets for r in open_ranges), "lost_ranges": len(open_ranges),
                 "acknowledged_lost_ranges": len(every) - len(open_ranges),
                 "first_lost_range": str(open_ranges[0]) if open_ranges else "", "owned_log_dir": loc.owned}
     if open_ranges:
-        return False, metadata, "; ".join(describe(r, who=who) for r in open_ranges)
+        return False, metadata, "; ".join(describe(r) for r in open_ranges)
     acknowledged = f" ({len(every)} lost range{'s' if len(every) > 1 else ''} acknowledged)" if every else ""
     return True, metadata, f"every deleted local segment was copied first{acknowledged}"
 
@@ -256,7 +255,7 @@ SEGMENTS_CHECK_SPECS = [
                                   "written again by the next copy pass."),
     dg.AssetCheckSpec(NO_UNCOPIED_SEGMENT_LOST.name, asset=REMOTE_SEGMENTS, partitions_def=topic_partitions,
                       description="Data-loss alarm: no offsets below the local log start offset are missing from the remote "
-                                  "tier (deleted locally, by the broker or by kts, before they were copied). A lost range is "
+                                  "tier (deleted from the local log before they were copied). A lost range is "
                                   "recorded in the metadata store and fails this check on every evaluation until `kts "
                                   "ack-loss` acknowledges it."),
     # Blocking: a failed copy fails the step, so the run in which it failed is not a success.

@@ -26,7 +26,7 @@ from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import verify_segment
-from kts_resources.lost_ranges import detect_lost_ranges
+from kts_resources.lost_ranges import LOST_CAUSE, detect_lost_ranges
 from kts_resources.metadata.store import RemoteLogMetadataStore, StaleTopicIdError
 from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
 from kts_resources.remote_log import (
@@ -41,7 +41,7 @@ from kts_resources.remote_log import (
 from kts_resources.remote_storage.base import RemoteStorageManager, StoredObject, segment_custom_metadata, stored_objects
 from kts_resources.remote_storage.keys import MANIFEST_SUFFIX
 from kts_resources.remote_storage.manifest import SegmentManifest, encode_manifest
-from kts_resources.tiers import copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
+from kts_resources.tiers import adopt_first_log_start_offset, copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +233,7 @@ def copy_partition(
 
     with store.partition_lock(tip, timeout_s=lock_timeout_s) as lock:
         result.repaired = _finish_interrupted(store, storage, tip, clock)
+        adopt_first_log_start_offset(store, tip, partition, log_dir)  # before the manifests carry it
         manifest_context = manifest_context_for(store, tip)
         try:
             result.manifests_backfilled = backfill_manifests(store, storage, tip, manifest_context)
@@ -301,7 +302,7 @@ def copy_partition(
         # After the copies, still under the lock: the local listing first, then the remote tier.
         result.lost = detect_lost_ranges(store, tip, partition.segments(), how_found="copy pass")
         for start, end in result.lost:
-            log.error("%s: offsets %d..%d were deleted locally and never copied", tp, start, end)
+            log.error("%s: offsets %d..%d %s", tp, start, end, LOST_CAUSE)
     return result
 
 

@@ -93,9 +93,15 @@ def detect_lost_ranges(store: "RemoteLogMetadataStore", tip: TopicIdPartition, s
     return [r for r in found if store.record_lost_range(tip, r[0], r[1], how_found)]
 
 
-def describe(lost: "LostOffsetRange", *, who: str = "the broker") -> str:
+# A lost range's one cause, however it is reported (the copy pass's log, the data-loss check,
+# `kts sync`, `kts status`): kts sees only that the files are gone, never who removed them (the
+# broker's retention, a clean-up, a person), so it names no one.
+LOST_CAUSE = "were deleted from the local log before they were copied to the remote tier"
+
+
+def describe(lost: "LostOffsetRange") -> str:
     """One line for an open lost range: what, since when, and how to acknowledge it."""
     tp = lost.tip.topic_partition
-    return (f"offsets {lost.start_offset}..{lost.end_offset} were deleted locally by {who} and never copied "
+    return (f"offsets {lost.start_offset}..{lost.end_offset} {LOST_CAUSE} "
             f"(found by the {lost.how_found} at {lost.detected_at:%Y-%m-%d %H:%M:%S %Z}); once accepted: "
             f"kts ack-loss {tp.topic} {tp.partition} --range {lost.start_offset}..{lost.end_offset}")

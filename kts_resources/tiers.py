@@ -181,12 +181,39 @@ def copy_candidates(
 
 def log_start_offset(*, checkpointed: int | None, local_log_start_offset: int,
                      remote_log_start_offset: int = -1, recorded: int = -1) -> int:
-    """The partition's log start offset: its oldest data in either tier, but never below what the
-    broker checkpointed (DeleteRecords, the broker's own retention) nor what remote retention
-    recorded in the metadata store (``recorded``; −1 when nothing is remote). −1: no data at all."""
-    local, remote = local_log_start_offset, remote_log_start_offset
+    """The partition's log start offset: its oldest data in either tier, never below what kts
+    recorded in the metadata store (``recorded``: its remote retention and DeleteRecords; −1 when
+    nothing is recorded). −1: no data at all.
+
+    The broker's ``checkpointed`` log start offset (log-start-offset-checkpoint) bounds only the
+    LOCAL log (``local_log_start_offset``: its first segment's base offset; −1 when it has none):
+    the broker's own size and time retention, its DeleteRecords, or on a follower the leader's log
+    start offset can put it anywhere, and the offsets below it that kts copied stay in the remote
+    tier until kts's own retention expires them (README, "Log start offset: whose retention moves it").
+    """
+    local = local_log_start_offset
+    if local >= 0 and checkpointed is not None:
+        local = max(local, checkpointed)
+    remote = remote_log_start_offset
     oldest = min(local, remote) if local >= 0 and remote >= 0 else max(local, remote)
-    return max(oldest, -1 if checkpointed is None else checkpointed, recorded)
+    return max(oldest, recorded)
+
+
+def adopt_first_log_start_offset(store: "RemoteLogMetadataStore", tip: TopicIdPartition, partition: PartitionDir,
+                                 log_dir: LogDir) -> None:
+    """On kts's first look at a partition (no first observed offset yet), nothing of it is remote:
+    its log is the local log, from where the broker's checkpoint bounds it (a DeleteRecords on the
+    broker can put that inside the first segment). Record that as the partition's log start offset,
+    so the first segment going remote whole does not bring back offsets the broker had deleted
+    before kts looked. Later, the broker's checkpoint moves nothing (see :func:`log_start_offset`);
+    and since the offsets below were gone before kts looked, none of them is a lost range."""
+    if store.first_observed_offset(tip) is not None:
+        return
+    segments = partition.segments()
+    start = log_start_offset(checkpointed=log_dir.log_start_offset(partition.topic_partition),
+                             local_log_start_offset=segments[0].base_offset if segments else -1)
+    if start > 0:
+        store.update_log_start_offset(tip, start)
 
 
 def truncate_from_start(lineage: Sequence[EpochEntry], start_offset: int) -> list[EpochEntry]:

@@ -153,7 +153,7 @@ def test_a_segment_the_broker_deleted_before_it_was_copied_alarms_on_every_sync_
     assert LogDir(log_dir).log_start_offset(partition.topic_partition) == local_start
     assert local_start > remote_end + 1, "the retention must have deleted segments kts never copied"
     lost = f"{remote_end + 1}..{local_start - 1}"
-    alarm = f"orders-0: offsets {lost} were deleted locally by the broker and never copied"
+    alarm = f"orders-0: offsets {lost} were deleted from the local log before they were copied to the remote tier"
 
     for _ in range(2):  # the alarm does not go quiet after it fired once
         again = kts("sync")
@@ -182,3 +182,36 @@ def test_a_segment_the_broker_deleted_before_it_was_copied_alarms_on_every_sync_
     assert (str(kept), kept.acknowledged_by, kept.reason) == (lost, getpass.getuser(), "retention.bytes too small; accepted")
     kinds = [e.kind for e in metadata_store.events(tip)]
     assert kinds.count(EventKind.LOST_RANGE_DETECTED) == 1 and kinds.count(EventKind.LOST_RANGE_ACKNOWLEDGED) == 1
+
+
+# -- one range, one cause (issue 34, finding 10) --------------------------------------------------
+
+
+@pytest.mark.parametrize("owned", [True, False], ids=["owned log dir", "broker-owned log dir"])
+def test_a_lost_range_has_one_cause_wherever_it_is_reported(tmp_path, metadata_store, owned):
+    """The data-loss check (its verdict, which `kts sync` repeats for a failed check) and `kts sync`'s
+    and `kts status`'s alarm line (``describe``) word one range the same, owned log dir or not:
+    kts cannot know who deleted the files, so neither names a culprit."""
+    from kts_assets.checks import _no_uncopied_segment_lost
+    from kts_resources.kafka.broker_log import BrokerLogDir
+    from kts_resources.kafka.records import NewRecord, build_batch
+    from kts_resources.lost_ranges import describe
+    from kts_resources.tiers import locate_partitions, topic_id_partition
+
+    logs = tmp_path / "logs"
+    with BrokerLogDir(logs) as broker:
+        log = broker.partition("orders", 0)
+        log.append(build_batch([NewRecord(1, None, b"x")], base_offset=0), leader_epoch=0)
+        broker.checkpoint()
+        metadata_store.ensure_topic("orders", broker.topic_id("orders"))
+    located, _ = locate_partitions([logs], ["orders-0"], owned_log_dirs=[logs] if owned else [])
+    loc = located["orders-0"]
+    tip = topic_id_partition(loc.partition, metadata_store)
+    metadata_store.record_lost_range(tip, 100, 199, "copy pass")
+    [lost] = metadata_store.lost_ranges(tip)
+
+    ok, _metadata, verdict = _no_uncopied_segment_lost(loc, metadata_store)
+    line = describe(lost)
+    assert not ok and verdict == line
+    assert line.startswith("offsets 100..199 were deleted from the local log before they were copied to the remote tier (")
+    assert "by kts" not in line and "by the broker" not in line

@@ -75,11 +75,11 @@ def test_candidates_are_the_eligible_segments_wholly_below_neither_the_highest_c
 # --- the log start offset ------------------------------------------------------------------------
 
 
-def test_the_log_start_offset_is_the_oldest_data_in_either_tier_but_never_below_the_checkpoint():
+def test_the_log_start_offset_is_the_oldest_data_in_either_tier_the_checkpoint_bounding_only_the_local_log():
     assert log_start_offset(checkpointed=None, local_log_start_offset=100) == 100
-    assert log_start_offset(checkpointed=130, local_log_start_offset=100) == 130  # DeleteRecords
+    assert log_start_offset(checkpointed=130, local_log_start_offset=100) == 130  # the broker's, nothing remote
     assert log_start_offset(checkpointed=None, local_log_start_offset=500, remote_log_start_offset=0) == 0
-    assert log_start_offset(checkpointed=40, local_log_start_offset=500, remote_log_start_offset=0) == 40
+    assert log_start_offset(checkpointed=540, local_log_start_offset=500, remote_log_start_offset=0) == 0  # issue 34
     assert log_start_offset(checkpointed=None, local_log_start_offset=500, remote_log_start_offset=0, recorded=70) == 70
     assert log_start_offset(checkpointed=None, local_log_start_offset=-1, remote_log_start_offset=20) == 20
     assert log_start_offset(checkpointed=None, local_log_start_offset=-1) == -1  # no data anywhere
