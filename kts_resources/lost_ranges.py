@@ -7,7 +7,7 @@ retention, which knows nothing of the remote tier, or by a faulty clean-up) befo
 The watch begins at the lower of the first local log start offset kts observed for the partition
 (``partitions.first_observed_offset``, recorded by the first copy pass) and the remote log start
 offset, raised to the log start offset kts recorded in the store (DeleteRecords, remote
-retention): data below either was gone, or deleted on purpose, before kts had to copy it.
+retention, the broker's log start at kts's first look): data below either was gone, or deleted on purpose, before kts had to copy it.
 
 The broker's log-start-offset-checkpoint is no such floor: its size and time retention advance it
 too, and that is exactly the loss to catch.

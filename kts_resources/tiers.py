@@ -2,7 +2,9 @@
 remotely, and the rules that relate them — each stated here once.
 
 KIP-405's names: Lx local log start offset, Ly high watermark, Lz log end offset; Rx / Ry the
-remote log start / end offset. Plain paths and the metadata store in, plain values out: no Dagster,
+remote log start / end offset. The partition's log start offset moves only by kts's remote
+retention and DeleteRecords; the broker's log-start-offset-checkpoint bounds the local log alone
+(:func:`log_start_offset`). Plain paths and the metadata store in, plain values out: no Dagster,
 no PySpark, so ``kts status`` (and every command that only looks) starts fast.
 """
 
