@@ -25,7 +25,7 @@ from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import NewRecord, build_batch
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.quotas import ManualClock
-from kts_resources.reader import TieredLogReader
+from kts_resources.reader import PartitionReader, TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from kts_resources.spark_retention import plan_partitions
 from kts_resources.tiers import locate_partitions, topic_id_partition
@@ -116,9 +116,16 @@ def kts_pass(store: RemoteLogMetadataStore, storage, log_dir: Path, *, now_ms: i
     return done
 
 
-def read_remote_only(store: RemoteLogMetadataStore, storage, topic: str, offset: int, home: Path) -> dict[int, bytes]:
-    """The records of the batch holding ``offset`` as the remote tier alone serves them (a reader
-    with no log dir): offset → value."""
-    reader = TieredLogReader(log_dirs=[], store=store, rsm=storage, home=home)
-    result = reader.partition(topic, 0).fetch(offset, 1)
-    return {r.offset: r.value for _, records in result.consumed() for r in records}
+def remote_only(store: RemoteLogMetadataStore, storage, topic: str, home: Path | None = None) -> PartitionReader:
+    """The partition as the remote tier alone serves it: a reader with no log dir."""
+    return TieredLogReader(log_dirs=[], store=store, rsm=storage, home=home).partition(topic, 0)
+
+
+def records_at(part: PartitionReader, offset: int) -> dict[int, bytes]:
+    """The records a fetch at ``offset`` returns from its batch on: offset → value."""
+    return {r.offset: r.value for _, records in part.fetch(offset, 1).consumed() for r in records}
+
+
+def read_remote_only(store: RemoteLogMetadataStore, storage, topic: str, offset: int, home: Path | None = None) -> dict[int, bytes]:
+    """The records of the batch holding ``offset`` as the remote tier alone serves them."""
+    return records_at(remote_only(store, storage, topic, home), offset)
