@@ -211,6 +211,8 @@ def adopt_first_log_start_offset(store: "RemoteLogMetadataStore", tip: TopicIdPa
     and since the offsets below were gone before kts looked, none of them is a lost range."""
     if store.first_observed_offset(tip) is not None:
         return
+    if store.partition_state(tip).highest_copied_offset >= 0 or store.finished_summary(tip).segments:
+        return  # something is remote (a store rebuilt by `kts recover`, say): only kts moves it now
     segments = partition.segments()
     start = log_start_offset(checkpointed=log_dir.log_start_offset(partition.topic_partition),
                              local_log_start_offset=segments[0].base_offset if segments else -1)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kts_resources.copier import copy_log_dir
 from kts_resources.expiry import expire_partition
+from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import NewRecord, build_batch
@@ -69,6 +70,13 @@ class RetainingBroker:
         checkpoints written (log-start-offset-checkpoint with the broker's own log start)."""
         self.log.update_high_watermark(self.log.log_end_offset)
         self.broker.checkpoint()
+
+    def checkpoint_log_start(self, offset: int) -> None:
+        """log-start-offset-checkpoint says ``offset`` for the partition, as after a DeleteRecords
+        sent to the broker (or, on a follower, the leader's log start offset); the next
+        :meth:`publish` writes the broker's own again."""
+        path = self.path / LOG_START_OFFSET_CHECKPOINT
+        write_offset_checkpoint(path, {**read_offset_checkpoint(path), self.log.topic_partition: offset})
 
     def close(self) -> None:
         self.broker.close()

@@ -10,11 +10,14 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
+
 from kts_resources.kafka.logdir import LogDir
+from kts_resources.reader import OffsetOutOfRangeError
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiers import locate_partitions, log_start_offset, partition_tiers
 
-from .broker_retention import FINISHED, HOUR_MS, RetainingBroker, kts_pass, read_remote_only
+from .broker_retention import FINISHED, HOUR_MS, RetainingBroker, kts_pass, read_remote_only, records_at, remote_only
 
 
 def test_the_brokers_checkpoint_bounds_only_the_local_log():
@@ -75,6 +78,45 @@ def test_segments_the_broker_deleted_after_they_were_copied_stay_in_the_tier(tmp
         located, _ = locate_partitions([logs], [f"{topic}-0"])
         tiers = partition_tiers(located[f"{topic}-0"], metadata_store)
         assert (tiers.log_start_offset, tiers.remote_log_start_offset) == (0, 0)
+    finally:
+        broker.close()
+        storage.close()
+
+
+def test_the_brokers_log_start_at_kts_first_look_is_the_partitions(tmp_path, metadata_store, pg_url):
+    """A DeleteRecords sent to the broker before kts ever looked put its log start inside the first
+    segment: nothing is remote, so the log is the local log and starts there. kts records it on its
+    first look, so the first segment going remote whole brings nothing below it back, and nothing
+    below it is lost. A later checkpoint inside a segment moves nothing: the tier keeps its data."""
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    logs = tmp_path / "logs"
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    broker = RetainingBroker(logs, topic)
+    now = time.time_ns() // 1_000_000
+    try:
+        for i in range(3):
+            broker.produce(now - HOUR_MS + i * 1_000)  # two records a batch: 0..1, 2..3, 4..5
+            broker.produce(now - HOUR_MS + i * 1_000 + 500)
+            broker.roll()
+        broker.checkpoint_log_start(3)
+        first = kts_pass(metadata_store, storage, logs, now_ms=now, database_url=pg_url)
+        assert [md.start_offset for md in first.copied] == [0, 4, 8] and not first.lost
+        [tip] = [t for t in metadata_store.partitions() if t.topic == topic]
+        assert metadata_store.partition_state(tip).log_start_offset == 3
+        part = remote_only(metadata_store, storage, topic)
+        assert part.log_start_offset == 3
+        with pytest.raises(OffsetOutOfRangeError):
+            part.fetch(2, 1)
+        assert records_at(part, 3)[3] == broker.produced[3]
+
+        broker.checkpoint_log_start(9)  # later, another DeleteRecords on the broker: not kts's
+        again = kts_pass(metadata_store, storage, logs, now_ms=now + 60_000, database_url=pg_url)
+        assert again.remote_expired == [] and not again.lost
+        assert metadata_store.partition_state(tip).log_start_offset == 3
+        located, _ = locate_partitions([logs], [f"{topic}-0"])
+        assert partition_tiers(located[f"{topic}-0"], metadata_store).log_start_offset == 3
+        assert records_at(remote_only(metadata_store, storage, topic), 4)[4] == broker.produced[4]
+        assert metadata_store.lost_ranges(tip, include_acknowledged=True) == []
     finally:
         broker.close()
         storage.close()
