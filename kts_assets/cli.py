@@ -501,6 +501,11 @@ def cmd_services(args) -> int:
 
     from kts_assets import cli_server
 
+    if getattr(args, "all", False):
+        return _services_of_machine(args)
+    if getattr(args, "under", None) is not None:
+        print("kts: services: --under needs --all", file=sys.stderr)
+        return 2
     home = kts_home()
     only = getattr(args, "only", None)
     what = f"embedded {only} server" if only else "embedded server"
@@ -524,10 +529,43 @@ def cmd_services(args) -> int:
     return 0
 
 
+def _services_of_machine(args) -> int:
+    """``kts services [stop] --all [--under DIR]``: every kts server of this account, orphans included."""
+    from kts_resources.services import STOPPED, machine_servers, stop_machine_servers
+
+    under = Path(args.under).absolute() if args.under is not None else None
+    where = f" with a KTS_HOME under {under}" if under is not None else ""
+    found = machine_servers(under)
+    if args.services_command == "stop":
+        done = stop_machine_servers(found)
+        for s in done:
+            if s.state == STOPPED:
+                print(f"removed the orphaned cluster {s.data_dir.parent}")
+            else:
+                print(f"stopped {s.kind} (pid {s.pid}) of {s.kts_home or 'an unknown KTS_HOME'}{' (orphan)' if s.orphan else ''}")
+        if not done:
+            print(f"no kts server of this account{where} is running")
+        return 0
+    if args.json:
+        print_json([s.as_json() for s in found])
+    elif found:
+        print_table([{key: ("-" if value is None else value) for key, value in s.as_json().items()} for s in found],
+                    ["kind", "state", "pid", "port", "orphan", "kts_home", "data_dir"])
+    else:
+        print(f"no kts server of this account{where} is running")
+    return 0
+
+
 def add_services_parser(sub) -> None:
-    p = sub.add_parser("services", help="the servers (PostgreSQL, Spark Connect, the CLI server) of this KTS_HOME; `stop` stops them")
+    p = sub.add_parser("services", help="the servers (PostgreSQL, Spark Connect, the CLI server) of this KTS_HOME "
+                                        "(with --all: of every KTS_HOME); `stop` stops them")
     p.add_argument("services_command", nargs="?", choices=["list", "stop"], default="list", metavar="stop",
                    help="stop the embedded servers this KTS_HOME started (they run until then)")
+    p.add_argument("--all", action="store_true",
+                   help="every kts server of this account, whichever KTS_HOME started it, orphans (KTS_HOME gone) "
+                        "included, and under root every cluster in /var/lib/kts/postgres; `stop --all` also "
+                        "removes the orphaned clusters")
+    p.add_argument("--under", metavar="DIR", help="with --all: only the servers whose KTS_HOME lies under DIR")
     p.add_argument("--json", action="store_true", help="print JSON (one object per server)")
     p.set_defaults(func=cmd_services)
     p = sub.add_parser("spark", help="the embedded Spark Connect server of this KTS_HOME: `status` (the default) or `stop`")

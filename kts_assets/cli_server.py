@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kts_resources.home_watch import home_gone
 from kts_resources.local_processes import alive, locked
 
 STATE_DIR = "cli-server"
@@ -365,7 +366,8 @@ def serve(home: Path) -> int:
                 for pid in children:
                     _signal_child(pid, signal.SIGKILL, group=True)
             if not children and not pending and not stopping[0]:
-                if time.monotonic() - idle_since > IDLE_EXIT_S or not home.is_dir():
+                # Its KTS_HOME gone: the rule the embedded servers' watchdog applies to them.
+                if time.monotonic() - idle_since > IDLE_EXIT_S or home_gone(home):
                     print(f"cli server {os.getpid()}: idle for {IDLE_EXIT_S} s (or its KTS_HOME is gone); exiting", flush=True)
                     return 0
             for key, _mask in selector.select(timeout=1.0):

@@ -21,8 +21,10 @@ SPARK_MASTER = "KTS_SPARK_MASTER"
 SPARK_REMOTE = "KTS_SPARK_REMOTE"
 LOG_LEVEL = "KTS_LOG_LEVEL"
 CLI_SERVER = "KTS_CLI_SERVER"
+IDLE_CHECK = "KTS_IDLE_CHECK_S"
 
 DEFAULT_SPARK_MASTER = "local[*]"
+DEFAULT_IDLE_CHECK_S = 10.0
 
 
 def _get(name: str) -> str | None:
@@ -102,6 +104,17 @@ def cli_server_enabled() -> bool:
     if value in ("off", "0", "false", "no"):
         return False
     raise ValueError(f"{CLI_SERVER}={_get(CLI_SERVER)!r}: must be on or off")
+
+
+def idle_check_s() -> float:
+    """``KTS_IDLE_CHECK_S``: how often (seconds, default 10) the watchdog beside an embedded server
+    checks that the server's ``KTS_HOME`` is still there (``home_watch.py``). A value that is not a
+    positive number means the default: the watchdog runs detached, with nobody to tell."""
+    try:
+        value = float(_get(IDLE_CHECK) or DEFAULT_IDLE_CHECK_S)
+    except ValueError:
+        return DEFAULT_IDLE_CHECK_S
+    return value if 0 < value < float("inf") else DEFAULT_IDLE_CHECK_S
 
 
 def resolved_environment() -> dict[str, str]:

@@ -7,7 +7,7 @@ concurrent first starts end up sharing one server, and stopping by the recorded 
 server is PySpark's own ``SparkConnectServer`` (the jar ships in the pip package), launched by
 ``bin/spark-submit`` in a session of its own (it outlives the process that started it); its Python
 workers (PySpark's daemon, in a group of its own) end when the JVM's pipe to them closes. Its workers run this interpreter (kts's virtualenv), so kts's code imports
-on the executors.
+on the executors. A watchdog beside it (``home_watch.py``) stops it when its ``KTS_HOME`` is gone.
 """
 
 from __future__ import annotations
@@ -24,14 +24,17 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from kts_resources import settings
+from kts_resources import home_watch, settings
 from kts_resources.local_processes import alive as _alive
+from kts_resources.local_processes import same_process, start_time
 from kts_resources.local_processes import locked as _locked
 from kts_resources.metadata.embedded import _free_port
 from kts_resources.private_dirs import make_dirs
 
 LOOPBACK = "127.0.0.1"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# spark-submit's --name for kts's server: how `kts services --all` tells it from other Connect servers.
+APP_NAME = "kts Spark Connect server"
 STATE_FILE = "server.json"
 LOG_FILE = "server.log"
 
@@ -92,16 +95,16 @@ def ensure_running(home: Path | None = None, *, master: str | None = None, timeo
     """The embedded server under ``home``: reused when alive, else started (a stale one stopped first)."""
     home = server_home(home)
     server = running(home)
-    if server is not None:
-        return server
-    make_dirs(home, 0o700)
-    with _locked(home / ".lock"):
-        # Another process may have started it while this one waited for the lock.
-        server = running(home)
-        if server is None:
-            stop(home)  # a recorded process that no longer answers: end it before replacing it
-            server = _start(home, master or settings.spark_master(), timeout_s)
-        return server
+    if server is None:
+        make_dirs(home, 0o700)
+        with _locked(home / ".lock"):
+            # Another process may have started it while this one waited for the lock.
+            server = running(home)
+            if server is None:
+                stop(home)  # a recorded process that no longer answers: end it before replacing it
+                server = _start(home, master or settings.spark_master(), timeout_s)
+    home_watch.ensure_watched("spark-connect", home, watched(home))
+    return server
 
 
 def stop(home: Path | None = None, *, timeout_s: float = 30.0) -> bool:
@@ -110,17 +113,37 @@ def stop(home: Path | None = None, *, timeout_s: float = 30.0) -> bool:
     server = recorded(home)
     stopped = False
     if server is not None and _is_ours(server):
-        _signal_group(server.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _alive(server.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        _signal_group(server.pid, signal.SIGKILL)  # whatever of the group the SIGTERM left behind
-        deadline = time.monotonic() + 10
-        while _group_alive(server.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        _end_group(server.pid, timeout_s)
         stopped = True
     (home / STATE_FILE).unlink(missing_ok=True)
     return stopped
+
+
+def _end_group(pid: int, timeout_s: float) -> None:
+    """SIGTERM to the server's process group, SIGKILL to what of it is left after ``timeout_s``."""
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _signal_group(pid, signal.SIGKILL)  # whatever of the group the SIGTERM left behind
+    deadline = time.monotonic() + 10
+    while _group_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def watched(home: Path) -> home_watch.Watched | None:
+    """The live server of the state directory ``home``, as its watchdog follows it."""
+    server = recorded(home)
+    if server is None or not _is_ours(server):
+        return None
+    return home_watch.Watched(server.pid, start_time(server.pid))
+
+
+def end_watched(server: home_watch.Watched, deleted: bool) -> None:
+    """Stop a server whose ``KTS_HOME`` is gone (its state with it), by its recorded pid: it keeps
+    nothing outside ``KTS_HOME``."""
+    if same_process(server.pid, server.started):
+        _end_group(server.pid, 30.0)
 
 
 def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
@@ -144,7 +167,7 @@ def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
         "spark.connect.session.planCache.enabled": "false",
     })
     make_dirs(home / "tmp", 0o700)
-    argv = [str(spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", "kts Spark Connect server"]
+    argv = [str(spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", APP_NAME]
     for key, value in conf.items():
         argv += ["--conf", f"{key}={value}"]
     env = {

@@ -61,3 +61,100 @@ def materializations(result, asset: str) -> list:
     key = dg.AssetKey(asset)
     return [e.step_materialization_data.materialization for e in result.all_node_events
             if e.is_step_materialization and e.asset_key == key]
+
+
+# -- leftovers: a run ends with nothing of it left running (issue 34) ------------------------------
+# What this run starts is told from what other runs on this machine start (another `.ci/run`,
+# another checkout's tests) by two marks, never by looking at the machine as a whole: every KTS_HOME
+# of this run lies under its base temp directory (workers' included), and every process it starts
+# carries RUN_MARKER in its environment. At the end, in the controller once xdist's workers are
+# gone, a kts server or cluster (/var/lib/kts/postgres) whose KTS_HOME lies under the base temp
+# directory, or any process with this run's mark, fails the run: each is named, then stopped, so
+# the machine is left as the run found it.
+RUN_MARKER = "KTS_TEST_RUN"
+# A watchdog (kts_resources/home_watch.py) leaves within a second of its server's end.
+os.environ.setdefault("KTS_IDLE_CHECK_S", "1")
+# Hang-only: how long the last fixtures' servers and watchdogs get to exit before they count.
+LEFTOVER_GRACE_S = 120
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): workers inherit it
+        os.environ[RUN_MARKER] = f"{os.getpid()}-{os.urandom(8).hex()}"
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session):
+    yield  # after every fixture's teardown, and xdist's workers' end
+    if hasattr(session.config, "workerinput") or RUN_MARKER not in os.environ:
+        return
+    basetemp = session.config._tmp_path_factory.getbasetemp()
+    servers, processes = _leftovers(basetemp, os.environ[RUN_MARKER])
+    if not servers and not processes:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{s.kind} {s.state}{f' (pid {s.pid})' if s.pid else ''} of KTS_HOME {s.kts_home}"
+             f"{' (gone)' if s.orphan else ''}: {s.data_dir}" for s in servers]
+    lines += [f"process {pid} started by this run: {' '.join(argv)[:300]}" for pid, argv in processes]
+    say = reporter.write_line if reporter is not None else print
+    if reporter is not None:
+        reporter.write_sep("=", "this run left servers, clusters or processes behind (now stopped)", red=True)
+    for line in lines:
+        say(line)
+    _clear(servers, processes)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _leftovers(basetemp: Path, marker: str) -> tuple[list, list[tuple[int, list[str]]]]:
+    """This run's kts servers and clusters, and its marked processes, still there after the grace."""
+    import time
+
+    from kts_resources.services import machine_servers
+
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while True:
+        servers = machine_servers(basetemp, watchdogs=True)
+        listed = {s.pid for s in servers}
+        processes = [(pid, argv) for pid, argv in _marked_processes(marker) if pid not in listed]
+        if (not servers and not processes) or time.monotonic() > deadline:
+            return servers, processes
+        time.sleep(0.5)
+
+
+def _marked_processes(marker: str) -> list[tuple[int, list[str]]]:
+    """Live processes (this one aside) whose environment has ``RUN_MARKER=marker``."""
+    from kts_resources.local_processes import alive, command_line, pids
+
+    mark = f"{RUN_MARKER}={marker}".encode()
+    found = []
+    for pid in pids():
+        if pid == os.getpid():
+            continue
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if mark in environment and alive(pid):
+            found.append((pid, command_line(pid)))
+    return found
+
+
+def _clear(servers: list, processes: list[tuple[int, list[str]]]) -> None:
+    import signal
+
+    from kts_resources.services import stop_machine_servers
+
+    from kts_resources.metadata import embedded
+
+    stop_machine_servers(servers)
+    for server in servers:
+        if server.kind == "watchdog":
+            os.kill(server.pid, signal.SIGKILL)
+        elif server.kind == "postgres" and server.data_dir is not None:
+            embedded.remove_cluster(server.data_dir.parent)  # its KTS_HOME is this run's: nobody's to keep
+    for pid, _argv in processes:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

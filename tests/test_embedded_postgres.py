@@ -218,3 +218,85 @@ def test_a_cluster_removed_from_under_kts_is_initialised_afresh(tmp_path):
         assert _psql(again.port, (home / "password").read_text().strip()).returncode == 0
     finally:
         embedded.discard(home)
+
+
+# -- a server outlives no KTS_HOME (issue 34) -----------------------------------------------------
+
+# Hang-only: the watchdog checks every KTS_IDLE_CHECK_S (0.2 s here); this only ends a test that hangs.
+GONE_WITHIN_S = 120
+
+
+def _eventually(condition, what) -> None:
+    """Until ``condition()``; ``what`` (or what ``what()`` says then) when it never comes."""
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not condition():
+        assert time.monotonic() < deadline, what() if callable(what) else what
+        time.sleep(0.1)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as e:
+        return str(e)
+
+
+def _watchdogs_of(root: Path) -> list:
+    from kts_resources.services import machine_servers
+
+    return [s for s in machine_servers(root, watchdogs=True) if s.kind == "watchdog"]
+
+
+def test_a_server_whose_kts_home_is_deleted_stops_and_its_cluster_goes_with_it(tmp_path, monkeypatch):
+    from kts_resources.local_processes import alive
+
+    monkeypatch.setenv("KTS_IDLE_CHECK_S", "0.2")
+    kts_home = tmp_path / "kts-home"
+    home = kts_home / "postgres"
+    first = embedded.ensure_running(home)
+    try:
+        embedded.stop(home)
+        server = embedded.ensure_running(home)  # restarted: the same one watchdog follows it
+        assert server.pid != first.pid
+        _eventually(lambda: len(_watchdogs_of(tmp_path)) == 1, "one watchdog for the restarted server")
+        cluster = server.data_dir.parent
+
+        shutil.rmtree(kts_home)
+
+        _eventually(lambda: not alive(server.pid), "the server of a deleted KTS_HOME still runs")
+        _eventually(lambda: not cluster.exists(), f"the cluster of a deleted KTS_HOME is still there: {cluster}")
+        _eventually(lambda: _watchdogs_of(tmp_path) == [], "the watchdog outlived its server")
+    finally:
+        if alive(first.pid) or alive(embedded.postmaster_pid(home) or 0):
+            embedded.discard(home)
+        embedded.remove_cluster(first.data_dir.parent)
+
+
+def test_a_kts_home_moved_away_stops_its_server_but_keeps_its_data_for_the_new_path(tmp_path, monkeypatch):
+    from kts_resources.local_processes import alive
+
+    monkeypatch.setenv("KTS_IDLE_CHECK_S", "0.2")
+    before, after = tmp_path / "before", tmp_path / "after"
+    server = embedded.ensure_running(before / "postgres")
+    try:
+        conn = psycopg2.connect(host="127.0.0.1", port=server.port, user="postgres", dbname="kts", password=server.password)
+        with conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE kept (n int); INSERT INTO kept VALUES (7)")
+        conn.close()
+
+        before.rename(after)
+
+        _eventually(lambda: not alive(server.pid), lambda: "the server of a moved KTS_HOME still runs; its watchdog "
+                    f"said: {_read(after / 'postgres' / 'watch.log')!r}; watchdogs: {_watchdogs_of(tmp_path)}")
+        again = embedded.ensure_running(after / "postgres")
+        assert again.data_dir == embedded.data_dir(after / "postgres")
+        conn = psycopg2.connect(host="127.0.0.1", port=again.port, user="postgres", dbname="kts", password=again.password)
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT n FROM kept")
+            assert cur.fetchall() == [(7,)]
+        conn.close()
+        if again.data_dir.parent != after / "postgres":  # under root: the cluster now names its new KTS_HOME
+            assert embedded.cluster_owner(again.data_dir.parent) == after / "postgres"
+    finally:
+        embedded.discard(after / "postgres")
+        embedded.discard(before / "postgres")

