@@ -256,3 +256,34 @@ def test_an_unreadable_state_file_means_no_server(tmp_path, content):
     home.mkdir()
     (home / "server.json").write_text(content)
     assert spark_connect.recorded(home) is None and spark_connect.running(home) is None
+
+
+def _delete(path: Path) -> None:
+    """``rm -rf path`` while a server still writes into it (a first pass can race a new file)."""
+    import shutil
+
+    deadline = time.monotonic() + 60
+    while path.exists() and time.monotonic() < deadline:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_server_whose_kts_home_is_deleted_stops_and_services_all_saw_it_before(tmp_path, monkeypatch):
+    monkeypatch.setenv("KTS_IDLE_CHECK_S", "0.2")
+    kts_home = tmp_path / "kts-home"
+    home = kts_home / "spark-connect"
+    server = spark_connect.ensure_running(home, master="local[1]")
+    try:
+        listed = kts(tmp_path / "elsewhere", "services", "--all", "--under", str(tmp_path), "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert [(s["kind"], s["state"], s["pid"], s["port"], s["kts_home"], s["orphan"]) for s in json.loads(listed.stdout)] == [
+            ("spark-connect", "running", server.pid, server.port, str(kts_home), False)]
+
+        _delete(kts_home)
+
+        deadline = time.monotonic() + 120  # hang-only: the watchdog looks every 0.2 s
+        while (alive(server.pid) or accepts_connections(server.port)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(server.pid), "the Spark Connect server of a deleted KTS_HOME still runs"
+        assert not accepts_connections(server.port)
+    finally:
+        spark_connect.end_watched(spark_connect.home_watch.Watched(server.pid, None), deleted=True)
