@@ -147,9 +147,11 @@ def _clear(servers: list, processes: list[tuple[int, list[str]]]) -> None:
 
     from kts_resources.metadata import embedded
 
+    from kts_resources.local_processes import same_process
+
     stop_machine_servers(servers)
     for server in servers:
-        if server.kind == "watchdog":
+        if server.kind == "watchdog" and same_process(server.pid, server.started):
             os.kill(server.pid, signal.SIGKILL)
         elif server.kind == "postgres" and server.data_dir is not None:
             embedded.remove_cluster(server.data_dir.parent)  # its KTS_HOME is this run's: nobody's to keep
@@ -157,4 +159,4 @@ def _clear(servers: list, processes: list[tuple[int, list[str]]]) -> None:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
-            pass
+            pass  # ended meanwhile
