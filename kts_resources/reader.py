@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
+import struct
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -81,6 +83,10 @@ DEFAULT_MAX_BYTES = 1024 * 1024
 # A local read takes this much beyond max_bytes so the first batch is whole in one read most times.
 _LOCAL_READ_SLACK = 64 * 1024
 
+# A magic-2 batch's base offset (bytes 0-7) and lastOffsetDelta (bytes 23-26): neither is under
+# its CRC, which covers the batch from its attributes on.
+_V2_OFFSETS = struct.Struct(">q15xi")
+
 OFFSET_SPECS = ("earliest", "earliest-local", "latest-tiered", "latest", "max-timestamp")
 
 
@@ -97,7 +103,18 @@ class UnknownPartitionError(ReadError):
 
 
 class RemoteDataCorruptError(ReadError):
-    """Remote bytes that fail their batch CRC (or do not frame as batches): never returned as records."""
+    """Remote bytes that fail their batch CRC, do not frame as batches, or whose batches claim
+    offsets the metadata store does not give their segment: never returned as records."""
+
+
+class LocalSegmentDamagedError(ReadError):
+    """A local segment whose bytes are not its batches: bad framing (zeros, garbage), a CRC
+    failure, or batches whose offsets do not belong in it (a foreign file named like the segment).
+    A read takes the offsets from the remote tier when it holds them, and raises this otherwise."""
+
+    def __init__(self, log_path: Path, position: int, reason: str):
+        super().__init__(f"{log_path}: byte {position}: {reason}")
+        self.log_path, self.position = log_path, position
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -148,6 +165,14 @@ class FetchedBatch:
         if header is None:
             header = self._header = read_v2_header(self.buffer, self.position, crc_ok=True)
         return header
+
+    def offsets(self) -> tuple[int, int]:
+        """(base offset, last offset) the batch claims, read without building its header."""
+        header = self._header
+        if header is not None:
+            return header.base_offset, header.last_offset
+        base, last_offset_delta = _V2_OFFSETS.unpack_from(self.buffer, self.position)
+        return base, base + last_offset_delta
 
     @property
     def data(self) -> bytes:
@@ -343,7 +368,7 @@ class PartitionReader:
             end = seg.next_base_offset if seg.next_base_offset is not None else self.log_end_offset
             if end <= start or seg.base_offset >= hw:
                 continue
-            for header, _data in self._local_batches(seg, start):
+            for header, _data in self._segment_batches(seg, start):
                 if header.base_offset >= hw:
                     break
                 if not header.is_transactional:
@@ -395,13 +420,21 @@ class PartitionReader:
         used = 0
         position = offset
         admitted = False  # the quota is asked once per fetch, as Kafka asks it once per remote read
+        held_back = False  # the next batch crosses the fetchable bound: nothing more to return yet
         while position < stop and (used < max_bytes or not result.batches):
-            if self.local_log_start_offset < 0 or position < self.local_log_start_offset:
+            budget = max_bytes - used if result.batches else max_bytes
+            try:
+                batches = self._local_fetch_or_none(position, budget)
+            except LocalSegmentDamagedError:
+                if result.batches:
+                    break  # what was read is returned; the next fetch, from here, fails
+                raise
+            if batches is None:
                 if not admitted and self.fetch_quota is not None and not self.fetch_quota.try_acquire():
                     result.throttled = not result.batches
                     break
                 admitted = True
-                chunk = self._remote_chunk(position, max_bytes - used if result.batches else max_bytes)
+                chunk = self._remote_chunk(position, budget)
                 if self.fetch_quota is not None:
                     self.fetch_quota.record(chunk.bytes)
                 result.remote_requests += chunk.requests
@@ -409,7 +442,6 @@ class PartitionReader:
                 batches = chunk.batches
                 total = chunk.bytes  # whole batches, every byte read (_checked_batches)
             else:
-                batches = self._local_fetch(position, max_bytes - used if result.batches else max_bytes)
                 total = sum(b.header.batch_length for b in batches) + LOG_OVERHEAD * len(batches)
             taken, full = 0, False
             if batches:
@@ -432,6 +464,7 @@ class PartitionReader:
                 if (batch.header.next_offset > limit or batch.header.base_offset >= stop
                         or (result.batches and used + batch.size > max_bytes)):
                     full = True
+                    held_back = not result.batches
                     break
                 result.batches.append(batch)
                 used += batch.size
@@ -439,6 +472,11 @@ class PartitionReader:
                 position = batch.header.next_offset
             if not taken or full:
                 break
+        if not result.batches and not result.throttled and not held_back and position < stop:
+            # Never an empty answer at the fetch offset while the log holds more: a consumer would
+            # fetch the same offset forever.
+            raise ReadError(f"{self.topic}-{self.partition}: offset {position}: no batch holds it or follows it below "
+                            f"{stop}, although the log holds [{self.log_start_offset}, {self.log_end_offset})")
         result.next_offset = position
         if isolation == READ_COMMITTED and result.batches:
             result.aborted = self.aborted_transactions(offset, position)
@@ -530,24 +568,29 @@ class PartitionReader:
 
     def _local_batches(self, seg: SegmentFiles, from_offset: int, max_bytes: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
         """Whole batches of a local segment from the one holding ``from_offset`` (its offset index
-        finds where to start; a missing or bad index means the start of the file)."""
+        finds where to start; a missing or bad index means the start of the file). Every batch read
+        is checked (:meth:`_check_local_batch`); bytes that are no batch end the read only where a
+        crash's torn write may be — at the end of the active segment, past the log end offset —
+        and are LocalSegmentDamagedError anywhere else: a read never skips to later offsets."""
         start = 0
         try:
             entries = read_offset_index(seg.offset_index, seg.base_offset)
             start = lookup_offset(entries, from_offset, seg.base_offset).position
         except (OSError, KafkaFormatError):
             start = 0
+        read_bytes = (max_bytes + _LOCAL_READ_SLACK) if max_bytes is not None else 8 * 1024 * 1024
+        want = read_bytes
+        floor = seg.base_offset  # no batch may begin below it: the segment's base, then the end of the batch before
+        reached: int | None = None  # the offset after the last batch read
         with open(seg.log, "rb") as f:
+            file_size = os.fstat(f.fileno()).st_size
             while True:
                 f.seek(start)
-                want = (max_bytes + _LOCAL_READ_SLACK) if max_bytes is not None else 8 * 1024 * 1024
                 data = f.read(want)
-                if not data:
-                    return
                 scan = scan_batches(data, verify_crc=True)
                 for h in scan.batches:
-                    if not h.crc_ok:
-                        raise ReadError(f"{seg.log}: byte {start + h.position}: batch at offset {h.base_offset} fails its CRC")
+                    self._check_local_batch(seg, h, start + h.position, floor)
+                    floor = reached = h.next_offset
                     if h.last_offset < from_offset:
                         continue
                     yield h, data
@@ -555,32 +598,87 @@ class PartitionReader:
                         max_bytes -= h.size
                         if max_bytes <= 0:
                             return
-                if scan.valid_bytes == 0:
-                    if len(data) < want:
-                        return  # a partial write at the end of the active segment
-                    # A batch larger than the read: read it whole.
-                    size = int.from_bytes(data[8:12], "big") + 12
-                    if size <= len(data):
-                        return
-                    f.seek(start)
-                    data = f.read(size)
-                    scan = scan_batches(data, verify_crc=True)
-                    if not scan.batches:
-                        return
-                    h = scan.batches[0]
-                    if not h.crc_ok:
-                        raise ReadError(f"{seg.log}: byte {start}: batch at offset {h.base_offset} fails its CRC")
-                    if h.last_offset >= from_offset:
-                        yield h, data
-                        if max_bytes is not None:
-                            max_bytes -= h.size
-                            if max_bytes <= 0:
-                                return
-                    start += h.size
-                    continue
-                if len(data) < want:
-                    return
                 start += scan.valid_bytes
+                invalid = scan.invalid
+                if invalid is None:
+                    if len(data) < want:  # the end of the file
+                        if reached is None and start > 0 and not self._past_the_end(seg, from_offset):
+                            raise LocalSegmentDamagedError(seg.log, start, "the offset index points at or past the end of the file")
+                        return
+                    want = read_bytes
+                    continue
+                size = int.from_bytes(data[invalid.position + 8:invalid.position + 12], "big", signed=True) + LOG_OVERHEAD
+                if invalid.length < size and start + size <= file_size:
+                    want = max(read_bytes, size)  # a batch the read cut off, or larger than the read: read it whole
+                    continue
+                if not self._past_the_end(seg, from_offset if reached is None else max(reached, from_offset)):
+                    raise LocalSegmentDamagedError(seg.log, start, f"{invalid.reason}: not a batch")
+                return  # a torn write past the log end offset of the active segment: Kafka's recovery truncates there
+
+    def _past_the_end(self, seg: SegmentFiles, offset: int) -> bool:
+        return seg.active and offset >= self.log_end_offset
+
+    def _check_local_batch(self, seg: SegmentFiles, h: BatchHeader, position: int, floor: int) -> None:
+        """A batch belongs in ``seg`` only with a good CRC and offsets inside the segment, each
+        batch after the one before: a file of another partition or segment named like this one
+        fails here even though each of its batches is whole."""
+        if h.crc_ok is False:
+            raise LocalSegmentDamagedError(seg.log, position, f"the batch at offset {h.base_offset} fails its CRC")
+        if h.base_offset < floor:
+            where = (f"below the segment's base offset {seg.base_offset}" if floor == seg.base_offset
+                     else f"not after the batch before it, which ends at {floor - 1}")
+            raise LocalSegmentDamagedError(seg.log, position, f"the batch claims base offset {h.base_offset}, {where}: "
+                                                              "not this segment's batch")
+        if seg.next_base_offset is not None and h.last_offset >= seg.next_base_offset:
+            raise LocalSegmentDamagedError(seg.log, position, f"the batch claims offsets up to {h.last_offset}, past the "
+                                                              f"segment's end (the next segment begins at {seg.next_base_offset}): "
+                                                              "not this segment's batch")
+
+    def _tier_holds(self, offset: int) -> bool:
+        """Whether a finished remote segment holds ``offset`` (and a tier to read it from is set)."""
+        return self.rsm is not None and offset >= self.log_start_offset and self._segment_for(offset) is not None
+
+    def _segment_batches(self, seg: SegmentFiles, from_offset: int) -> Iterator[tuple[BatchHeader, bytes]]:
+        """:meth:`_local_batches`, but offsets of a damaged local segment that the remote tier
+        holds are read from there (from the first offset not yet read); offsets neither holds are
+        the damage error. For the scans over whole segments (timestamps, the last stable offset)."""
+        position = max(from_offset, seg.base_offset)
+        try:
+            for h, data in self._local_batches(seg, from_offset):
+                yield h, data
+                position = max(position, h.next_offset)
+            return
+        except LocalSegmentDamagedError as damage:
+            if not self._tier_holds(position):
+                raise
+            log.warning("%s; offsets from %d are read from the remote tier", damage, position)
+            end = seg.next_base_offset if seg.next_base_offset is not None else self.log_end_offset
+            while position < end:
+                if not self._tier_holds(position):
+                    raise damage from None
+                chunk = self._remote_chunk(position, DEFAULT_MAX_BYTES)
+                for batch in chunk.batches:
+                    if batch.header.last_offset >= position:
+                        yield batch.header, batch.buffer
+                position = chunk.batches[-1].header.next_offset  # the chunk holds position (_remote_chunk)
+
+    def _local_fetch_or_none(self, offset: int, max_bytes: int) -> list[FetchedBatch] | None:
+        """The local log's batches for a fetch at ``offset``, or None when the remote tier is to
+        answer: below the local log start offset, and where the local log is damaged or lacks
+        offsets the tier holds (a segment cut short). Damage at offsets the tier does not hold is
+        LocalSegmentDamagedError: a fetch never skips to later offsets."""
+        if self.local_log_start_offset < 0 or offset < self.local_log_start_offset:
+            return None
+        try:
+            batches = self._local_fetch(offset, max_bytes)
+        except LocalSegmentDamagedError as damage:
+            if not self._tier_holds(offset):
+                raise
+            log.warning("%s; offset %d is read from the remote tier", damage, offset)
+            return None
+        if (not batches or batches[0].header.base_offset > offset) and self._tier_holds(offset):
+            return None
+        return batches
 
     def _local_fetch(self, offset: int, max_bytes: int) -> list[FetchedBatch]:
         i = self._segment_index(offset)
@@ -667,23 +765,30 @@ class PartitionReader:
         first = entries[0]
         key, position = first.rdi.key, first.rdi.position
         length = sum(e.data_length for e in entries)
+        def checked(data: bytes) -> list[FetchedBatch]:
+            batches = self._checked_batches(data, key, position)
+            self._check_claims(batches, key, position, md, first_offset=first.first_offset, last_offset=entries[-1].last_offset)
+            return batches
+
         cached = self.chunk_cache.get(key, position, length) if self.chunk_cache is not None else None
         if cached is not None:
             try:
-                return _RemoteChunk(self._checked_batches(cached, key, position), 0, len(cached))
+                return _RemoteChunk(checked(cached), 0, len(cached))
             except RemoteDataCorruptError:
                 self.chunk_cache.discard(key, position, length)  # damaged on this disk: read the tier again
         data = self._ranged_get(key, position, length)
         if len(data) != length:
             raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {position}: the remote log index "
                                          f"says {length} bytes are there, the object gave {len(data)}")
-        batches = self._checked_batches(data, key, position)
+        batches = checked(data)
         if self.chunk_cache is not None:
             self.chunk_cache.put(key, position, length, data)
         return _RemoteChunk(batches, 1, len(data))
 
     def _read_by_segment_index(self, offset: int, md: RemoteLogSegmentMetadata, max_bytes: int) -> _RemoteChunk:
-        """Kafka's own path: the segment's offset index (one request, cached), then the segment."""
+        """Kafka's own path: the segment's offset index (one request, cached), then the segment
+        from the position it gives, read on until the batch holding ``offset`` (an index that is
+        missing or sparse points before it)."""
         requests = 0
         entries = self._offset_index_cache.get(md.segment_id.id)
         if entries is None:
@@ -696,18 +801,71 @@ class PartitionReader:
             self._offset_index_cache[md.segment_id.id] = entries
         position = lookup_offset(entries, offset, md.start_offset).position
         key = self.rsm.segment_object_keys(md)["log"]
-        want = min(max_bytes + _LOCAL_READ_SLACK, md.segment_size_in_bytes - position)
-        data = self._ranged_get(key, position, want)
-        requests += 1
-        scan = scan_batches(data, verify_crc=False)
-        if not scan.batches and len(data) >= 12:
-            # One batch larger than the read: fetch it whole.
-            size = int.from_bytes(data[8:12], "big") + 12
-            data = self._ranged_get(key, position, size)
+        first_offset = md.start_offset if position == 0 else None  # the object's first batch begins the segment
+        while True:
+            left = md.segment_size_in_bytes - position
+            if left <= 0:
+                raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {position}: the object ends there, expected a "
+                                             f"batch holding offset {offset} (remote segment {md.segment_id.id} holds "
+                                             f"[{md.start_offset}, {md.end_offset}])")
+            data = self._ranged_get(key, position, min(max_bytes + _LOCAL_READ_SLACK, left))
             requests += 1
-        elif scan.batches:
-            data = data[:scan.valid_bytes]
-        return _RemoteChunk(self._checked_batches(data, key, position), requests, len(data))
+            scan = scan_batches(data, verify_crc=False)
+            if not scan.batches and len(data) >= 12:
+                # One batch larger than the read: fetch it whole.
+                size = int.from_bytes(data[8:12], "big") + 12
+                data = self._ranged_get(key, position, min(size, left))
+                requests += 1
+            elif scan.batches:
+                data = data[:scan.valid_bytes]
+            batches = self._checked_batches(data, key, position)
+            self._check_claims(batches, key, position, md, first_offset=first_offset)
+            last = batches[-1].offsets()[1] if batches else None
+            if last is not None and last < offset and position + len(data) < md.segment_size_in_bytes:
+                first_offset, position = last + 1, position + len(data)
+                continue
+            self._check_holds(batches, key, position, md, offset)
+            return _RemoteChunk(batches, requests, len(data))
+
+    def _check_claims(self, batches: Sequence[FetchedBatch], key: str, position: int, md: RemoteLogSegmentMetadata, *,
+                      first_offset: int | None = None, last_offset: int | None = None) -> None:
+        """What the batches read from ``md``'s object at byte ``position`` claim, against what the
+        metadata store says the segment holds: offsets inside [start, end], each batch right after
+        the one before (a tiered segment is never compacted); the first beginning at
+        ``first_offset`` and the last ending at ``last_offset`` where they are known (a remote log
+        index entry's, the segment's start). The batch CRC does not cover the base offset: a
+        rewritten one passes it, and would be returned as other offsets — or, below the fetch
+        offset, as none at all, on which a consumer fetches the same offset forever."""
+        expected = first_offset
+        for batch in batches:
+            base, last = batch.offsets()
+            if expected is not None and base != expected:
+                self._claim_error(batch, base, last, key, position, md, f"base offset {expected}")
+            if base < md.start_offset or last > md.end_offset or last < base:
+                self._claim_error(batch, base, last, key, position, md, f"offsets inside [{md.start_offset}, {md.end_offset}]")
+            expected = last + 1
+        if batches and last_offset is not None and expected - 1 != last_offset:
+            base, last = batches[-1].offsets()
+            self._claim_error(batches[-1], base, last, key, position, md, f"the last offset {last_offset} (the remote log index's)")
+
+    def _check_holds(self, batches: Sequence[FetchedBatch], key: str, position: int, md: RemoteLogSegmentMetadata,
+                     offset: int) -> None:
+        """The batches read for ``offset`` begin at or before it and reach it: a read always moves on."""
+        if not batches:
+            raise RemoteDataCorruptError(f"{self.rsm.location(key)}: byte {position}: no batch there, expected a batch "
+                                         f"holding offset {offset} (remote segment {md.segment_id.id} holds "
+                                         f"[{md.start_offset}, {md.end_offset}])")
+        for batch in (batches[0], batches[-1]):
+            base, last = batch.offsets()
+            if (batch is batches[0] and base > offset) or (batch is batches[-1] and last < offset):
+                self._claim_error(batch, base, last, key, position, md, f"a batch holding offset {offset}")
+
+    def _claim_error(self, batch: FetchedBatch, base: int, last: int, key: str, position: int,
+                     md: RemoteLogSegmentMetadata, expected: str) -> None:
+        raise RemoteDataCorruptError(
+            f"{self.rsm.location(key)}: byte {position + batch.position}: the batch claims offsets [{base}, {last}], expected "
+            f"{expected} (remote segment {md.segment_id.id} holds [{md.start_offset}, {md.end_offset}]); no records "
+            "returned from it")
 
     def _ranged_get(self, key: str, position: int, length: int) -> bytes:
         self.remote_requests += 1
@@ -834,7 +992,7 @@ class PartitionReader:
             end = seg.next_base_offset if seg.next_base_offset is not None else self.log_end_offset
             if end <= floor:
                 continue
-            batches = (FetchedBatch(h, d, remote=False) for h, d in self._local_batches(seg, max(floor, seg.base_offset)))
+            batches = (FetchedBatch(h, d, remote=False) for h, d in self._segment_batches(seg, max(floor, seg.base_offset)))
             found = self._scan_for_timestamp(batches, timestamp, floor)
             if found is not None:
                 return found
@@ -861,10 +1019,8 @@ class PartitionReader:
         offset = start
         while offset <= md.end_offset:
             chunk = self._remote_chunk(offset, DEFAULT_MAX_BYTES)
-            if not chunk.batches:
-                return
             yield from chunk.batches
-            offset = chunk.batches[-1].header.next_offset
+            offset = chunk.batches[-1].header.next_offset  # past ``offset``: the chunk holds it (_remote_chunk)
 
     def _max_timestamp(self, limit: int) -> OffsetAnswer:
         """The first record holding the largest timestamp in the log (both tiers), below ``limit``."""
@@ -877,7 +1033,7 @@ class PartitionReader:
             return NO_OFFSET
         # Local segments: their largest timestamp needs a read of each (the time index's last entry is a hint only).
         for seg in self.segments:
-            for h, d in self._local_batches(seg, max(self.log_start_offset, seg.base_offset)):
+            for h, d in self._segment_batches(seg, max(self.log_start_offset, seg.base_offset)):
                 if h.base_offset >= limit:
                     break
                 if h.is_control:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kts_resources.reader import READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, TieredLogReader
+from kts_resources.reader import READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, ReadError, TieredLogReader
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -189,7 +189,10 @@ def read_task(reader: "TieredLogReader | _WorkerReader", task: ReadTask, isolati
             raise RuntimeError(f"{task.topic}-{task.partition}: the remote fetch quota holds reads back at offset {position}")
         kept += [(b.header, b.buffer) for b in result.kept(until=task.end)]
         if result.next_offset <= position:
-            break
+            # The task's range was planned below the fetchable end: ending it here would drop the
+            # rest of its records without a word.
+            raise ReadError(f"{task.topic}-{task.partition}: offsets [{position}, {task.end}) could not be read: "
+                            f"a fetch at {position} returned nothing (the fetchable end is now {result.high_watermark})")
         position = result.next_offset
     columns = decode_columns(kept)
     n = len(columns)
