@@ -686,9 +686,14 @@ class PartitionReader:
             return []
         out: list[FetchedBatch] = []
         for seg in self.segments[i:]:
-            for h, data in self._local_batches(seg, offset, max_bytes):
-                out.append(FetchedBatch(h, data, remote=False))
-                max_bytes -= len(data)
+            try:
+                for h, data in self._local_batches(seg, offset, max_bytes):
+                    out.append(FetchedBatch(h, data, remote=False))
+                    max_bytes -= len(data)
+            except LocalSegmentDamagedError:
+                if not out:
+                    raise
+                return out  # the whole batches before the damage; a read from there meets it
             if max_bytes <= 0 or out:
                 break
         return out
