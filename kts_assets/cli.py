@@ -85,8 +85,29 @@ def report(lines: Sequence[str]) -> None:
         print(f"kts: {line}", file=sys.stderr)
 
 
+def os_error_line(e: OSError) -> str:
+    """``<path>: <what the system said>``, e.g. ``/mnt/ro/orders-0: read-only file system``; the
+    message itself when kts formed it (no errno)."""
+    if not e.strerror:
+        return str(e)
+    where = f"{shown(e.filename)}: " if isinstance(e.filename, (str, bytes, os.PathLike)) else ""
+    return f"{where}{e.strerror.lower()}"
+
+
+def _unreachable(p: Path) -> None:
+    """A path whose stat() fails otherwise than by its absence (a symbolic link loop, a component
+    that is no directory, no permission): one line saying so, not "no such file"."""
+    try:
+        p.stat()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise CommandError(os_error_line(e)) from None
+
+
 def existing_file(path: str) -> Path:
     p = Path(path)
+    _unreachable(p)
     if not p.exists():
         raise CommandError(f"{shown(path)}: no such file", EXIT_USAGE)
     if not p.is_file():
@@ -96,6 +117,7 @@ def existing_file(path: str) -> Path:
 
 def existing_dir(path: str) -> Path:
     p = Path(path)
+    _unreachable(p)
     if not p.exists():
         raise CommandError(f"{shown(path)}: no such directory", EXIT_USAGE)
     if not p.is_dir():
@@ -175,10 +197,12 @@ def cmd_segments(args) -> int:
     except ValueError as e:
         raise CommandError(f"{e} (kts segments takes a partition directory, <log dir>/<topic>-<partition>)", EXIT_USAGE) from None
     scan = partition.scan()
+    # A .log that cannot be read (a dangling link, a link loop) hides offsets: a finding, not a note.
+    unreadable = [f"{shown(partition.path / s.name)}: {s.reason}" for s in scan.unreadable_logs]
     for skipped in scan.skipped:
-        print(f"kts: note: {shown(partition.path / skipped.name)}: skipped: {skipped.reason}", file=sys.stderr)
+        if skipped not in scan.unreadable_logs:
+            print(f"kts: note: {shown(partition.path / skipped.name)}: skipped: {skipped.reason}", file=sys.stderr)
     summaries = []
-    unreadable: list[str] = []
     for s in scan.segments:
         try:
             data = read_segment(s.log)
@@ -995,7 +1019,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the command's own outcome is the one line a user reads.
     from kts_resources import settings
 
-    logging.basicConfig(level=settings.log_level("ERROR"), format="kts: %(levelname)s: %(message)s")
+    try:
+        level = settings.log_level("ERROR")
+    except ValueError as e:  # KTS_LOG_LEVEL=BOGUS: the environment is used wrongly
+        report([str(e)])
+        return EXIT_USAGE
+    logging.basicConfig(level=level, format="kts: %(levelname)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -1016,9 +1045,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConnectionError as e:  # the metadata store or the remote tier cannot be reached
         report([str(e)])
         return EXIT_FINDINGS
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
-        where = f"{shown(e.filename)}: " if e.filename is not None else ""
-        report([f"{where}{e.strerror.lower() if e.strerror else e}"])
+    except OSError as e:  # a path kts cannot read or write: read-only, full, a symbolic link loop, ...
+        report([os_error_line(e)])
         return EXIT_FINDINGS
     except KeyboardInterrupt:
         return 130

@@ -87,11 +87,19 @@ def spark_remote() -> str | None:
     return _get(SPARK_REMOTE)
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def log_level(default: str) -> str:
     """``KTS_LOG_LEVEL`` (a ``logging`` level name, any case), else ``default``; upper-cased.
     The CLI's default is ERROR for library logging, and CRITICAL in ``kts sync`` for both library
-    logging and the run's Dagster console (the sync prints each failed partition once instead)."""
-    return (_get(LOG_LEVEL) or default).upper()
+    logging and the run's Dagster console (the sync prints each failed partition once instead).
+    Any other value is an error (ValueError naming the variable and the accepted names)."""
+    configured = _get(LOG_LEVEL)
+    level = (configured or default).upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"{LOG_LEVEL}={configured!r}: not a log level; use one of {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def cli_server_enabled() -> bool:

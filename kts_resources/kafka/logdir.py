@@ -183,7 +183,7 @@ def scan_partition_dir(partition_dir: str | os.PathLike) -> PartitionScan:
 
     segments = _segments(directory, logs, by_suffix[TXN_INDEX_SUFFIX])
     snapshots = dict(sorted(by_suffix[PRODUCER_SNAPSHOT_SUFFIX].items()))
-    unreadable = sorted(s for s in skipped if s.reason == NOT_REGULAR and s.name.endswith(LOG_SUFFIX))
+    unreadable = sorted(s for s in skipped if s.reason.startswith(NOT_REGULAR) and s.name.endswith(LOG_SUFFIX))
     return PartitionScan(segments, snapshots, sorted(skipped), unreadable)
 
 
@@ -193,10 +193,13 @@ def _file_verdict(entry: os.DirEntry, by_suffix: dict[str, dict[int, Path]]) -> 
     for suffix, why in NOT_LIVE_SUFFIXES.items():
         if name.endswith(suffix):
             return why
-    if name in _KNOWN_PARTITION_FILES and not entry.is_dir():
-        return None
+    link_problem = _unfollowable(entry)
+    if name in _KNOWN_PARTITION_FILES and (link_problem is not None or not entry.is_dir()):
+        return link_problem  # a loop: read where it is used, which then names it
     suffix = next((s for s in by_suffix if name.endswith(s)), None)
     if suffix is None:
+        if link_problem is not None:
+            return link_problem
         return "unexpected directory in a partition directory" if entry.is_dir() else "not a Kafka partition file"
     try:
         offset, found_suffix = parse_offset_file_name(name)
@@ -204,9 +207,24 @@ def _file_verdict(entry: os.DirEntry, by_suffix: dict[str, dict[int, Path]]) -> 
         return f"bad file name: {e}"
     if found_suffix != suffix:
         return f"bad file name: unexpected suffix {found_suffix!r}"
-    if not entry.is_file():
-        return NOT_REGULAR
+    if link_problem is not None or not entry.is_file():
+        return link_problem or NOT_REGULAR
     by_suffix[suffix][offset] = Path(entry.path)
+    return None
+
+
+def _unfollowable(entry: os.DirEntry) -> str | None:
+    """Why a symbolic link cannot be followed (a loop, a self-link), or None. DirEntry.is_dir and
+    is_file raise on such a link (they swallow only a dangling one's FileNotFoundError), so a
+    loop in one partition dir would otherwise stop the listing of every partition."""
+    if not entry.is_symlink():
+        return None
+    try:
+        entry.stat()
+    except FileNotFoundError:
+        return None  # dangling: is_dir and is_file say False, and a .log is NOT_REGULAR
+    except OSError as e:
+        return f"{NOT_REGULAR}: a symbolic link that cannot be followed ({(e.strerror or str(e)).lower()})"
     return None
 
 
@@ -337,7 +355,10 @@ def discover(log_dir: str | os.PathLike) -> Discovery:
     skipped: list[Skipped] = []
     with os.scandir(root) as entries:
         for entry in entries:
-            if not entry.is_dir():
+            # A link that cannot be followed (a loop) named like a partition is still that
+            # partition: reading it then fails for it alone, naming the loop. Dropped here, its
+            # topic would look gone from the log dirs, and its remote data due for deletion.
+            if _unfollowable(entry) is None and not entry.is_dir():
                 continue
             verdict = _dir_name_verdict(entry.name)
             if isinstance(verdict, TopicPartition):

@@ -1,0 +1,115 @@
+"""Failures of the environment, not of kts, are one clear line and a non-zero exit, never a
+traceback, and leave nothing half-written (issue 34, finding 8): a bad KTS_LOG_LEVEL, a symbolic
+link loop in a log dir (as a partition dir, or inside one), a read-only target of restore,
+index rebuild or simulate."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kts_resources.kafka.logdir import LogDir, UnreadableSegmentError, discover
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+from tests.conftest import REPO_ROOT
+
+
+def kts(*args, env: dict | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kts_assets.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO_ROOT, env={**os.environ, **(env or {})})
+
+
+def one_line(result: subprocess.CompletedProcess) -> str:
+    """The single stderr line of a failed command."""
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kts: "), result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    """Two topics of two partitions each, a few segments apiece."""
+    path = tmp_path / "logs"
+    simulate(path, SimulationConfig(seed=3, topics=("orders", "pay"), partitions=2, total_bytes=160 * 1024,
+                                    segment_bytes=16 * 1024))
+    return path
+
+
+def self_link(path: Path) -> Path:
+    """``path`` as a symbolic link to itself: every stat() through it fails with ELOOP."""
+    os.symlink(path.name, path)
+    return path
+
+
+@contextlib.contextmanager
+def read_only_dir(path: Path):
+    """``path`` as a read-only tmpfs: the tests run as root, whom chmod does not stop."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,ro", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+# --- KTS_LOG_LEVEL ------------------------------------------------------------------------------
+
+
+def test_a_bogus_log_level_is_one_usage_line_naming_the_variable_and_the_levels(log_dir: Path):
+    result = kts("segments", log_dir / "orders-0", env={"KTS_LOG_LEVEL": "BOGUS"})
+    assert result.returncode == 2
+    line = one_line(result)
+    assert "KTS_LOG_LEVEL='BOGUS'" in line and "DEBUG, INFO, WARNING, ERROR, CRITICAL" in line
+    assert result.stdout == ""
+
+
+def test_a_log_level_in_any_case_is_accepted(log_dir: Path):
+    assert kts("segments", log_dir / "orders-0", env={"KTS_LOG_LEVEL": "warning"}).returncode == 0
+
+
+# --- symbolic link loops ------------------------------------------------------------------------
+
+
+def test_a_partition_dir_that_is_a_link_loop_is_still_discovered_and_its_siblings_too(log_dir: Path):
+    # Dropped from discovery, its topic would look gone from the log dirs (and its remote data due
+    # for deletion); discovered, reading it fails for it alone.
+    self_link(log_dir / "orders-7")
+    self_link(log_dir / "not-a-partition")
+    found = discover(log_dir)
+    assert [str(p.topic_partition) for p in found.partitions] == ["orders-0", "orders-1", "orders-7", "pay-0", "pay-1"]
+    with pytest.raises(OSError, match="orders-7"):
+        LogDir(log_dir).partition_dir(found.partitions[2].topic_partition).segments()
+
+
+def test_a_link_loop_named_like_a_segment_makes_only_its_partition_unlistable(log_dir: Path):
+    partition = LogDir(log_dir).partitions()[0]
+    loop = self_link(partition.path / f"{99_999:020d}.log")
+    self_link(partition.path / "stray")
+    with pytest.raises(UnreadableSegmentError, match=str(loop)):
+        partition.segments()
+    skipped = {s.name: s.reason for s in partition.scan().skipped}
+    assert "symbolic link" in skipped["stray"] and "symbolic link" in skipped[loop.name]
+    assert LogDir(log_dir).partitions()[1].segments()
+
+
+def test_segments_over_a_self_linked_segment_is_one_finding(log_dir: Path):
+    loop = self_link(log_dir / "orders-0" / f"{99_999:020d}.log")
+    result = kts("segments", log_dir / "orders-0")
+    assert result.returncode == 1
+    line = one_line(result)
+    assert str(loop) in line and "symbolic link" in line
+    rows = result.stdout.splitlines()
+    assert rows[0].startswith("base_offset") and rows[1].split()[0] == "0"  # the readable segments still listed
+
+
+def test_segments_over_a_self_linked_partition_dir_is_one_line_naming_the_loop(log_dir: Path):
+    loop = self_link(log_dir / "orders-9")
+    result = kts("segments", loop)
+    assert result.returncode != 0
+    line = one_line(result)
+    assert str(loop) in line and "symbolic links" in line
