@@ -799,7 +799,8 @@ def _sync(args) -> int:
             report([f"{topic}: in no log dir of any kts for the grace period (kts.topic.absence.grace.ms): "
                     f"its remote data is deleted, DELETE_PARTITION_FINISHED"])
         # The totals are what `kts status` reports now, computed by the same function.
-        with_lost = _status_rows_and_lost(store)
+        unreadable: dict[str, str] = {}
+        with_lost = _status_rows_and_lost(store, unreadable)
     finally:
         storage.close()
         store.close()
@@ -823,7 +824,11 @@ def _sync(args) -> int:
     if lost_lines:
         report([f"{len(lost_lines)} lost range{'s' if len(lost_lines) > 1 else ''} not acknowledged"])
     report(damaged)
-    return EXIT_FINDINGS if outcome.failed or lost_lines or damaged else 0
+    # A partition whose files could not be read in the totals, though its run did not fail (read since, or
+    # never located by a run): said here; the ones the pass failed were said above.
+    unread = [line for key, line in sorted(unreadable.items()) if key not in outcome.failed]
+    report(unread)
+    return EXIT_FINDINGS if outcome.failed or lost_lines or damaged or unread else 0
 
 
 STATUS_FIELDS = (
@@ -845,28 +850,34 @@ def cmd_status(args) -> int:
     if missing:
         report(missing)
         return EXIT_FINDINGS
-    rows = status_rows()
+    unreadable: dict[str, str] = {}
+    rows = status_rows(unreadable)
     if args.json:
         print_json(rows)
     else:
         print_table([{**row, "lost_ranges": ",".join(f"{a}..{b}" for a, b in row["lost_ranges"]) or "-"} for row in rows],
                     STATUS_FIELDS)
-    return 0
+    report(list(unreadable.values()))
+    return EXIT_FINDINGS if unreadable else 0
 
 
-def status_rows() -> list[dict]:
+def status_rows(unreadable: dict[str, str] | None = None) -> list[dict]:
     """One row of STATUS_FIELDS per partition in the log dirs: what `kts status` prints and what
     `kts sync` totals. ``lost_ranges``: the open (unacknowledged) lost ranges, [start, end] each;
-    ``damaged_remote_segments``: finished segments found damaged in the tier, not yet re-copied."""
+    ``damaged_remote_segments``: finished segments found damaged in the tier, not yet re-copied.
+    A partition whose files cannot be read goes into ``unreadable`` (key → one line) instead."""
     store = _metadata_store()
     try:
-        return [row for row, _ in _status_rows_and_lost(store)]
+        return [row for row, _ in _status_rows_and_lost(store, unreadable)]
     finally:
         store.close()
 
 
-def _status_rows_and_lost(store) -> list[tuple[dict, list]]:
-    """Each status row with its open lost ranges (LostOffsetRange), for `kts sync`'s alarm lines."""
+def _status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> list[tuple[dict, list]]:
+    """Each status row with its open lost ranges (LostOffsetRange), for `kts sync`'s alarm lines.
+    A partition dir or segment that cannot be read (a symbolic link loop, no permission) is that
+    partition's one line in ``unreadable``, and every other partition is still listed (without
+    ``unreadable``, it raises)."""
     import dataclasses
 
     from kts_resources import settings
@@ -875,8 +886,16 @@ def _status_rows_and_lost(store) -> list[tuple[dict, list]]:
     rows = []
     for located in log_dir_partitions(settings.log_dirs()):
         partition = located.partition
-        segments = partition.segments()
-        tiers = partition_tiers(located, store, segments=segments, log_end_offset=active_log_end_offset(segments))
+        try:
+            segments = partition.segments()
+            tiers = partition_tiers(located, store, segments=segments, log_end_offset=active_log_end_offset(segments))
+        except ConnectionError:
+            raise  # the store is down: not this partition's problem
+        except OSError as e:
+            if unreadable is None:
+                raise
+            unreadable.setdefault(located.key, os_error_line(e))
+            continue
         tip = topic_id_partition(partition, store)
         lost = store.lost_ranges(tip) if tip is not None else []
         row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers),

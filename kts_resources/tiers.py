@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from kts_resources.kafka.checkpoints import EpochEntry
 from kts_resources.kafka.errors import KafkaFormatError
-from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name
+from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name, partition_dir_present
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def locate_partitions(log_dirs: Iterable[Path], keys: Iterable[str], *,
         tp = parse_partition_dir_name(key)
         for log_dir, is_owned in dirs if tp is not None else []:
             partition = log_dir.partition_dir(tp)
-            if partition.path.is_dir():
+            if partition_dir_present(partition.path):  # a link loop too: its reading fails, naming it
                 located[key] = LocatedPartition(key, log_dir, partition, is_owned)
                 break
         else:

@@ -113,3 +113,46 @@ def test_segments_over_a_self_linked_partition_dir_is_one_line_naming_the_loop(l
     assert result.returncode != 0
     line = one_line(result)
     assert str(loop) in line and "symbolic links" in line
+
+
+def store_env(tmp_path: Path, log_dir: Path, pg_url: str) -> dict[str, str]:
+    return {"KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
+            "KTS_REMOTE_URI": (tmp_path / "remote").as_uri()}
+
+
+def test_status_over_link_loops_lists_the_healthy_partitions_and_names_each_loop_once(tmp_path, log_dir, pg_url):
+    dir_loop = self_link(log_dir / "orders-7")
+    segment_loop = self_link(log_dir / "pay-1" / f"{99_999:020d}.log")
+
+    result = kts("status", "--json", env=store_env(tmp_path, log_dir, pg_url))
+
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and all(line.startswith("kts: ") for line in lines), result.stderr
+    assert str(dir_loop) in lines[0] and "symbolic links" in lines[0]
+    assert str(segment_loop) in lines[1] and "symbolic link" in lines[1]
+    import json
+
+    assert [(r["topic"], r["partition"]) for r in json.loads(result.stdout)] == [("orders", 0), ("orders", 1), ("pay", 0)]
+
+
+def test_fetch_beside_a_link_loop_reads_and_fetch_of_the_loop_is_one_line(tmp_path, log_dir, pg_url):
+    loop = self_link(log_dir / "orders-7")
+    self_link(log_dir / "orders-0" / "stray")  # no Kafka file: skipped, as any stray file is
+    segment_loop = self_link(log_dir / "orders-1" / f"{99_999:020d}.log")
+    env = store_env(tmp_path, log_dir, pg_url)
+
+    healthy = kts("fetch", "orders", "0", "--offset", "0", "--json", env=env)
+    assert healthy.returncode == 0, healthy.stderr
+    assert '"offset":0' in healthy.stdout
+
+    looped = kts("fetch", "orders", "7", "--offset", "0", env=env)
+    assert looped.returncode == 1
+    line = one_line(looped)
+    assert str(loop) in line and "symbolic links" in line
+
+    hidden = kts("fetch", "orders", "1", "--offset", "0", env=env)
+    assert hidden.returncode == 1
+    line = one_line(hidden)
+    assert str(segment_loop) in line and "symbolic link" in line

@@ -369,6 +369,21 @@ def discover(log_dir: str | os.PathLike) -> Discovery:
     return Discovery(root, partitions, sorted(skipped))
 
 
+def partition_dir_present(path: str | os.PathLike) -> bool:
+    """A partition's directory is there: a directory, or a link that cannot be followed (a loop),
+    which discovery lists too, so that reading it fails for that partition, naming the loop."""
+    path = Path(path)
+    if path.is_dir():
+        return True
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return path.is_symlink()
+    return False
+
+
 def discover_partitions(log_dir: str | os.PathLike) -> list[PartitionDir]:
     return discover(log_dir).partitions
 
