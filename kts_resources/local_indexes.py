@@ -26,6 +26,9 @@ def index_problems(segment: SegmentFiles) -> list[str]:
         except FileNotFoundError:
             problems.append(f"{path}: the {what} is missing")
             continue
+        except OSError as e:  # a symbolic link loop in its place: rebuilt like a missing one
+            problems.append(f"{path}: the {what} cannot be read ({(e.strerror or str(e)).lower()})")
+            continue
         if size % entry_size:
             problems.append(f"{path}: {size} bytes is not a whole number of {entry_size}-byte {what} entries")
     return problems

@@ -156,3 +156,44 @@ def test_fetch_beside_a_link_loop_reads_and_fetch_of_the_loop_is_one_line(tmp_pa
     assert hidden.returncode == 1
     line = one_line(hidden)
     assert str(segment_loop) in line and "symbolic link" in line
+
+
+@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+def test_sync_beside_link_loops_tiers_every_healthy_partition_and_names_each_loop(tmp_path, log_dir, pg_url):
+    import json
+
+    from .test_sync_outcome import kts as kts_in, sync_env
+
+    dir_loop = self_link(log_dir / "orders-7")
+    segment_loop = self_link(log_dir / "pay-1" / f"{99_999:020d}.log")
+    self_link(log_dir / "orders-0" / "stray")
+    env = sync_env(tmp_path, log_dir, pg_url, session_spark=True)
+
+    result = kts_in(env, "sync")
+
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    failed = [line for line in result.stderr.splitlines() if line.startswith(("kts: orders-7", "kts: pay-1", f"kts: {dir_loop}"))]
+    assert any(str(dir_loop) in line for line in failed) and any(str(segment_loop) in line for line in failed), result.stderr
+    status = kts_in(env, "status", "--json")
+    assert status.returncode == 1
+    rows = {(r["topic"], r["partition"]): r for r in json.loads(status.stdout)}
+    assert set(rows) == {("orders", 0), ("orders", 1), ("pay", 0)}
+    for row in rows.values():
+        assert row["remote_segments"] > 0 and row["copy_lag_segments"] == 0, row
+
+
+def test_the_roll_survey_and_the_index_check_pass_over_link_loops(log_dir: Path):
+    from kts_assets.sensors.roll import survey_log_dirs
+    from kts_resources.local_indexes import index_problems
+
+    self_link(log_dir / "orders-7")
+    self_link(log_dir / "pay-1" / f"{99_999:020d}.log")
+    closed = LogDir(log_dir).partitions()[0].segments()[0]
+    closed.offset_index.unlink()
+    self_link(closed.offset_index)
+
+    survey = survey_log_dirs([log_dir], ["orders-0", "orders-1", "orders-7", "pay-0", "pay-1"])
+    assert sorted(survey.directories) == ["orders-0", "orders-1", "pay-0"]
+    (problem,) = index_problems(closed)
+    assert str(closed.offset_index) in problem and "cannot be read" in problem

@@ -89,6 +89,14 @@ class RollSurvey:
     unreadable_log_dirs: list[str] = field(default_factory=list)  # checkpoint unreadable: skipped this tick
 
 
+def _may_be_dir(entry: os.DirEntry) -> bool:
+    """A directory, or a link that cannot be followed (a loop: DirEntry.is_dir raises on it)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return True
+
+
 def survey_log_dirs(log_dirs: Iterable[Path], known_keys: Iterable[str]) -> RollSurvey:
     """Newest eligible base offset of every known partition, reading each checkpoint once per log dir.
 
@@ -101,7 +109,7 @@ def survey_log_dirs(log_dirs: Iterable[Path], known_keys: Iterable[str]) -> Roll
             break
         try:
             with os.scandir(path) as entries:
-                here = [e.name for e in entries if e.name in pending and e.is_dir()]
+                here = [e.name for e in entries if e.name in pending and _may_be_dir(e)]
         except (FileNotFoundError, NotADirectoryError):
             continue
         if not here:
@@ -120,8 +128,10 @@ def survey_log_dirs(log_dirs: Iterable[Path], known_keys: Iterable[str]) -> Roll
             directory = os.path.join(path, key)
             try:
                 bases = segment_base_offsets(directory)
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # removed since the log dir was listed
+            except OSError:
+                # Removed since the log dir was listed, or unreadable (a symbolic link loop): nothing
+                # to request; the partition's own copy names what is wrong.
+                continue
             survey.checked += 1
             survey.base_offsets[key], survey.directories[key] = bases, directory
             hw, rp = high_watermarks.get(key), recovery_points.get(key)
