@@ -197,3 +197,67 @@ def test_the_roll_survey_and_the_index_check_pass_over_link_loops(log_dir: Path)
     assert sorted(survey.directories) == ["orders-0", "orders-1", "pay-0"]
     (problem,) = index_problems(closed)
     assert str(closed.offset_index) in problem and "cannot be read" in problem
+
+
+# --- read-only targets --------------------------------------------------------------------------
+
+
+def test_index_rebuild_into_a_read_only_dir_is_one_line_naming_it(log_dir: Path, tmp_path: Path):
+    segment = LogDir(log_dir).partitions()[0].segments()[0].log
+    with read_only_dir(tmp_path / "ro") as ro:
+        result = kts("index", "rebuild", segment, "--out", ro)
+        assert result.returncode == 1
+        line = one_line(result)
+        assert str(ro) in line and "read-only file system" in line
+        assert not any(ro.iterdir())
+
+
+def test_index_rebuild_beside_a_segment_on_a_read_only_fs_is_one_line_and_leaves_the_index(log_dir: Path, tmp_path: Path):
+    import shutil
+
+    source = LogDir(log_dir).partitions()[0].path
+    staged = tmp_path / "staged"
+    shutil.copytree(source, staged / source.name)
+    subprocess.run(["mount", "--bind", str(staged), str(staged)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(staged)], check=True)
+        segment = sorted((staged / source.name).glob("*.log"))[0]
+        index = segment.with_suffix(".index")
+        before = index.read_bytes()
+        result = kts("index", "rebuild", segment)
+        assert result.returncode == 1
+        line = one_line(result)
+        assert str(staged / source.name) in line and "read-only file system" in line
+        assert index.read_bytes() == before
+    finally:
+        subprocess.run(["umount", str(staged)], check=True)
+
+
+def test_simulate_into_a_read_only_dir_is_one_line_naming_it(tmp_path: Path):
+    with read_only_dir(tmp_path / "ro") as ro:
+        for target in (ro, ro / "logs"):
+            result = kts("simulate", "--log-dir", target, "--total-bytes", "64KiB")
+            assert result.returncode == 1
+            line = one_line(result)
+            assert str(ro) in line and "read-only file system" in line
+        assert not any(ro.iterdir())
+
+
+def test_restore_into_a_read_only_dir_is_one_line_naming_it(tmp_path: Path, log_dir: Path, metadata_store, pg_url):
+    from kts_resources.copier import copy_log_dir
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+    env = store_env(tmp_path, log_dir, pg_url)
+    storage = remote_storage_from_uri(env["KTS_REMOTE_URI"])
+    try:
+        copied = copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    finally:
+        storage.close()
+    assert all(r.copied for r in copied)
+    with read_only_dir(tmp_path / "ro") as ro:
+        for target in (ro, ro / "logs"):
+            result = kts("restore", "orders", "0", "--to", target, env=env)
+            assert result.returncode == 1
+            line = one_line(result)
+            assert str(ro) in line and "read-only file system" in line
+        assert not any(ro.iterdir())
