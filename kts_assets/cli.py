@@ -725,11 +725,17 @@ def cmd_sync(args) -> int:
     partition in as few runs as batching allows. Exit 1 when any partition failed, naming each."""
     from kts_assets import sync
 
+    from kts_resources.metadata.database import MetadataStoreUnavailable
+
     sync.install_stop_handlers()
     try:
         status = _sync(args)
         _leave_without_teardown[0] = True
         return status
+    except MetadataStoreUnavailable as e:
+        # The preflight reached it: it went away during the pass (killed, restarted, the network).
+        # Each write is a whole transaction and each copy resumable, so the next pass goes on.
+        raise CommandError(e.went_away()) from None
     except sync.SyncInterrupted as stop:
         report([f"sync stopped by {stop}: the run was canceled and its partition locks released; "
                 "the next kts sync finishes or cleans up the copies it left"])
@@ -1073,7 +1079,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(e, _expected_errors()):
             report([(str(e).strip() or type(e).__name__).splitlines()[0]])
             return EXIT_FINDINGS
+        gone = _store_went_away(e)
+        if gone is not None:
+            report([gone])
+            return EXIT_FINDINGS
         raise
+
+
+def _store_went_away(e: BaseException) -> str | None:
+    """The line for a connection to the metadata store lost mid-command that reached the top
+    unretried (a driver error, not MetadataStoreUnavailable); None for any other error."""
+    if "sqlalchemy" not in sys.modules and "psycopg2" not in sys.modules:
+        return None  # neither was used: it cannot be theirs
+    from sqlalchemy.exc import DBAPIError
+
+    from kts_resources.metadata import database
+
+    try:
+        import psycopg2
+        raw = isinstance(e, psycopg2.OperationalError) and getattr(e, "pgcode", None) is None
+    except ImportError:
+        raw = False
+    if not raw and not (isinstance(e, DBAPIError) and database.is_connection_error(e)):
+        return None
+    return f"metadata store at {_store_location()} went away: {database._first_line(e)}"
+
+
+def _store_location() -> str:
+    """``host:port/database`` of the store this command used, never the password, and without
+    starting the embedded server to find out."""
+    from kts_resources import settings
+    from kts_resources.metadata import database, embedded
+
+    try:
+        configured = settings.database_url()
+        if configured:
+            return database.describe_url(database.normalize_url(configured))
+        server = embedded.recorded()
+        return database.describe_url(server.url) if server is not None else f"{embedded.server_home()} (embedded)"
+    except Exception:  # noqa: BLE001 - only a location for a message
+        return "(unknown)"
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:

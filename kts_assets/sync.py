@@ -11,6 +11,7 @@ repair, exactly as after a crash.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -126,7 +127,7 @@ def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
             continue
         # A step that failed as a whole fails every partition it covered.
         cause = one_line(data.user_failure_data.description if data.user_failure_data and data.user_failure_data.description
-                            else (data.error.message if data.error else "failed"))
+                            else step_error_message(data.error))
         for key in batch.keys:
             outcome.fail(key, f"{event.step_key}: {cause}")
     for evaluation in result.get_asset_check_evaluations():
@@ -137,6 +138,23 @@ def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
         if not any(key in outcome.failed for key in batch.keys):
             for key in batch.keys:
                 outcome.fail(key, f"run {result.run_id} failed")
+
+
+# Dagster's wrappers of the error a step raised: what went wrong is their cause.
+_WRAPPERS = ("RetryRequested", "DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError")
+_OS_ERROR = re.compile(r"^\w*Error: \[Errno \d+\] (?P<what>[^:\n]+): '(?P<path>[^'\n]+)'\s*$")
+
+
+def step_error_message(error) -> str:
+    """What a failed step's error says went wrong (a SerializableErrorInfo). Under a RetryPolicy,
+    Dagster's last attempt says only "Exceeded max_retries of 2": the error it wraps is the cause.
+    An OSError reads as the CLI says one: ``<path>: no space left on device``."""
+    if error is None:
+        return "failed"
+    while error.cause is not None and (error.message.startswith("Exceeded max_retries") or error.cls_name in _WRAPPERS):
+        error = error.cause
+    match = _OS_ERROR.match(error.message.strip())
+    return f"{match['path']}: {match['what'].lower()}" if match else error.message
 
 
 def summary_lines(outcome: PassOutcome) -> list[str]:

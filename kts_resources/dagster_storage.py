@@ -133,7 +133,8 @@ def _prepare_schema(url: str, schema: str) -> bool:
         # Dagster would retry and then raise a traceback; this is the line a user needs.
         reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
         raise database.MetadataStoreUnavailable(
-            f"the Dagster instance's database at {database.describe_url(engine.url)} is unreachable: {reason}") from None
+            f"the Dagster instance's database at {database.describe_url(engine.url)} is unreachable: {reason}",
+            location=database.describe_url(engine.url), reason=reason) from None
     except (IntegrityError, ProgrammingError) as e:
         # Two processes' first start at once: IF NOT EXISTS is not atomic in PostgreSQL; the
         # other one made it.

@@ -61,7 +61,14 @@ def write_inventory_table(directory: Path, records: list[dict], schema: "pa.Sche
     import pyarrow.parquet as pq
 
     directory.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(records, schema=schema), directory / "part-00000.parquet", compression="snappy")
+    part = directory / "part-00000.parquet"
+    try:
+        pq.write_table(pa.Table.from_pylist(records, schema=schema), part, compression="snappy")
+    except OSError as e:
+        if not e.errno or e.filename is not None:
+            raise
+        # pyarrow names no file ("Error writing bytes to file"): a full KTS_HOME must say where.
+        raise OSError(e.errno, os.strerror(e.errno), os.fspath(part)) from e
 
 
 def read_inventory_table(path: os.PathLike | str, columns: list[str] | None = None) -> "pa.Table":

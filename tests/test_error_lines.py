@@ -261,3 +261,136 @@ def test_restore_into_a_read_only_dir_is_one_line_naming_it(tmp_path: Path, log_
             line = one_line(result)
             assert str(ro) in line and "read-only file system" in line
         assert not any(ro.iterdir())
+
+
+# --- the metadata store going away ----------------------------------------------------------------
+
+
+def _kill_server(pid: int) -> None:
+    """SIGKILL the postmaster and its backends (what an OOM kill or a crash does)."""
+    import signal
+
+    children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    for victim in (pid, *children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+
+
+@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+def test_postgresql_killed_mid_sync_is_one_line_and_the_next_sync_converges(tmp_path, log_dir):
+    import json
+    import time
+
+    import sqlalchemy as sa
+
+    from kts_resources.metadata import database, embedded
+
+    from .fixtures_postgres import FAST_SETTINGS
+    from .test_sync_outcome import kts as kts_in, sync_env
+
+    home = tmp_path / "pg"
+
+    def start() -> str:
+        server = embedded.ensure_running(home, settings=FAST_SETTINGS)
+        engine = database.create_engine(server.url, poolclass=sa.pool.NullPool)
+        database.migrate(engine)
+        with engine.begin() as conn:  # the simulated records' 2023 clock is not for retention to expire
+            conn.exec_driver_sql("INSERT INTO broker_configs (name, value) VALUES ('log.retention.ms', '-1') ON CONFLICT DO NOTHING")
+        engine.dispose()
+        return server.url
+
+    try:
+        url = start()
+        password = sa.engine.make_url(url).password
+        env = sync_env(tmp_path, log_dir, url, session_spark=True)
+        sync = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stderr = []
+        for line in sync.stderr:
+            stderr.append(line)
+            if "copy_job over" in line:
+                break
+        # Mid-copy: the first segment is in the tier, its partition's others are not.
+        remote = tmp_path / "remote"
+        while sync.poll() is None and not any(p.is_file() for p in remote.rglob("*.log")):
+            time.sleep(0.02)
+        _kill_server(embedded.postmaster_pid(home))
+        rest, more = sync.communicate(timeout=600)
+        stderr.append(more)
+        output = "".join(stderr) + rest
+        assert sync.returncode == 1, output[-3000:]
+        assert "Traceback" not in output, output[-5000:]
+        gone = [line for line in output.splitlines() if "went away" in line]
+        assert gone and all(line.startswith("kts: metadata store at 127.0.0.1:") for line in gone), output[-3000:]
+        assert password and password not in output
+
+        time.sleep(1)
+        env = sync_env(tmp_path, log_dir, start(), session_spark=True)
+        again = kts_in(env, "sync")
+        assert again.returncode == 0, again.stderr[-3000:]
+        rows = json.loads(kts_in(env, "status", "--json").stdout)
+        assert len(rows) == 4 and all(r["copy_lag_segments"] == 0 and r["remote_segments"] > 0 for r in rows), rows
+    finally:
+        embedded.discard(home)
+
+
+# --- a full KTS_HOME ----------------------------------------------------------------------------
+
+
+@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+def test_sync_with_a_full_kts_home_says_what_is_full(tmp_path, log_dir, pg_url):
+    from .test_sync_outcome import kts as kts_in, sync_env
+
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(home)], check=True)
+    try:
+        with open(home / "filler", "wb") as filler, contextlib.suppress(OSError):
+            while True:
+                filler.write(b"\0" * 65536)
+        env = sync_env(tmp_path, log_dir, pg_url, session_spark=True)
+        assert env["KTS_HOME"] == str(home)
+
+        result = kts_in(env, "sync")
+
+        output = result.stderr + result.stdout
+        assert result.returncode == 1, output[-3000:]
+        assert "Traceback" not in output and "Exceeded max_retries" not in output, output[-3000:]
+        full = [line for line in result.stderr.splitlines() if "no space left on device" in line]
+        assert full and all(str(home) in line for line in full), output[-3000:]
+    finally:
+        subprocess.run(["umount", str(home)], check=True)
+
+
+# --- S3 going down mid-sync ---------------------------------------------------------------------
+
+
+@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+def test_s3_down_mid_sync_names_each_partitions_own_objects(tmp_path, log_dir, pg_url, s3_bucket, s3_cutting_proxy):
+    import re
+
+    from .test_sync_outcome import sync_env
+
+    env = sync_env(tmp_path, log_dir, pg_url, session_spark=True, KTS_REMOTE_URI=f"s3://{s3_bucket}/tiered",
+                   KTS_S3_ENDPOINT_URL=s3_cutting_proxy.url)
+    sync = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr = []
+    for line in sync.stderr:
+        stderr.append(line)
+        if "copy_job over" in line:
+            s3_cutting_proxy.cut_after = s3_cutting_proxy.forwarded + 1  # down from the copy's first request on
+            break
+    out, more = sync.communicate(timeout=900)
+    output = "".join(stderr) + more + out
+
+    assert sync.returncode == 1, output[-3000:]
+    assert "Traceback" not in output and "Exceeded max_retries" not in output, output[-3000:]
+    failed = {line.split(":")[1].strip(): line for line in more.splitlines() if re.match(r"kts: (orders|pay)-\d: ", line)}
+    assert sorted(failed) == ["orders-0", "orders-1", "pay-0", "pay-1"], output[-3000:]
+    for key, line in failed.items():
+        named = re.findall(rf"s3://{s3_bucket}/\S+", line)
+        assert named, line
+        # Every object a partition's line names is that partition's: <prefix>/<topic>-<topic id>/<partition>/...
+        topic, _, partition = key.rpartition("-")
+        assert all(re.search(rf"/{topic}-[^/]+/{partition}/", n) for n in named), (key, line)

@@ -40,7 +40,19 @@ CONNECT_TIMEOUT_S = 5
 
 
 class MetadataStoreUnavailable(ConnectionError):
-    """The metadata store's server cannot be reached (after retrying)."""
+    """The metadata store's server cannot be reached (after retrying). ``location`` is where it
+    was (``host:port/database``, never the password) and ``reason`` the driver's first line."""
+
+    def __init__(self, message: str, *, location: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.location, self.reason = location, reason
+
+    def went_away(self) -> str:
+        """The line for a server that answered earlier in the command (killed, restarted, the
+        network cut): what was done is committed or rolled back whole, and the next pass goes on."""
+        if self.location is None:
+            return str(self)
+        return f"metadata store at {self.location} went away: {self.reason}"
 
 
 class MetadataStoreMisconfigured(ValueError):
@@ -187,7 +199,8 @@ def in_transaction(engine: Engine, work: Callable[[Connection, int], T], **retry
 
 
 def unavailable(engine: Engine, exc: BaseException) -> MetadataStoreUnavailable:
-    return MetadataStoreUnavailable(f"metadata store at {describe_url(engine.url)} is unreachable: {_first_line(exc)}")
+    location, reason = describe_url(engine.url), _first_line(exc)
+    return MetadataStoreUnavailable(f"metadata store at {location} is unreachable: {reason}", location=location, reason=reason)
 
 
 def _first_line(exc: BaseException) -> str:
