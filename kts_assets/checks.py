@@ -31,6 +31,7 @@ from kts_resources import settings
 from kts_resources.inventory import inventory_path, read_inventory_table
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.remote_index_check import check_partition_index
+from kts_resources.remote_log import RemoteStorageError
 from kts_resources.remote_integrity import inspect_finished_segments
 from kts_resources.lost_ranges import describe, detect_lost_ranges
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
@@ -132,12 +133,13 @@ class _Located:
 
 def _unreadable_fails(judge: Callable[[LocatedPartition], Verdict]) -> Callable[[LocatedPartition], Verdict]:
     """``judge``, but a partition whose files cannot be read (a damaged segment or index, a file
-    gone mid-read) fails the check with the reason, instead of stopping the check for every one."""
+    gone mid-read, its objects in an unreachable tier) fails the check with the reason, instead of
+    stopping the check for every one (whose causes would then all name this partition's objects)."""
 
     def judged(loc: LocatedPartition) -> Verdict:
         try:
             return judge(loc)
-        except (OSError, KafkaFormatError) as e:
+        except (OSError, KafkaFormatError, RemoteStorageError) as e:
             return False, {"unreadable": True}, f"could not be judged: {one_line(str(e))}"
 
     return judged

@@ -394,3 +394,23 @@ def test_s3_down_mid_sync_names_each_partitions_own_objects(tmp_path, log_dir, p
         # Every object a partition's line names is that partition's: <prefix>/<topic>-<topic id>/<partition>/...
         topic, _, partition = key.rpartition("-")
         assert all(re.search(rf"/{topic}-[^/]+/{partition}/", n) for n in named), (key, line)
+
+
+def test_a_check_that_cannot_reach_the_tier_fails_each_partition_with_its_own_objects(log_dir: Path):
+    # With S3 down, a check's judge raised for the first partition it met, the step failed as a
+    # whole, and kts sync gave that partition's object as every partition's cause.
+    from kts_assets.checks import _Located
+    from kts_resources.remote_log import RemoteStorageError
+    from kts_resources.resources import KafkaLogDirsResource
+
+    keys = ["orders-0", "orders-1", "pay-0"]
+    located = _Located(KafkaLogDirsResource(log_dirs=str(log_dir)), keys)
+
+    def judge(loc):
+        raise RemoteStorageError(f"s3://bucket/tiered/{loc.key}/00000000000000000000.log: cannot reach the S3 endpoint")
+
+    verdicts = located.verdicts(judge)
+
+    assert sorted(verdicts) == keys
+    for key, (passed, _metadata, description) in verdicts.items():
+        assert not passed and f"s3://bucket/tiered/{key}/" in description, (key, description)
