@@ -22,10 +22,10 @@ from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
 
 from kts_resources.kafka.checkpoints import EpochEntry, epochs_up_to, format_leader_epoch_checkpoint
-from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.kafka.records import verify_segment
+from kts_resources.kafka.errors import FileChangedError
+from kts_resources.kafka.segment import verify_segment_file
 from kts_resources.lost_ranges import LOST_CAUSE, detect_lost_ranges
 from kts_resources.metadata.store import RemoteLogMetadataStore, StaleTopicIdError
 from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
@@ -158,6 +158,11 @@ class CorruptSegmentError(Exception):
     """A segment that fails its CRC or holds invalid bytes: it is never copied."""
 
 
+class EmptySegment(Exception):
+    """A closed segment without a single batch: there is nothing to copy, and no end offset to
+    record; its offsets are in neither tier (the lost-range rule judges them)."""
+
+
 @dataclass
 class PartitionCopyResult:
     """What one copy pass did for one partition."""
@@ -243,7 +248,7 @@ def copy_partition(
         try:
             recopy_damaged(partition, segments, store, storage, tip, result, quota=quota, broker_id=broker_id, clock=clock,
                            manifest_context=manifest_context)
-        except (CorruptSegmentError, OSError) as e:
+        except (CorruptSegmentError, EmptySegment, FileChangedError, OSError) as e:
             result.stopped = str(e)
         except CopyFailed as e:  # as for a copy: this partition's pass stops, the next retries
             result.stopped = e.describe("re-copy of a damaged remote segment")
@@ -276,7 +281,12 @@ def copy_partition(
                 lock.assert_held()  # a lost lock means another run may be copying now: stop
                 try:
                     md, data, chunks = pending.result()
-                except (CorruptSegmentError, OSError) as e:
+                except EmptySegment as e:
+                    log.warning("%s: %s", tp, e)
+                    pending = prepared(i + 1) if i + 1 < len(candidates) else None
+                    continue
+                except (CorruptSegmentError, FileChangedError, OSError) as e:
+                    # A segment the broker deleted or truncated meanwhile, or a damaged one.
                     result.stopped = str(e)
                     log.error("%s: %s", tp, e)
                     break
@@ -338,15 +348,15 @@ def recopy_damaged(
             delete_remote_log_segment(store, storage, md, clock)  # replaced before a crash: finish the job
             continue
         local = by_base.get(md.start_offset)
-        if local is None or local.next_base_offset is None or local.next_base_offset - 1 != md.end_offset:
+        if local is None or local.next_base_offset is None or local.next_base_offset <= md.end_offset:
             result.damaged_left.append(f"segment {md.start_offset}..{md.end_offset} ({problem}): "
                                        "its local segment is gone, so it cannot be re-copied")
             continue
         replacement, data, _chunks = _prepare(partition, local, tip, lineage, broker_id, clock)
-        if replacement.segment_size_in_bytes != md.segment_size_in_bytes:
+        if (replacement.segment_size_in_bytes, replacement.end_offset) != (md.segment_size_in_bytes, md.end_offset):
             result.damaged_left.append(f"segment {md.start_offset}..{md.end_offset} ({problem}): the local segment is "
-                                       f"{replacement.segment_size_in_bytes} bytes, the remote one was {md.segment_size_in_bytes}; "
-                                       "not re-copied")
+                                       f"{replacement.segment_size_in_bytes} bytes ending at offset {replacement.end_offset}, "
+                                       f"the remote one was {md.segment_size_in_bytes} bytes; not re-copied")
             continue
         if quota is not None:
             result.throttle_ms += quota.acquire(replacement.segment_size_in_bytes)
@@ -389,20 +399,26 @@ def _prepare(
     index_chunk_bytes: int | None = None,
 ) -> tuple[RemoteLogSegmentMetadata, LogSegmentData, list | None]:
     """Check every batch of the segment, then describe it for the metadata store and the upload;
-    with ``index_chunk_bytes``, also its remote log index chunks (``SegmentVerification.chunks``)."""
+    with ``index_chunk_bytes``, also its remote log index chunks (``SegmentVerification.chunks``).
+
+    The segment ends at its last batch's last offset, never at the next file's base offset - 1:
+    what lies between (a segment that vanished, offsets a truncation took) is in neither tier, and
+    the lost-range rule must see it so. The file is read, not mapped: the broker may truncate it
+    meanwhile (FileChangedError, an OSError-free KafkaFormatError, stops the pass with one line)."""
     assert segment.next_base_offset is not None
-    end_offset = segment.next_base_offset - 1
-    with open(segment.log, "rb") as f:
-        st = os.fstat(f.fileno())
-        with mapped(f) as view:
-            found = verify_segment(view, chunk_bytes=index_chunk_bytes)
+    st = os.stat(segment.log)
+    found = verify_segment_file(segment.log, chunk_bytes=index_chunk_bytes)
     if found.problem is not None:
         position, problem = found.problem
         raise CorruptSegmentError(f"{segment.log}: byte {position}: {problem}; the segment is not copied")
-    if found.last_offset is not None and found.last_offset > end_offset:
+    if found.last_offset is None:
+        raise EmptySegment(f"{segment.log}: holds no batch; nothing to copy")
+    if found.last_offset >= segment.next_base_offset or found.last_offset < segment.base_offset:
         raise CorruptSegmentError(
-            f"{segment.log}: byte {found.last_position}: offset {found.last_offset} overlaps the next segment at {segment.next_base_offset}"
+            f"{segment.log}: byte {found.last_position}: offset {found.last_offset} is outside the segment's "
+            f"{segment.base_offset}..{segment.next_base_offset - 1} (its base offset to the next segment's)"
         )
+    end_offset = found.last_offset
     metadata = RemoteLogSegmentMetadata(
         segment_id=RemoteLogSegmentId.generate(tip),
         start_offset=segment.base_offset,
@@ -415,7 +431,7 @@ def _prepare(
         segment_size_in_bytes=found.size,
         segment_leader_epochs=segment_leader_epochs(lineage, found.epochs, segment.base_offset, end_offset),
     )
-    snapshot = partition.producer_snapshot_path(segment.next_base_offset)
+    snapshot = partition.producer_snapshot_path(end_offset + 1)  # the producer state after its last batch
     data = LogSegmentData(
         log_segment=segment.log,
         offset_index=segment.offset_index,

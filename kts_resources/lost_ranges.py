@@ -54,22 +54,47 @@ def lost_offset_ranges(
     first_observed_offset: int | None,
     recorded_log_start_offset: int = 0,
     known_lost: Iterable[Range] = (),
+    held_locally: Iterable[Range] | None = None,
 ) -> list[Range]:
     """The ranges below the local log start offset that are in no finished remote segment
     (``remote``) and not already recorded as lost (``known_lost``, acknowledged or not): new loss.
 
     A local log with no segments (−1) bounds nothing, so only holes between remote segments count.
     Nothing is lost before kts has observed the partition or copied any of it.
+
+    ``held_locally``: the ranges the local segments hold (see :func:`local_holdings`). Given, a
+    hole between remote segments above the local log start offset that no local segment holds is
+    lost too: a segment that vanished from the middle of the local log before it was copied.
     """
     remote = list(remote)
     starts = [offset for offset in (first_observed_offset, min((r[0] for r in remote), default=None)) if offset is not None]
     if not starts:
         return []
     start = max(min(starts), recorded_log_start_offset)
-    end = local_log_start_offset - 1 if local_log_start_offset >= 0 else max((r[1] for r in remote), default=-1)
+    remote_end = max((r[1] for r in remote), default=-1)
+    end = local_log_start_offset - 1 if local_log_start_offset >= 0 else remote_end
+    if held_locally is not None:
+        end = max(end, remote_end)
     if end < start:
         return []
-    return uncovered(start, end, [*remote, *known_lost])
+    return uncovered(start, end, [*remote, *known_lost, *(held_locally or ())])
+
+
+def local_holdings(segments: Sequence[SegmentFiles], remote: Iterable[Range]) -> list[Range]:
+    """The offsets the local ``segments`` hold, as far as kts knows: a segment copied (a remote
+    range starting at its base offset) up to its copy's end, its last batch; any other from its
+    base offset to the next file's base offset - 1 (the active one without end)."""
+    copied_ends = {first: last for first, last in remote}
+    held = []
+    for s in segments:
+        if s.base_offset in copied_ends:
+            held.append((s.base_offset, copied_ends[s.base_offset]))
+        else:
+            held.append((s.base_offset, s.next_base_offset - 1 if s.next_base_offset is not None else _NO_END))
+    return held
+
+
+_NO_END = 2**63 - 1
 
 
 def detect_lost_ranges(store: "RemoteLogMetadataStore", tip: TopicIdPartition, segments: Sequence[SegmentFiles],
@@ -83,12 +108,14 @@ def detect_lost_ranges(store: "RemoteLogMetadataStore", tip: TopicIdPartition, s
     """
     finished = store.list_remote_log_segments(tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
     state = store.partition_state(tip)
+    remote = [(md.start_offset, md.end_offset) for md in finished]
     found = lost_offset_ranges(
-        remote=[(md.start_offset, md.end_offset) for md in finished],
+        remote=remote,
         local_log_start_offset=segments[0].base_offset if segments else -1,
         first_observed_offset=store.first_observed_offset(tip),
         recorded_log_start_offset=state.log_start_offset,
         known_lost=[(r.start_offset, r.end_offset) for r in store.lost_ranges(tip, include_acknowledged=True)],
+        held_locally=local_holdings(segments, remote),
     )
     return [r for r in found if store.record_lost_range(tip, r[0], r[1], how_found)]
 

@@ -340,6 +340,7 @@ class PartitionReader:
         self.index_dir = index_dir if index_dir is not None and self.tip is not None else None
         self._lso: int | None = None
         self._lineage: list[EpochEntry] | None = None
+        self._lost: list[tuple[int, int]] | None = None  # recorded lost ranges, read at the first fetch
 
     # --- offsets ---
 
@@ -415,6 +416,7 @@ class PartitionReader:
             raise OffsetOutOfRangeError(
                 f"{self.topic}-{self.partition}: offset {offset} is out of range: the log holds "
                 f"[{self.log_start_offset}, {self.log_end_offset})")
+        stop = self._stop_before_lost_range(offset, stop)
         result = FetchResult([], offset, fetch_offset=offset, high_watermark=self.high_watermark, last_stable_offset=self.last_stable_offset,
                              log_start_offset=self.log_start_offset, isolation=isolation)
         used = 0
@@ -481,6 +483,22 @@ class PartitionReader:
         if isolation == READ_COMMITTED and result.batches:
             result.aborted = self.aborted_transactions(offset, position)
         return result
+
+    def _stop_before_lost_range(self, offset: int, stop: int) -> int:
+        """``stop``, lowered to the first recorded lost range above ``offset``: a fetch never reads
+        across offsets that are in neither tier (it would hand out a later offset as the next one);
+        OffsetOutOfRangeError when ``offset`` is in one."""
+        if self._lost is None:
+            self._lost = ([(r.start_offset, r.end_offset) for r in self.store.lost_ranges(self.tip, include_acknowledged=True)]
+                          if self.store is not None and self.tip is not None else [])
+        for first, last in self._lost:
+            if first <= offset <= last:
+                raise OffsetOutOfRangeError(
+                    f"{self.topic}-{self.partition}: offset {offset} is in lost range {first}..{last}: deleted "
+                    "locally before it was copied, in neither tier (see kts status)")
+            if offset < first:
+                return min(stop, first)
+        return stop
 
     def chunk_bounds(self, lo: int, hi: int, chunk_bytes: int) -> list[int]:
         """Offsets cutting ``[lo, hi)`` into reads of about ``chunk_bytes``: the remote part along

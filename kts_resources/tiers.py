@@ -174,11 +174,13 @@ def copy_candidates(
     highest_copied_offset: int,
 ) -> list[SegmentFiles]:
     """The eligible segments not yet copied, ascending: from the one holding max(highest copied
-    offset + 1, log start offset)."""
+    offset + 1, log start offset), but never one that begins at or below the highest copied
+    offset: it is (partly) in the remote tier already, and a second copy of it would overlap the
+    first (its end may lie before the next file's base offset: a segment that vanished between)."""
     n = eligible_segment_count([s.base_offset for s in segments], high_watermark, recovery_point)
     from_offset = max(highest_copied_offset + 1, log_start_offset)
-    # A segment ends just before the next one begins; one wholly below from_offset is done (or deleted).
-    return [s for s in segments[:n] if s.next_base_offset - 1 >= from_offset]
+    # By file names a segment reaches up to the next one's base; one wholly below from_offset is done (or deleted).
+    return [s for s in segments[:n] if s.next_base_offset - 1 >= from_offset and s.base_offset > highest_copied_offset]
 
 
 def log_start_offset(*, checkpointed: int | None, local_log_start_offset: int,

@@ -1,4 +1,5 @@
-"""``verify_segment``, the copy's one-pass check, agrees with the header scan on every segment.
+"""``verify_segment``, the copy's one-pass check, agrees with the header scan on every segment;
+``verify_segment_file``, the same check of a file read in windows, gives the very same verdict.
 
 The header scan (``scan_batches``) is the reference: it is tested against kafka-python and against
 truncation and damage at every byte (test_records_corruption.py). The copy uses a leaner loop for
@@ -8,6 +9,8 @@ offsets, timestamps and leader epochs, plus the whole file's CRC-32C.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import uuid
 
 import pytest
@@ -16,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kts_resources import remote_index as ri
+from kts_resources.kafka.errors import FileChangedError
 from kts_resources.kafka.records import SegmentVerification, scan_batches, verify_segment
+from kts_resources.kafka.segment import verify_segment_file
 
 from .conftest import shared_dir
 from .test_records_corruption import BOUNDARIES, PARTS, SEGMENT
@@ -30,8 +35,22 @@ def first_problem_position(data: bytes) -> int | None:
     return scan.invalid.position if scan.invalid is not None else None
 
 
+_FILE = os.path.join(tempfile.mkdtemp(prefix="kts-verify-"), "00000000000000000000.log")
+
+
+def verified_as_a_file(data: bytes, chunk_bytes: int | None = None) -> SegmentVerification:
+    """``verify_segment_file`` of ``data`` written to a file, read in windows that cut batches
+    (and headers) everywhere and in one read; every answer must be the same."""
+    with open(_FILE, "wb") as f:
+        f.write(data)
+    found = [verify_segment_file(_FILE, chunk_bytes=chunk_bytes, read_bytes=n) for n in (29, 1 << 20)]
+    assert all(f == found[0] for f in found[1:]), found
+    return found[0]
+
+
 def assert_agrees_with_the_scan(data: bytes) -> SegmentVerification:
     found = verify_segment(data)
+    assert verified_as_a_file(data) == found
     assert found.size == len(data) and found.crc32c == crc32c(data)
     expected = first_problem_position(data)
     assert (found.problem[0] if found.problem else None) == expected
@@ -116,6 +135,7 @@ def test_the_chunks_are_the_remote_log_index_entries_of_kafka_python_and_real_br
     assert any(len(s) > 4096 for s in segments)
     for data in segments:
         assert verify_segment(data, chunk_bytes=chunk_bytes).chunks == _index_chunks(data, chunk_bytes)
+        assert verified_as_a_file(data, chunk_bytes).chunks == _index_chunks(data, chunk_bytes)
 
 
 def test_no_chunks_unless_asked_for_or_when_the_segment_is_not_all_whole_magic_2_batches():
@@ -126,3 +146,24 @@ def test_no_chunks_unless_asked_for_or_when_the_segment_is_not_all_whole_magic_2
     damaged = bytearray(MAGIC_2_ONLY)
     damaged[-5] ^= 0xFF
     assert verify_segment(bytes(damaged), chunk_bytes=4096).chunks is None  # a CRC failure
+    for data in (b"", SEGMENT, MAGIC_2_ONLY[:-1], bytes(damaged)):
+        assert verified_as_a_file(data, 4096).chunks == verify_segment(data, chunk_bytes=4096).chunks
+
+
+def test_a_file_truncated_while_it_is_verified_is_one_error_naming_it_and_both_sizes(tmp_path, monkeypatch):
+    """The broker truncates the segment between the verification's reads: never a crash (SIGBUS)."""
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(MAGIC_2_ONLY)
+    real_preadv = os.preadv
+    reads = []
+
+    def truncating_after_the_first_read(fd, buffers, offset, *rest):
+        if reads:
+            os.truncate(path, 100)
+        reads.append(offset)
+        return real_preadv(fd, buffers, offset, *rest)
+
+    monkeypatch.setattr(os, "preadv", truncating_after_the_first_read)
+    with pytest.raises(FileChangedError) as e:
+        verify_segment_file(path, read_bytes=200)
+    assert str(e.value) == f"{path}: truncated while it was verified: {len(MAGIC_2_ONLY)} bytes expected, 100 found"

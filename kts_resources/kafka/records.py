@@ -366,71 +366,122 @@ def verify_segment(data: bytes | memoryview, *, chunk_bytes: int | None = None) 
     objects, and it also takes the whole file's CRC-32C while the bytes are in cache. It stops at
     the first problem; anything but a whole, CRC-clean magic-2 batch goes through
     :func:`scan_batches` from that position, so framing and legacy formats are judged (and worded)
-    in one place.
+    in one place. A file is verified in windows read into memory by
+    ``segment.verify_segment_file`` with the same verdict.
     """
     view = memoryview(data)
-    end = len(view)
-    result = SegmentVerification(size=end, crc32c=crc32c(view))
-    unpack = _V2_VERIFY_HEADER.unpack_from
-    min_v2_length = V2_HEADER_SIZE - LOG_OVERHEAD
-    epochs = result.epochs
-    max_timestamp = NO_TIMESTAMP
-    last_offset = last_position = None
-    epoch = None
-    batches = 0
-    pos = 0
-    # The open chunk: its first batch's position, offset and timestamp, its max timestamp, its bytes.
-    chunks = [] if chunk_bytes else None
-    run_position = run_offset = run_first_ts = run_max_ts = run_bytes = 0
-    while pos < end:
-        if end - pos < V2_HEADER_SIZE or view[pos + 16] != 2:
-            break  # short, legacy or garbage: scan_batches below decides which
-        base_offset, batch_length, leader_epoch, _magic, crc, _attributes, last_delta, _base_ts, max_ts = unpack(view, pos)
-        size = batch_length + LOG_OVERHEAD
-        if batch_length < min_v2_length or size > end - pos:
-            break
-        if crc32c(view[pos + V2_CRC_START : pos + size]) != crc:
-            result.problem = (pos, "batch fails its CRC")
-            break
-        if leader_epoch != epoch:
-            epoch = leader_epoch
-            if leader_epoch >= 0 and leader_epoch not in epochs:
-                epochs[leader_epoch] = base_offset
-        if max_ts > max_timestamp:
-            max_timestamp = max_ts
-        if chunks is not None:
-            if run_bytes and run_bytes + size > chunk_bytes:
-                chunks.append((run_offset, last_offset, run_first_ts, run_max_ts, run_position, run_bytes))
-                run_bytes = 0
-            if run_bytes:
-                if max_ts > run_max_ts:
-                    run_max_ts = max_ts
-            else:
-                run_position, run_offset, run_first_ts, run_max_ts = pos, base_offset, _base_ts, max_ts
-            run_bytes += size
-        last_offset = base_offset + last_delta
-        last_position = pos
-        batches += 1
-        pos += size
-    if chunks is not None and run_bytes and result.problem is None:
-        chunks.append((run_offset, last_offset, run_first_ts, run_max_ts, run_position, run_bytes))
-    result.chunks = chunks if pos == end and result.problem is None else None
-    if pos < end and result.problem is None:
-        rest = scan_batches(view, verify_crc=True, start=pos)
+    verifier = SegmentVerifier(chunk_bytes)
+    pos = verifier.magic_2_batches(view, 0)
+    if pos < len(view) and verifier.problem is None:
+        rest = verifier.any_batches(view, 0, pos)
+        if verifier.problem is None and rest.invalid is not None:
+            verifier.problem = (rest.invalid.position, f"{rest.invalid.length} invalid bytes ({rest.invalid.reason})")
+    return verifier.finish(len(view), crc32c(view))
+
+
+class SegmentVerifier:
+    """:func:`verify_segment`'s pass over a segment handed to it in consecutive windows (a whole
+    file at once, or reads of it): ``magic_2_batches`` walks whole CRC-clean magic-2 batches,
+    ``any_batches`` whatever else :func:`scan_batches` judges; each returns where it stopped, and
+    the caller brings the bytes from there (a batch a window cut off) or judges them."""
+
+    __slots__ = ("chunk_bytes", "chunks", "epochs", "max_timestamp", "last_offset", "last_position", "epoch",
+                 "batches", "problem", "run_position", "run_offset", "run_first_ts", "run_max_ts", "run_bytes", "any_seen")
+
+    def __init__(self, chunk_bytes: int | None = None):
+        self.chunk_bytes = chunk_bytes
+        # The open chunk: its first batch's position, offset and timestamp, its max timestamp, its bytes.
+        self.chunks: list | None = [] if chunk_bytes else None
+        self.run_position = self.run_offset = self.run_first_ts = self.run_max_ts = self.run_bytes = 0
+        self.epochs: dict[int, int] = {}
+        self.max_timestamp = NO_TIMESTAMP
+        self.last_offset: int | None = None
+        self.last_position: int | None = None
+        self.epoch: int | None = None
+        self.batches = 0
+        self.problem: tuple[int, str] | None = None
+        self.any_seen = False  # anything but whole magic-2 batches: no index chunks
+
+    def magic_2_batches(self, view: memoryview, base: int) -> int:
+        """Walk ``view`` (the segment from byte ``base``) from its start while it holds whole,
+        CRC-clean magic-2 batches; a CRC failure is the ``problem``. Returns where it stopped."""
+        end = len(view)
+        unpack = _V2_VERIFY_HEADER.unpack_from
+        min_v2_length = V2_HEADER_SIZE - LOG_OVERHEAD
+        epochs = self.epochs
+        max_timestamp, last_offset, last_position = self.max_timestamp, self.last_offset, self.last_position
+        epoch, batches = self.epoch, self.batches
+        chunks, chunk_bytes = self.chunks, self.chunk_bytes
+        run_position, run_offset, run_first_ts = self.run_position, self.run_offset, self.run_first_ts
+        run_max_ts, run_bytes = self.run_max_ts, self.run_bytes
+        pos = 0
+        while pos < end:
+            if end - pos < V2_HEADER_SIZE or view[pos + 16] != 2:
+                break  # short, legacy or garbage: any_batches decides which
+            base_offset, batch_length, leader_epoch, _magic, crc, _attributes, last_delta, _base_ts, max_ts = unpack(view, pos)
+            size = batch_length + LOG_OVERHEAD
+            if batch_length < min_v2_length or size > end - pos:
+                break
+            if crc32c(view[pos + V2_CRC_START : pos + size]) != crc:
+                self.problem = (base + pos, "batch fails its CRC")
+                break
+            if leader_epoch != epoch:
+                epoch = leader_epoch
+                if leader_epoch >= 0 and leader_epoch not in epochs:
+                    epochs[leader_epoch] = base_offset
+            if max_ts > max_timestamp:
+                max_timestamp = max_ts
+            if chunks is not None:
+                if run_bytes and run_bytes + size > chunk_bytes:
+                    chunks.append((run_offset, last_offset, run_first_ts, run_max_ts, run_position, run_bytes))
+                    run_bytes = 0
+                if run_bytes:
+                    if max_ts > run_max_ts:
+                        run_max_ts = max_ts
+                else:
+                    run_position, run_offset, run_first_ts, run_max_ts = base + pos, base_offset, _base_ts, max_ts
+                run_bytes += size
+            last_offset = base_offset + last_delta
+            last_position = base + pos
+            batches += 1
+            pos += size
+        self.max_timestamp, self.last_offset, self.last_position = max_timestamp, last_offset, last_position
+        self.epoch, self.batches = epoch, batches
+        self.run_position, self.run_offset, self.run_first_ts = run_position, run_offset, run_first_ts
+        self.run_max_ts, self.run_bytes = run_max_ts, run_bytes
+        return pos
+
+    def any_batches(self, view: memoryview, base: int, start: int) -> SegmentScan:
+        """:func:`scan_batches` of ``view`` from ``start`` (positions within ``view``, which holds
+        the segment from byte ``base``): its whole batches are taken in, a CRC failure is the
+        ``problem``; the scan says where it stopped and why (``invalid``, which may just be a batch
+        the window cut off)."""
+        rest = scan_batches(view, verify_crc=True, start=start)
         for batch in rest.batches:
+            self.any_seen = True
             if batch.crc_ok is False:
-                result.problem = (batch.position, "batch fails its CRC")
+                self.problem = (base + batch.position, "batch fails its CRC")
                 break
             if batch.magic == 2 and batch.partition_leader_epoch >= 0:
-                epochs.setdefault(batch.partition_leader_epoch, batch.base_offset)
-            max_timestamp = max(max_timestamp, batch.max_timestamp)
-            last_offset, last_position = batch.last_offset, batch.position
-            batches += 1
-        if result.problem is None and rest.invalid is not None:
-            result.problem = (rest.invalid.position, f"{rest.invalid.length} invalid bytes ({rest.invalid.reason})")
-    result.batches, result.max_timestamp = batches, max_timestamp
-    result.last_offset, result.last_position = last_offset, last_position
-    return result
+                self.epochs.setdefault(batch.partition_leader_epoch, batch.base_offset)
+            self.max_timestamp = max(self.max_timestamp, batch.max_timestamp)
+            self.last_offset, self.last_position = batch.last_offset, base + batch.position
+            self.batches += 1
+        if rest.invalid is not None:  # a verdict only once the caller knows it is not a cut-off batch
+            rest.invalid = InvalidBytes(base + rest.invalid.position, rest.invalid.length, rest.invalid.reason)
+        return rest
+
+    def finish(self, size: int, crc: int) -> SegmentVerification:
+        """The verdict on a segment of ``size`` bytes whose CRC-32C is ``crc``."""
+        chunks = self.chunks
+        if chunks is not None and self.run_bytes and self.problem is None:
+            chunks.append((self.run_offset, self.last_offset, self.run_first_ts, self.run_max_ts, self.run_position, self.run_bytes))
+            self.run_bytes = 0
+        result = SegmentVerification(size=size, crc32c=crc, batches=self.batches, last_offset=self.last_offset,
+                                     last_position=self.last_position, max_timestamp=self.max_timestamp,
+                                     epochs=self.epochs, problem=self.problem)
+        result.chunks = chunks if not self.any_seen and self.problem is None else None
+        return result
 
 
 @dataclass(slots=True)

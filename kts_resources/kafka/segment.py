@@ -19,15 +19,20 @@ from .records import (
     BatchTally,
     InvalidBytes,
     SegmentScan,
+    SegmentVerification,
+    SegmentVerifier,
     _framing_problem,
     scan_batches,
     tally_batches,
 )
+from crc32c import crc32c
 
 # How much of a segment one read brings in: memory stays at this plus one batch. 1 MiB scans as
 # fast as 8 MiB here (its bytes stay in a core's cache between the read and the CRCs), with an
 # eighth of the memory per scanning task.
 SCAN_CHUNK_BYTES = 1024 * 1024
+# The copy's verification reads a segment in windows of this size (see verify_segment_file).
+VERIFY_READ_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,3 +229,79 @@ def _next_header(rest: memoryview) -> tuple[int, int, int] | None:
     if minimum is None or batch_length < minimum - LOG_OVERHEAD:
         return None
     return magic, batch_length, max(batch_length + LOG_OVERHEAD, V2_HEADER_SIZE if magic == 2 else 0)
+
+
+def verify_segment_file(path: str | os.PathLike, *, chunk_bytes: int | None = None,
+                        read_bytes: int = VERIFY_READ_BYTES) -> SegmentVerification:
+    """``records.verify_segment`` of a whole file, with the same verdict, read in windows of
+    ``read_bytes`` into one buffer rather than mapped: a segment the broker truncates while it is
+    verified raises FileChangedError (naming the file, the size it had and the size found) where a
+    mapping would take SIGBUS and kill the process. Memory stays at a window plus one batch."""
+    verifier = SegmentVerifier(chunk_bytes)
+    crc = 0
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        buf = bytearray(max(1, min(read_bytes, size)))
+        filled = 0  # bytes of buf holding the file from ``base``
+        base = read_to = 0
+        need = 0  # bytes the buffer must hold before the next look (a batch a window cut off)
+        while True:
+            while read_to < size:
+                want = min(max(read_bytes, need) - filled, size - read_to)
+                if len(buf) < filled + want:
+                    grown = bytearray(filled + want)
+                    grown[:filled] = buf[:filled]
+                    buf = grown
+                got = os.preadv(fd, [memoryview(buf)[filled:filled + want]], read_to)
+                if not got:
+                    raise FileChangedError(f"truncated while it was verified: {size} bytes expected, "
+                                           f"{os.fstat(fd).st_size} found", path=path)
+                filled += got
+                read_to += got
+                if filled >= need:
+                    break
+            at_end = read_to >= size
+            view = memoryview(buf)[:filled]
+            used = filled if verifier.problem is not None else _verify_window(verifier, view, base, size, at_end, read_bytes)
+            crc = crc32c(view[:used], crc)
+            if at_end:  # the whole file: every byte used (a verdict on the last ones included)
+                return verifier.finish(size, crc)
+            # The bytes not used yet (a batch the window cut off) move to the front of the buffer.
+            kept = filled - used
+            need = _needed(view[used:], size - base - used) if kept else 0
+            buf[:kept] = buf[used:filled]
+            filled, base = kept, base + used
+
+
+def _verify_window(verifier: SegmentVerifier, view: memoryview, base: int, size: int, at_end: bool, read_bytes: int) -> int:
+    """Verify the whole batches of ``view`` (the file from byte ``base``); returns how many of its
+    bytes are done: all of them once a problem is found (the rest is only checksummed), else up to
+    a batch the window cut off."""
+    pos = verifier.magic_2_batches(view, base)
+    if pos == len(view) or verifier.problem is not None:
+        return len(view)
+    rest = verifier.any_batches(view, base, pos)
+    if verifier.problem is not None or rest.invalid is None:
+        return len(view) if verifier.problem is not None else rest.valid_bytes
+    # Stopped short of the window's end: bytes that can never be a batch, or a batch cut off. The
+    # verdict must be the one a pass over the whole file gives (as scan_segment_file decides it).
+    position, file_rest = rest.invalid.position, size - rest.invalid.position
+    header = _next_header(view[rest.valid_bytes:])
+    if at_end or header is None:
+        verifier.problem = (position, f"{file_rest} invalid bytes ({rest.invalid.reason})")
+        return len(view)
+    magic, batch_length, need = header
+    if magic >= 0 and need > file_rest:
+        # A length past the end of the file (a partial write, or garbage that looks like a header).
+        minimum = (V2_HEADER_SIZE if magic == 2 else LEGACY_V1_HEADER_SIZE if magic == 1 else LEGACY_V0_HEADER_SIZE) - LOG_OVERHEAD
+        verifier.problem = (position, f"{file_rest} invalid bytes "
+                                      f"({_framing_problem(batch_length, file_rest, minimum, legacy=magic != 2)})")
+        return len(view)
+    return rest.valid_bytes
+
+
+def _needed(rest: memoryview, file_rest: int) -> int:
+    """How many bytes from the start of ``rest`` the next window must hold: the whole batch there."""
+    header = _next_header(rest)
+    return min(header[2] if header is not None else len(rest), file_rest)
