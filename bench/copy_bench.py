@@ -25,7 +25,7 @@ baselines measured in the same run.
      default and the pipeline's) against the metadata store: partition lock, candidates, CRC check
      of every batch, COPY_SEGMENT_STARTED, upload, COPY_SEGMENT_FINISHED; the store's tables are
      emptied before each round;
-   - info "verify": ``verify_segment`` (every batch CRC + the file's CRC-32C) over the same .log
+   - info "verify": ``verify_segment_file`` (every batch CRC + the file's CRC-32C, read as the copy reads it) over the same .log
      files, to show how much of the procedure's time the check is; and one extra pass of
      ``copy_log_dir`` with its store and storage wrapped in timers: seconds in the upload, in the
      store, and in the rest (waiting for the verification, listing, checkpoints, lock).
@@ -99,7 +99,7 @@ from kts_resources.kafka.checkpoints import epochs_up_to, format_leader_epoch_ch
 from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.kafka.records import verify_segment
+from kts_resources.kafka.segment import verify_segment_file
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.metadata import database
 from kts_resources.metadata.store import RemoteLogMetadataStore, _epoch_ranges
@@ -324,12 +324,12 @@ def copy_breakdown(root: Path, store: RemoteLogMetadataStore, dest: Path) -> dic
 
 
 def crc_scan(segments: list[Segment]) -> None:
-    """The copy's verification pass alone (``verify_segment``: every batch CRC + the file's CRC-32C)."""
+    """The copy's verification pass alone (``verify_segment_file``: every batch CRC + the file's
+    CRC-32C, the file read in windows as the copy reads it)."""
     for seg in segments:
-        with mapped(seg.data.log_segment) as view:
-            found = verify_segment(view)
-            if found.problem is not None or found.crc32c != seg.verified.crc32c:
-                raise SystemExit(f"{seg.data.log_segment} does not verify cleanly: {found.problem}")
+        found = verify_segment_file(seg.data.log_segment)
+        if found.problem is not None or found.crc32c != seg.verified.crc32c:
+            raise SystemExit(f"{seg.data.log_segment} does not verify cleanly: {found.problem}")
 
 
 def measure_copy(args: argparse.Namespace, tmpdir: Path, store: RemoteLogMetadataStore) -> dict:
@@ -878,7 +878,7 @@ def table(result: dict) -> str:
             rows.append(("", "", f"{e['ratio_vs_cp_sync_side_by_side']:.2f}", "cp + sync side by side"))
         rows.append(("", "", f"{e['ratio_vs_cp']:.2f}", "cp"))
     s = c["crc_scan"]
-    rows.append(("  info: verify_segment of the .log files", f"{s['mb_per_s']:,.0f} MB/s", f"{s['share_of_copy_log_dir']:.2f}",
+    rows.append(("  info: verify_segment_file of the .log files", f"{s['mb_per_s']:,.0f} MB/s", f"{s['share_of_copy_log_dir']:.2f}",
                  "of copy_log_dir's time"))
     d = c["copy_log_dir"]["breakdown"]
     rows.append(("  info: one partition at a time: upload / store / rest", f"{d['upload_s']:.2f} / {d['metadata_s']:.2f} / {d['rest_s']:.2f} s",
