@@ -404,7 +404,7 @@ def _prepare(
     The segment ends at its last batch's last offset, never at the next file's base offset - 1:
     what lies between (a segment that vanished, offsets a truncation took) is in neither tier, and
     the lost-range rule must see it so. The file is read, not mapped: the broker may truncate it
-    meanwhile (FileChangedError, an OSError-free KafkaFormatError, stops the pass with one line)."""
+    meanwhile, which raises FileChangedError (one line) instead of killing the process (SIGBUS)."""
     assert segment.next_base_offset is not None
     st = os.stat(segment.log)
     found = verify_segment_file(segment.log, chunk_bytes=index_chunk_bytes)

@@ -42,9 +42,10 @@ from kts_resources.remote_storage.keys import ObjectKeys, check_object_key
 TMP_SUFFIX = ".kts-tmp"
 
 WRITEBACK_WINDOW = 64 * 1024 * 1024
-# A file is copied in chunks of a read-only mapping, which cost no memory, so they can be large:
-# each crc32c() and write() call frees the GIL for its whole chunk, and the fewer the calls, the
-# less the copy waits to get the GIL back from the thread verifying the next segment.
+# A file is copied in large chunks, read into one buffer per copying thread (FileSource; never
+# mapped, so a truncation underneath cannot SIGBUS): each preadv(), crc32c() and write() call frees
+# the GIL for its whole chunk, and the fewer the calls, the less the copy waits to get the GIL back
+# from the thread verifying the next segment.
 FILE_COPY_CHUNK_SIZE = WRITEBACK_WINDOW
 _FADVISE = hasattr(os, "posix_fadvise")
 
