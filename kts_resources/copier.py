@@ -238,13 +238,14 @@ def copy_partition(
 
     with store.partition_lock(tip, timeout_s=lock_timeout_s) as lock:
         result.repaired = _finish_interrupted(store, storage, tip, clock)
-        adopt_first_log_start_offset(store, tip, partition, log_dir)  # before the manifests carry it
+        # One listing for the whole pass: what is verified and copied is what was listed.
+        segments = partition.segments()
+        adopt_first_log_start_offset(store, tip, partition, log_dir, segments)  # before the manifests carry it
         manifest_context = manifest_context_for(store, tip)
         try:
             result.manifests_backfilled = backfill_manifests(store, storage, tip, manifest_context)
         except Exception as e:  # noqa: BLE001 — the next pass tries again; copying goes on
             log.warning("%s: manifests of earlier segments not written yet: %s", tp, e)
-        segments = partition.segments()
         try:
             recopy_damaged(partition, segments, store, storage, tip, result, quota=quota, broker_id=broker_id, clock=clock,
                            manifest_context=manifest_context)

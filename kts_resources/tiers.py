@@ -204,7 +204,7 @@ def log_start_offset(*, checkpointed: int | None, local_log_start_offset: int,
 
 
 def adopt_first_log_start_offset(store: "RemoteLogMetadataStore", tip: TopicIdPartition, partition: PartitionDir,
-                                 log_dir: LogDir) -> None:
+                                 log_dir: LogDir, segments: Sequence[SegmentFiles]) -> None:
     """On kts's first look at a partition (no first observed offset yet), nothing of it is remote:
     its log is the local log, from where the broker's checkpoint bounds it (a DeleteRecords on the
     broker can put that inside the first segment). Record that as the partition's log start offset,
@@ -215,7 +215,6 @@ def adopt_first_log_start_offset(store: "RemoteLogMetadataStore", tip: TopicIdPa
         return
     if store.partition_state(tip).highest_copied_offset >= 0 or store.finished_summary(tip).segments:
         return  # something is remote (a store rebuilt by `kts recover`, say): only kts moves it now
-    segments = partition.segments()
     start = log_start_offset(checkpointed=log_dir.log_start_offset(partition.topic_partition),
                              local_log_start_offset=segments[0].base_offset if segments else -1)
     if start > 0:
