@@ -25,7 +25,7 @@ def cmd_delete_records(args) -> int:
     """Move the partition's log start offset to ``--before``; the next expiry deletes below it."""
     from kts_assets.cli import _metadata_store
     from kts_resources import settings
-    from kts_resources.partition_admin import DeleteRecordsError, delete_records
+    from kts_resources.partition_admin import DeleteRecordsError, UnknownPartitionError, delete_records
     from kts_resources.remote_storage.base import RemoteStorageError
     from kts_resources.tiers import locate_partitions
 
@@ -39,6 +39,8 @@ def cmd_delete_records(args) -> int:
         located, _ = locate_partitions(settings.log_dirs(), [key], owned_log_dirs=settings.owned_log_dirs())
         # The tier records it too, so that `kts recover` brings it back.
         start = delete_records(located.get(key), tip, store, args.before, storage=storage)
+    except UnknownPartitionError as e:
+        raise CommandError(str(e), EXIT_USAGE) from None
     except DeleteRecordsError as e:
         raise CommandError(str(e)) from None
     except RemoteStorageError as e:  # only written after the store moved

@@ -41,6 +41,11 @@ class DeleteRecordsError(ValueError):
     """A DeleteRecords request Kafka would refuse (an offset above the high watermark)."""
 
 
+class UnknownPartitionError(DeleteRecordsError):
+    """A DeleteRecords request for a partition that exists nowhere kts looks: in no log dir it
+    reads, and without remote data in the store (Kafka answers UNKNOWN_TOPIC_OR_PARTITION)."""
+
+
 def current_log_start_offset(located: LocatedPartition | None, tip: TopicIdPartition, store: "RemoteLogMetadataStore") -> tuple[int, int]:
     """(the partition's log start offset, its high watermark; −1 when unknown)."""
     summary = store.finished_summary(tip)
@@ -51,6 +56,10 @@ def current_log_start_offset(located: LocatedPartition | None, tip: TopicIdParti
         local_start = segments[0].base_offset if segments else -1
         checkpointed = located.log_dir.log_start_offset(tp)
         hw = located.log_dir.high_watermark(tp)
+        if hw is None:  # no replication-offset-checkpoint: the log end bounds it
+            from kts_resources.tiers import active_log_end_offset
+
+            hw = active_log_end_offset(segments) if segments else summary.end_offset + 1 if summary.segments else 0
     else:
         local_start, checkpointed, hw = -1, None, summary.end_offset + 1 if summary.segments else -1
     start = log_start_offset(checkpointed=checkpointed, local_log_start_offset=local_start,
@@ -67,6 +76,11 @@ def delete_records(located: LocatedPartition | None, tip: TopicIdPartition, stor
     has moved, and the same request again writes it."""
     if before < 0:
         raise DeleteRecordsError(f"{tip.topic_partition}: offset {before} is negative")
+    if located is None and not store.finished_summary(tip).segments:
+        # Nothing to move the start of: a row written now would make the partition, when it
+        # appears, "hold" offsets from ``before`` on, never copied below it (issue 34).
+        raise UnknownPartitionError(f"{tip.topic_partition}: no such partition (in no log dir kts reads, and "
+                                    f"without remote data in the metadata store); nothing was changed")
     with store.partition_lock(tip, timeout_s=lock_timeout_s):
         start, hw = current_log_start_offset(located, tip, store)
         if hw >= 0 and before > hw:

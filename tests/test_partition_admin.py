@@ -201,3 +201,54 @@ def test_a_topic_no_kts_has_seen_for_the_grace_period_loses_its_remote_data(tmp_
     assert metadata_store.partition_state(orders).delete_state is None
     assert metadata_store.list_remote_log_segments(orders, states={FINISHED})
     assert delete_topics_gone_from_log_dirs(metadata_store, storage, {"orders"}, clock=week_later, home=None) == []
+
+
+def test_delete_records_on_a_partition_that_exists_nowhere_is_refused(simulated, metadata_store, tmp_path):
+    """Issue 34 finding 6: orders-9 is in no log dir and the store holds no remote data of it, so
+    there is no log to move the start of; nothing is written, in the store or the tier."""
+    from kts_resources.kafka.partition import TopicPartition
+    from kts_resources.partition_admin import UnknownPartitionError
+    from kts_resources.remote_log import TopicIdPartition
+
+    root, storage = simulated
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    orders_0 = next(iter(metadata_store.partitions()))
+    tip = TopicIdPartition(orders_0.topic_id, TopicPartition("orders", 9))
+    before = sorted(o.key for o in storage.list_objects())
+    with pytest.raises(UnknownPartitionError, match="orders-9"):
+        delete_records(None, tip, metadata_store, 123456789, storage=storage)
+    assert metadata_store.partition_state(tip).log_start_offset <= 0
+    assert sorted(o.key for o in storage.list_objects()) == before
+
+
+def test_delete_records_on_a_partition_known_only_to_the_tier_is_accepted(simulated, metadata_store):
+    """A partition gone from the log dirs but with remote data is a log kts still serves."""
+    root, storage = simulated
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    tip = next(iter(metadata_store.partitions()))
+    end = metadata_store.finished_summary(tip).end_offset
+    assert delete_records(None, tip, metadata_store, end, storage=storage) == end
+    with pytest.raises(DeleteRecordsError, match="high watermark"):
+        delete_records(None, tip, metadata_store, end + 2, storage=storage)
+
+
+def test_the_cli_refuses_delete_records_on_a_partition_that_does_not_exist(simulated, metadata_store, pg_url, tmp_path):
+    root, storage = simulated
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(root), "KTS_HOME": str(tmp_path / "home"),
+           "KTS_REMOTE_URI": (tmp_path / "remote").as_uri()}
+    before = sorted(o.key for o in storage.list_objects())
+    bad = kts(env, "delete-records", "orders", "9", "--before", "123456789")
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "orders-9" in bad.stderr
+    assert sorted(o.key for o in storage.list_objects()) == before
+
+
+def test_delete_records_without_a_high_watermark_is_bounded_by_the_log_end(simulated, metadata_store):
+    """No replication-offset-checkpoint: the log end offset is the bound, not "anything goes"."""
+    root, storage = simulated
+    copy_log_dir(LogDir(root), metadata_store, storage)
+    (root / "replication-offset-checkpoint").unlink()
+    tip = next(iter(metadata_store.partitions()))
+    with pytest.raises(DeleteRecordsError, match="above the high watermark"):
+        delete_records(located(root, "orders-0"), tip, metadata_store, 123456789, storage=storage)
