@@ -427,13 +427,26 @@ def cmd_simulate(args) -> int:
 
 
 def _remote_storage():
-    from kts_resources import settings
     from kts_resources.remote_storage.factory import remote_storage_from_uri
 
     try:
-        return remote_storage_from_uri(settings.remote_uri())
+        return remote_storage_from_uri(_remote_uri())
     except ValueError as e:
         raise CommandError(f"KTS_REMOTE_URI: {e}", EXIT_USAGE) from None
+
+
+def _remote_uri() -> str:
+    """``KTS_REMOTE_URI`` (or its default), refused as a usage error before any work when the
+    factory would not open it (a relative ``file:`` path, an unknown scheme)."""
+    from kts_resources import settings
+    from kts_resources.remote_storage.factory import check_remote_uri
+
+    uri = settings.remote_uri()
+    try:
+        check_remote_uri(uri)
+    except ValueError as e:
+        raise CommandError(f"KTS_REMOTE_URI: {e}", EXIT_USAGE) from None
+    return uri
 
 
 def _metadata_store():
@@ -754,6 +767,7 @@ def _sync(args) -> int:
     for path in settings.log_dirs():
         if path.is_dir():
             keys += [p.topic_partition.dir_name for p in LogDir(path).partitions()]
+    _remote_uri()  # a tier URI kts would not open is a usage error, before any check
     problems = _preflight()
     if problems:
         report(problems)

@@ -59,14 +59,13 @@ def cmd_delete_records(args) -> int:
 
 def cmd_topic_delete(args) -> int:
     """Delete every remote segment and remote log index file of the topic, through the partition delete states."""
-    from kts_assets.cli import _metadata_store
+    from kts_assets.cli import _metadata_store, _remote_storage
     from kts_resources import settings
     from kts_resources.partition_admin import delete_topic_remote_data
     from kts_resources.quotas import SystemClock
-    from kts_resources.remote_storage.factory import remote_storage_from_uri
 
+    storage = _remote_storage()
     store = _metadata_store()
-    storage = remote_storage_from_uri(settings.remote_uri())
     try:
         results = delete_topic_remote_data(args.topic, store, storage, clock=SystemClock(), home=settings.kts_home())
     except KeyError:

@@ -7,10 +7,11 @@ from kts_assets.cli import EXIT_USAGE, CommandError, b64, bounded, parse_size, p
 
 
 def _reader():
-    from kts_assets.cli import _metadata_store
+    from kts_assets.cli import _metadata_store, _remote_uri
     from kts_resources.quotas import QuotaConfigError
     from kts_resources.reader import TieredLogReader
 
+    _remote_uri()
     try:
         return TieredLogReader.from_environment(_metadata_store())
     except QuotaConfigError as e:

@@ -619,6 +619,20 @@ def test_factory_picks_the_backend_from_the_uri(tmp_path, monkeypatch):
             remote_storage_from_uri(bad)
 
 
+@pytest.mark.parametrize("uri", ["file:relative", "file:rel/tier", "file:./tier", "file:../tier", "file:"])
+def test_a_relative_file_uri_is_refused(uri, tmp_path, monkeypatch):
+    """Issue 34 finding 7: a relative tier is a different tier in every working directory."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="absolute"):
+        remote_storage_from_uri(uri)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_absolute_file_uri_without_an_authority_is_accepted(tmp_path):
+    storage = remote_storage_from_uri(f"file:{tmp_path / 'tier'}")
+    assert isinstance(storage, FileSystemRemoteStorage) and storage.root == tmp_path / "tier"
+
+
 # --- the one S3 client builder -----------------------------------------------------------------
 
 
@@ -727,3 +741,32 @@ def test_filesystem_tier_keeps_the_mode_of_a_root_it_did_not_create(tmp_path):
 def test_filesystem_tier_refuses_a_bad_mode_in_the_uri(tmp_path, query, message):
     with pytest.raises(ValueError, match=message):
         remote_storage_from_uri((tmp_path / "remote").as_uri() + "?" + query)
+
+
+RELATIVE_TIER_COMMANDS = [
+    ("sync",), ("fetch", "orders", "0", "--offset", "0"), ("offsets", "orders", "0", "--earliest"),
+    ("scrub",), ("recover",), ("restore", "orders", "0", "--to", "restored"), ("topic", "delete", "orders"),
+    ("delete-records", "orders", "0", "--before", "1"),
+]
+
+
+@pytest.mark.parametrize("command", RELATIVE_TIER_COMMANDS, ids=lambda c: c[0])
+def test_every_command_that_opens_the_tier_refuses_a_relative_file_uri(command, pg_url, tmp_path):
+    """One line naming KTS_REMOTE_URI, exit 2, and nothing created where the relative path points."""
+    import os
+    import subprocess
+    import sys
+
+    from kts_resources.kafka.simulate import SimulationConfig, simulate
+
+    simulate(tmp_path / "logs", SimulationConfig(seed=1, topics=("orders",), partitions=1, total_bytes=16 * 1024))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(tmp_path / "logs"),
+           "KTS_HOME": str(tmp_path / "home"), "KTS_REMOTE_URI": "file:relative"}
+    result = subprocess.run([sys.executable, "-m", "kts_assets.cli", *command], env=env, cwd=work, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "KTS_REMOTE_URI" in lines[0] and "absolute" in lines[0], lines
+    assert list(work.iterdir()) == []

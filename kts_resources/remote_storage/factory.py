@@ -79,10 +79,9 @@ def remote_storage_from_uri(uri: str | None = None, *, client: Any = None) -> Re
     uri = uri or default_remote_uri()
     parts = urlsplit(uri)
     if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost") or parts.fragment or not parts.path:
-            raise ValueError(f"remote tier {uri!r}: expected file:///absolute/path")
+        root, modes = _file_tier(uri)
         try:
-            return FileSystemRemoteStorage(Path(unquote(parts.path)), **_file_modes(uri, parts.query))
+            return FileSystemRemoteStorage(root, **modes)
         except ValueError as e:
             raise ValueError(f"remote tier {uri!r}: {e}") from None
     if parts.scheme == "s3":
@@ -91,6 +90,33 @@ def remote_storage_from_uri(uri: str | None = None, *, client: Any = None) -> Re
         bucket, prefix = parse_s3_uri(uri)
         return S3RemoteStorage(client if client is not None else s3_client(settings.s3_endpoint_url()), bucket, prefix)
     raise ValueError(f"remote tier {uri!r}: expected file:///path or s3://bucket/prefix")
+
+
+def check_remote_uri(uri: str) -> None:
+    """ValueError (one line) unless ``uri`` is a tier URI ``remote_storage_from_uri`` accepts; no
+    client is made and nothing is touched, so a command can refuse it before any work."""
+    scheme = urlsplit(uri).scheme
+    if scheme == "file":
+        _file_tier(uri)
+    elif scheme == "s3":
+        from kts_resources.remote_storage.s3 import parse_s3_uri
+
+        parse_s3_uri(uri)
+    else:
+        raise ValueError(f"remote tier {uri!r}: expected file:///path or s3://bucket/prefix")
+
+
+def _file_tier(uri: str) -> tuple[Path, dict[str, int]]:
+    """The root directory and modes of a ``file:`` URI. Only an absolute path: a relative one
+    would name another tier in every working directory (issue 34)."""
+    parts = urlsplit(uri)
+    if parts.netloc not in ("", "localhost") or parts.fragment or not parts.path.startswith("/"):
+        raise ValueError(f"remote tier {uri!r}: expected file:///absolute/path (an absolute path; a relative "
+                         f"one names another tier in every working directory)")
+    try:
+        return Path(unquote(parts.path)), _file_modes(uri, parts.query)
+    except ValueError as e:
+        raise ValueError(f"remote tier {uri!r}: {e}") from None
 
 
 FILE_URI_MODES = ("dir_mode", "file_mode")
