@@ -201,6 +201,9 @@ def _remote_segments_in_bucket(loc: LocatedPartition, store, storage) -> Verdict
     if tip is None or not finished:
         return True, {"remote_segments": 0, "objects_checked": 0, "damaged_segments": 0}, "nothing remote"
     found = inspect_finished_segments(storage, tip, finished)
+    if found.none_present:  # another tier, not damage in this one: nothing to re-copy
+        return False, {"remote_segments": len(finished), "objects_checked": found.objects_checked,
+                       "damaged_segments": 0, "objects_missing": found.objects_missing}, found.wrong_tier_line(storage, tip)
     for md, problems in found.damaged:
         store.record_segment_damage(md.segment_id, "; ".join(problems))  # the next copy pass re-copies it
     for md, problem in found.manifests_lost:

@@ -179,6 +179,8 @@ def cmd_scrub(args) -> int:
               f"{_n(len(outcome.damaged), 'damaged segment')}")
     if outcome.problems:
         hint = ["damaged segments are re-copied by the next copy pass while their local segments exist"] if outcome.damaged else []
+        if outcome.wrong_tier:
+            hint = ["nothing was deleted: check KTS_REMOTE_URI"]
         report(outcome.problems + hint)
     return 0 if outcome.clean else 1
 

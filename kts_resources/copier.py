@@ -340,6 +340,9 @@ def recopy_damaged(
     damaged = store.damaged_segments(tip)
     if not damaged:
         return
+    still_damaged = _damage_in_this_tier(store, storage, tip, damaged, result)
+    if still_damaged is None:
+        return
     by_base = {s.base_offset: s for s in segments}
     lineage = partition.leader_epochs()
     for md, problem in damaged:
@@ -347,6 +350,9 @@ def recopy_damaged(
         current = store.remote_log_segment_metadata(tip, first_epoch, md.segment_leader_epochs[first_epoch])
         if current is not None and current.segment_id != md.segment_id and current.end_offset == md.end_offset:
             delete_remote_log_segment(store, storage, md, clock)  # replaced before a crash: finish the job
+            continue
+        if md.segment_id not in still_damaged:  # whole in this tier: the damage was seen elsewhere
+            store.clear_segment_damage(md.segment_id, f"found whole in {storage.location()} before a re-copy")
             continue
         local = by_base.get(md.start_offset)
         if local is None or local.next_base_offset is None or local.next_base_offset <= md.end_offset:
@@ -369,6 +375,24 @@ def recopy_damaged(
                     md.end_offset, problem, finished.segment_id.id)
     for line in result.damaged_left:
         log.error("%s: %s", tip.topic_partition, line)
+
+
+def _damage_in_this_tier(store: RemoteLogMetadataStore, storage: RemoteStorageManager, tip: TopicIdPartition,
+                         damaged: Sequence[tuple[RemoteLogSegmentMetadata, str]],
+                         result: PartitionCopyResult) -> set | None:
+    """The ids of the recorded-damaged segments that are damaged in this tier, every byte read
+    (damage recorded against another tier, a wrong KTS_REMOTE_URI, must not stick: issue 34).
+    None, with a line in ``damaged_left``, when the tier holds no object of any of the partition's
+    finished segments: another tier, where nothing is re-copied."""
+    from kts_resources.remote_integrity import inspect_finished_segments, tier_holds_any, wrong_tier_line
+
+    listed = {o.key: o.size for o in storage.list_objects(storage.keys.partition_prefix(tip))}
+    finished = store.list_remote_log_segments(tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
+    if not tier_holds_any(finished, listed):
+        result.damaged_left.append(wrong_tier_line(storage, tip, len(finished)))
+        return None
+    found = inspect_finished_segments(storage, tip, [md for md, _ in damaged], listed=listed, verify_crc_max_bytes=2**63)
+    return {md.segment_id for md, _ in found.damaged}
 
 
 def _topic_id_partition(partition: PartitionDir, store: RemoteLogMetadataStore) -> TopicIdPartition:

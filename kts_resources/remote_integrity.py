@@ -40,6 +40,7 @@ class TierInspection:
     """What one look at a partition's finished segments in the tier found."""
 
     objects_checked: int = 0
+    objects_missing: int = 0  # recorded segment objects not in the listing
     damaged: list[tuple[RemoteLogSegmentMetadata, list[str]]] = field(default_factory=list)
     # Segments whose data is whole but whose recorded manifest is missing or wrong: the tier no
     # longer describes them (``kts recover`` would not find them); the copy pass writes it again.
@@ -48,6 +49,25 @@ class TierInspection:
     @property
     def problems(self) -> list[str]:
         return [problem for _, problems in self.damaged for problem in problems]
+
+    @property
+    def none_present(self) -> bool:
+        """Not one recorded object of the segments looked at is in the tier: that is another
+        tier than the one they were copied to (a wrong KTS_REMOTE_URI), not proof of damage in
+        theirs, so nothing is recorded (issue 34)."""
+        return self.objects_missing > 0 and self.objects_missing == self.objects_checked
+
+    def clear_whole(self, store, tip: TopicIdPartition, finished: Sequence[RemoteLogSegmentMetadata], why: str) -> int:
+        """Forget damage recorded on segments of ``finished`` this look found whole (seen in
+        another tier, or their objects are back); how many were cleared. Only after a look that
+        read every byte (a CRC mismatch in a large object is found by no shallower one)."""
+        looked_at = {md.segment_id for md in finished}
+        damaged = {md.segment_id for md, _ in self.damaged}
+        return sum(store.clear_segment_damage(md.segment_id, why) for md, _ in store.damaged_segments(tip)
+                   if md.segment_id in looked_at and md.segment_id not in damaged)
+
+    def wrong_tier_line(self, storage: RemoteStorageManager, tip: TopicIdPartition) -> str:
+        return wrong_tier_line(storage, tip, len(self.damaged))
 
 
 def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartition,
@@ -76,6 +96,7 @@ def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartiti
             found.objects_checked += 1
             size = listed.get(obj.key)
             if size is None:
+                found.objects_missing += 1
                 problems.append(f"{storage.location(obj.key)}: missing")
             elif size != obj.size:
                 problems.append(f"{storage.location(obj.key)}: {size} bytes, recorded {obj.size}")
@@ -172,6 +193,17 @@ def scan_log_object(storage: RemoteStorageManager, key: str) -> LogObjectScan:
             first = int.from_bytes(view[:8], "big", signed=True) if found.batches else None
     return LogObjectScan(key, found.size, found.crc32c, first, found.last_offset,
                          found.max_timestamp if found.batches else NO_TIMESTAMP, dict(found.epochs), found.problem)
+
+
+def tier_holds_any(finished: Sequence[RemoteLogSegmentMetadata], listed: Mapping[str, int]) -> bool:
+    """Whether the listing holds any recorded object of these segments (stops at the first)."""
+    return any(obj.key in listed for md in finished for obj in stored_objects(md.custom_metadata).values())
+
+
+def wrong_tier_line(storage: RemoteStorageManager, tip: TopicIdPartition, finished: int) -> str:
+    return (f"{tip.topic_partition}: none of its {finished} finished segments has an object in "
+            f"{storage.location(storage.keys.partition_prefix(tip))}: KTS_REMOTE_URI names another tier than the one "
+            f"they were copied to (or all were deleted from it); nothing was recorded as damaged")
 
 
 CHECKSUM_READ_BYTES = 8 * 1024 * 1024

@@ -20,7 +20,11 @@ files, log-start-offset records, another tool's keys — is never touched):
   segment that still exists (``copier.recopy_damaged``). A whole segment's manifest must be its
   recorded bytes (``deep``: also parsed and compared with the store's row); one that is missing or
   disagrees is reported and written again from the store's row once every object of the segment
-  verifies (the store and the objects agree, so the row is what the tier should say).
+  verifies (the store and the objects agree, so the row is what the tier should say). ``deep``
+  clears damage recorded earlier on a segment now found whole. A partition none of whose finished
+  segments has an object in the tier is another tier than the store's (a wrong KTS_REMOTE_URI),
+  not damage: reported, and then the scrub records, writes and deletes nothing (the finished
+  segments are checked first, before any object is deleted).
 
 Multipart uploads (S3) and temporary files (directory tier) older than the grace period are
 aborted. ``dry_run`` reports what would be done and changes nothing.
@@ -58,11 +62,14 @@ class ScrubReport:
     # offsets, or a .log that fails its scan.
     unrecorded: list[str] = field(default_factory=list)
     manifests: list[str] = field(default_factory=list)  # one line per finished segment's missing or wrong manifest
+    # One line per partition none of whose finished segments has an object in the tier: another
+    # tier than the store's (a wrong KTS_REMOTE_URI); then nothing is recorded or deleted.
+    wrong_tier: list[str] = field(default_factory=list)
     dry_run: bool = False
 
     @property
     def problems(self) -> list[str]:
-        return self.damaged + self.unrecorded + self.manifests
+        return self.wrong_tier + self.damaged + self.unrecorded + self.manifests
 
     @property
     def clean(self) -> bool:
@@ -73,7 +80,7 @@ class ScrubReport:
                 "orphans_deleted": len(self.orphans_deleted), "deletes_finished": self.deletes_finished,
                 "uploads_aborted": self.uploads_aborted, "young_left": self.young_left, "locked_left": self.locked_left,
                 "damaged": self.damaged, "unrecorded_segments": self.unrecorded, "manifests": self.manifests,
-                "dry_run": self.dry_run}
+                "wrong_tier": self.wrong_tier, "dry_run": self.dry_run}
 
 
 def scrub(store, rsm: RemoteStorageManager, *, deep: bool = False, grace_s: float = DEFAULT_GRACE_S,
@@ -91,6 +98,35 @@ def scrub(store, rsm: RemoteStorageManager, *, deep: bool = False, grace_s: floa
         parsed = rsm.keys.parse(obj.key)
         if parsed is not None:
             by_segment.setdefault(parsed.segment_id, (parsed, []))[1].append(obj)
+    for tip in store.partitions():
+        finished = store.list_remote_log_segments(tip, states={S.COPY_SEGMENT_FINISHED})
+        if not finished:
+            continue
+        found = inspect_finished_segments(rsm, tip, finished, listed=sizes,
+                                          verify_crc_max_bytes=2**63 if deep else 0, compare_manifests=deep)
+        report.segments_checked += len(finished)
+        if found.none_present:  # another tier than the store's: not damage, nothing recorded
+            report.wrong_tier.append(found.wrong_tier_line(rsm, tip))
+            continue
+        if deep and not dry_run:  # every byte checked: what was recorded before and is whole now was no damage here
+            found.clear_whole(store, tip, finished, f"kts scrub --deep: found whole in {rsm.location()}")
+        damaged = list(found.damaged)
+        for md, problem in found.manifests_lost:
+            objects_problem = None if deep else _objects_problem(rsm, md)  # deep: every object verified already
+            if objects_problem is not None:
+                damaged.append((md, [objects_problem]))
+                report.manifests.append(f"{problem}; not written again: the segment's objects do not verify")
+            else:
+                report.manifests.append(_repair_manifest(store, rsm, md, problem, dry_run))
+        for md, problems in damaged:
+            report.damaged.append(f"{tip.topic_partition} segment {md.start_offset}..{md.end_offset}: {'; '.join(problems)}")
+            if not dry_run:
+                store.record_segment_damage(RemoteLogSegmentId(tip, md.segment_id.id), "; ".join(problems))
+        say(f"{tip.topic_partition}: {len(finished)} finished segments checked, {len(damaged)} damaged, "
+            f"{len(found.manifests_lost)} manifests missing or wrong")
+    if report.wrong_tier:
+        # Not the store's tier: its objects are not this store's orphans, and nothing is deleted.
+        return report
     clock = SystemClock()
     known = _KnownOffsets(store)
     for segment_id, (parsed, objects) in by_segment.items():
@@ -119,27 +155,6 @@ def scrub(store, rsm: RemoteStorageManager, *, deep: bool = False, grace_s: floa
                 report.deletes_finished += 1
         elif md.state is S.COPY_SEGMENT_STARTED:
             report.young_left += len(objects)
-    for tip in store.partitions():
-        finished = store.list_remote_log_segments(tip, states={S.COPY_SEGMENT_FINISHED})
-        if not finished:
-            continue
-        found = inspect_finished_segments(rsm, tip, finished, listed=sizes,
-                                          verify_crc_max_bytes=2**63 if deep else 0, compare_manifests=deep)
-        report.segments_checked += len(finished)
-        damaged = list(found.damaged)
-        for md, problem in found.manifests_lost:
-            objects_problem = None if deep else _objects_problem(rsm, md)  # deep: every object verified already
-            if objects_problem is not None:
-                damaged.append((md, [objects_problem]))
-                report.manifests.append(f"{problem}; not written again: the segment's objects do not verify")
-            else:
-                report.manifests.append(_repair_manifest(store, rsm, md, problem, dry_run))
-        for md, problems in damaged:
-            report.damaged.append(f"{tip.topic_partition} segment {md.start_offset}..{md.end_offset}: {'; '.join(problems)}")
-            if not dry_run:
-                store.record_segment_damage(RemoteLogSegmentId(tip, md.segment_id.id), "; ".join(problems))
-        say(f"{tip.topic_partition}: {len(finished)} finished segments checked, {len(damaged)} damaged, "
-            f"{len(found.manifests_lost)} manifests missing or wrong")
     if not dry_run:
         report.uploads_aborted = rsm.abort_incomplete_uploads(grace_s)
     return report

@@ -138,3 +138,76 @@ def test_damage_is_recorded_once_and_only_on_finished_segments(log_dir, metadata
     assert [problem for _, problem in store.damaged_segments(tip)] == ["first finding"]
     store.update_remote_log_segment_metadata(copied[1].segment_id, S.DELETE_SEGMENT_STARTED, 1)
     assert store.record_segment_damage(copied[1].segment_id, "being deleted anyway") is False
+
+
+# --- issue 34 finding 7: damage seen against another tier must not stick ---------------------------
+
+
+def _two_tiers(tmp_path):
+    from kts_resources.remote_storage.filesystem import FileSystemRemoteStorage
+
+    return FileSystemRemoteStorage(tmp_path / "right"), FileSystemRemoteStorage(tmp_path / "wrong")
+
+
+def test_the_check_against_a_tier_holding_none_of_the_segments_records_no_damage(log_dir, metadata_store, tmp_path):
+    """Every object of every finished segment missing is another tier (a wrong KTS_REMOTE_URI), not
+    damage: one line saying so, a failed check, nothing recorded (nothing to re-copy later)."""
+    from kts_assets.checks import _remote_segments_in_bucket
+    from kts_resources.tiers import locate_partitions
+
+    right, wrong = _two_tiers(tmp_path)
+    _copy_once(log_dir, metadata_store, right)
+    _, tip = _partition(log_dir)
+    located, _ = locate_partitions([log_dir], ["orders-0"])
+    ok, metadata, text = _remote_segments_in_bucket(located["orders-0"], metadata_store, wrong)
+    assert not ok and metadata["damaged_segments"] == 0
+    assert "none of" in text and wrong.location() in text and "KTS_REMOTE_URI" in text
+    assert metadata_store.damaged_segments(tip) == []
+
+
+def test_a_scrub_against_a_tier_holding_none_of_the_segments_records_no_damage(log_dir, metadata_store, tmp_path):
+    from kts_resources.scrub import scrub
+
+    right, wrong = _two_tiers(tmp_path)
+    _copy_once(log_dir, metadata_store, right)
+    _, tip = _partition(log_dir)
+    report = scrub(metadata_store, wrong, deep=True, grace_s=0)
+    assert not report.clean and report.damaged == []
+    assert len(report.wrong_tier) == 1 and "orders-0" in report.wrong_tier[0]
+    assert metadata_store.damaged_segments(tip) == []
+
+
+def _recorded_against_another_tier(store, tip, wrong) -> list:
+    """What an older kts left behind after one sync against another tier: every finished segment
+    recorded damaged ("missing" there)."""
+    finished = store.list_remote_log_segments(tip, states={S.COPY_SEGMENT_FINISHED})
+    for md in finished:
+        assert store.record_segment_damage(md.segment_id, f"{wrong.location('x')}: missing")
+    return finished
+
+
+def test_damage_recorded_against_another_tier_is_cleared_not_recopied_by_the_next_pass(log_dir, metadata_store, tmp_path):
+    right, wrong = _two_tiers(tmp_path)
+    copied = _copy_once(log_dir, metadata_store, right)
+    partition, tip = _partition(log_dir)
+    _recorded_against_another_tier(metadata_store, tip, wrong)
+    local = next(s for s in partition.segments() if s.base_offset == copied[0].start_offset)
+    for path in (local.log, local.offset_index, local.time_index):
+        path.unlink()  # the broker's retention took one: it could not be re-copied
+
+    result = copy_partition(partition, LogDir(log_dir), metadata_store, right)
+    assert result.stopped is None and result.recopied == [] and result.damaged_left == []
+    assert metadata_store.damaged_segments(tip) == []
+    assert all(metadata_store.segment(md.segment_id).state is S.COPY_SEGMENT_FINISHED for md in copied)
+
+
+def test_a_deep_scrub_of_the_right_tier_clears_damage_recorded_against_another(log_dir, metadata_store, tmp_path):
+    from kts_resources.scrub import scrub
+
+    right, wrong = _two_tiers(tmp_path)
+    _copy_once(log_dir, metadata_store, right)
+    _, tip = _partition(log_dir)
+    _recorded_against_another_tier(metadata_store, tip, wrong)
+    report = scrub(metadata_store, right, deep=True, grace_s=0)
+    assert report.clean and report.damaged == []
+    assert metadata_store.damaged_segments(tip) == []

@@ -99,6 +99,7 @@ class EventKind:
     LOST_RANGE_DETECTED = "LOST_RANGE_DETECTED"
     LOST_RANGE_ACKNOWLEDGED = "LOST_RANGE_ACKNOWLEDGED"
     SEGMENT_DAMAGE_FOUND = "SEGMENT_DAMAGE_FOUND"  # a finished segment's objects are missing or wrong in the tier
+    SEGMENT_DAMAGE_CLEARED = "SEGMENT_DAMAGE_CLEARED"  # found whole in the tier again (the damage was seen in another)
     SEGMENT_MANIFEST_RECORDED = "SEGMENT_MANIFEST_RECORDED"  # a finished segment's manifest written afterwards
     SEGMENT_RECOVERED = "SEGMENT_RECOVERED"  # `kts recover` restored it, COPY_SEGMENT_FINISHED, from its manifest
     SEGMENT_MANIFEST_LOST = "SEGMENT_MANIFEST_LOST"  # its manifest was found missing or wrong; the copy pass rewrites it
@@ -904,6 +905,25 @@ class RemoteLogMetadataStore:
                 return False
             _event(conn, EventKind.SEGMENT_DAMAGE_FOUND, topic_id=row.topic_id, segment_id=sid,
                    details={"partition": row.partition, "problem": problem})
+            return True
+
+        return self._tx(work)
+
+    def clear_segment_damage(self, segment_id: RemoteLogSegmentId | uuid.UUID, why: str) -> bool:
+        """Forget the damage recorded on a segment that a later look found whole in the tier (the
+        damage was seen in another tier, or the objects came back). True when there was some."""
+        sid = segment_id.id if isinstance(segment_id, RemoteLogSegmentId) else segment_id
+
+        def work(conn: Connection, _attempt: int) -> bool:
+            row = conn.execute(
+                SEGMENTS.update().where(SEGMENTS.c.segment_id == sid, SEGMENTS.c.damage.is_not(None))
+                .values(damage=None, damage_found_at=None)
+                .returning(SEGMENTS.c.topic_id, SEGMENTS.c.partition)
+            ).first()
+            if row is None:
+                return False
+            _event(conn, EventKind.SEGMENT_DAMAGE_CLEARED, topic_id=row.topic_id, segment_id=sid,
+                   details={"partition": row.partition, "why": why})
             return True
 
         return self._tx(work)
