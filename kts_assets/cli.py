@@ -127,7 +127,10 @@ def existing_dir(path: str) -> Path:
 
 def directory_to_write(path: str, option: str) -> Path:
     """A directory an option names for output: existing, or creatable (its nearest existing
-    ancestor is a directory). Checked before any work so a file there is a usage error."""
+    ancestor is a directory). Checked before any work so a file there is a usage error. An empty
+    path is refused: it would quietly mean the current directory."""
+    if not path.strip():
+        raise CommandError(f"{option} {path!r}: an empty path; name the directory (. for the current one)", EXIT_USAGE)
     p = Path(path)
     for ancestor in (p, *p.parents):
         if ancestor.exists():
@@ -1037,7 +1040,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sync", help="one full pass of the pipeline through Dagster: discover, inventory (Spark), copy")
     p.set_defaults(func=cmd_sync)
     p = sub.add_parser("ui", help="the Dagster UI (webserver + daemon) on the instance and environment the CLI uses, loopback only")
-    p.add_argument("--port", type=int, default=3000, metavar="P", help="the port on 127.0.0.1 (default 3000)")
+    p.add_argument("--port", type=bounded(int, 1, 65535), default=3000, metavar="P", help="the port on 127.0.0.1 (default 3000)")
     p.set_defaults(func=cmd_ui)
     p = sub.add_parser("status", help="per partition: offsets, bytes and segments per tier, copy lag, open lost ranges")
     p.add_argument("--json", action="store_true", help="print JSON (one object per partition)")

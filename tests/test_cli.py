@@ -208,3 +208,37 @@ def test_segments_notes_files_it_skipped_without_failing(partition_dir):
     assert [r["base_offset"] for r in json.loads(result.stdout)] == [0, 37]
     notes = result.stderr.strip().splitlines()
     assert len(notes) == 2 and all(n.startswith("kts: note: ") and "skipped" in n for n in notes)
+
+
+# --- accepted misuse (issue 34 finding 11) ----------------------------------------------------------
+
+
+def _no_server_env(tmp_path: Path) -> dict:
+    """An environment in which a command that got past its argument checks fails on an unreachable
+    database (exit 1) instead of starting anything."""
+    import os
+
+    return {**os.environ, "KTS_DATABASE_URL": "postgresql://kts@127.0.0.1:1/kts", "KTS_HOME": str(tmp_path / "home"),
+            "KTS_LOG_DIRS": str(tmp_path / "logs"), "KTS_REMOTE_URI": (tmp_path / "remote").as_uri()}
+
+
+@pytest.mark.parametrize("to", ["", "   "])
+def test_restore_to_an_empty_path_is_refused_not_the_current_directory(to, tmp_path):
+    work = tmp_path / "cwd"
+    work.mkdir()
+    result = subprocess.run([sys.executable, "-m", "kts_assets.cli", "restore", "orders", "0", "--to", to],
+                            env=_no_server_env(tmp_path), cwd=work, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "--to" in result.stderr
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("port", ["-1", "0", "65536", "http"])
+def test_ui_refuses_a_port_that_is_not_one(port, capsys):
+    """Parsed only (never started): argparse's usage error, exit 2, naming --port."""
+    from kts_assets.cli import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["ui", "--port", port])
+    assert exited.value.code == 2
+    assert "--port" in capsys.readouterr().err.strip().splitlines()[-1]
