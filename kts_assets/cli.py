@@ -482,6 +482,21 @@ def _known_topic(store, topic: str) -> None:
     raise CommandError(f"topic {topic!r} is neither in the metadata store nor in the log dirs ({', '.join(map(str, settings.log_dirs()))})")
 
 
+def key_values(assignments: Sequence[str]) -> list[tuple[str, str]]:
+    """``KEY=VALUE`` arguments as (key, value), trimmed; a usage error for one without ``=`` or
+    a key given twice (which value would win is not the user's to guess), before anything is set."""
+    pairs: list[tuple[str, str]] = []
+    for assignment in assignments:
+        key, eq, value = assignment.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise CommandError(f"{assignment!r}: expected key=value", EXIT_USAGE)
+        if key in (k for k, _ in pairs):
+            raise CommandError(f"{key} is given twice; give each key once (nothing was set)", EXIT_USAGE)
+        pairs.append((key, value.strip()))
+    return pairs
+
+
 def cmd_config(args) -> int:
     from kts_resources.metadata.topic_config import CONFIG_KEYS, InvalidTopicConfig
 
@@ -489,11 +504,8 @@ def cmd_config(args) -> int:
     try:
         _known_topic(store, args.topic)
         if args.config_command == "set":
-            for assignment in args.assignments:
-                key, eq, value = assignment.partition("=")
-                if not eq or not key:
-                    raise CommandError(f"{assignment!r}: expected key=value", EXIT_USAGE)
-                store.set_topic_config(args.topic, key.strip(), value.strip())
+            for key, value in key_values(args.assignments):
+                store.set_topic_config(args.topic, key, value)
         elif args.config_command == "delete":
             for key in args.keys:
                 store.delete_topic_config(args.topic, key)
@@ -918,6 +930,12 @@ def _status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> li
             if unreadable is None:
                 raise
             unreadable.setdefault(located.key, os_error_line(e))
+            continue
+        except KafkaFormatError as e:  # a log dir's corrupt checkpoint: one line (file, position) for all its partitions
+            if unreadable is None:
+                raise
+            if str(e) not in unreadable.values():
+                unreadable[located.key] = str(e)
             continue
         tip = topic_id_partition(partition, store)
         lost = store.lost_ranges(tip) if tip is not None else []

@@ -73,41 +73,44 @@ def cmd_offsets(args) -> int:
 
 def cmd_broker_config(args) -> int:
     """The KIP-956 quota settings every kts process shares, kept in the metadata store."""
-    from kts_assets.cli import _metadata_store
+    from kts_assets.cli import _metadata_store, key_values
+    from kts_resources.metadata.topic_config import InvalidTopicConfig, broker_retention, validate_broker_retention
     from kts_resources.quotas import QuotaConfig, QuotaConfigError
 
     from kts_resources.partition_admin import DEFAULT_TOPIC_ABSENCE_GRACE_MS, TOPIC_ABSENCE_GRACE_KEY
-    from kts_resources.retention import BROKER_RETENTION_DEFAULTS
+    from kts_resources.retention import BROKER_RETENTION_DEFAULTS  # the lowest values
 
     quota_keys = QuotaConfig().to_properties()
     lowest = {**BROKER_RETENTION_DEFAULTS, TOPIC_ABSENCE_GRACE_KEY: -1}
     known = {**quota_keys, **lowest}
     store = _metadata_store()
     try:
-        if args.action == "set":
-            pending = dict(store.broker_configs())
-            for assignment in args.assignments:
-                key, eq, value = assignment.partition("=")
-                key, value = key.strip(), value.strip()
-                if not eq or key not in known:
-                    raise CommandError(f"{assignment!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}", EXIT_USAGE)
+        if args.action in ("set", "delete"):
+            stored = store.broker_configs()
+            pending = dict(stored)
+            for key, value in key_values(args.assignments) if args.action == "set" else ():
+                if key not in known:
+                    raise CommandError(f"{key}={value}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}", EXIT_USAGE)
                 if key in lowest:
                     if not value.lstrip("-").isdigit() or int(value) < lowest[key]:
                         raise CommandError(f"Invalid value {value!r} for configuration {key}: a whole number ≥ {lowest[key]}", EXIT_USAGE)
                 pending[key] = value
-            QuotaConfig.from_properties({k: v for k, v in pending.items() if k in quota_keys})  # all or nothing
-            for key, value in pending.items():
-                store.set_broker_config(key, value)
-        elif args.action == "delete":
-            for key in args.keys:
+            for key in args.keys if args.action == "delete" else ():
                 if key not in known:
                     raise CommandError(f"{key!r} is not one of {', '.join(sorted(known))}", EXIT_USAGE)
-                store.set_broker_config(key, None)
+                pending.pop(key, None)
+            # All or nothing: the result as a whole is checked before any key is written.
+            QuotaConfig.from_properties({k: v for k, v in pending.items() if k in quota_keys})
+            validate_broker_retention(pending)
+            for key in sorted(set(stored) | set(pending)):
+                if stored.get(key) != pending.get(key):
+                    store.set_broker_config(key, pending.get(key))
         stored = store.broker_configs()
+        # The values in force: an unset key shows Kafka's default, which is what kts applies.
         config = {**QuotaConfig.from_properties({k: v for k, v in stored.items() if k in quota_keys}).to_properties(),
-                  **{k: int(stored.get(k, "-1" if k.startswith("log.retention") else "-2")) for k in BROKER_RETENTION_DEFAULTS},
+                  **{k: value for k, (value, _set) in broker_retention(stored).items()},
                   TOPIC_ABSENCE_GRACE_KEY: int(stored.get(TOPIC_ABSENCE_GRACE_KEY, DEFAULT_TOPIC_ABSENCE_GRACE_MS))}
-    except QuotaConfigError as e:
+    except (QuotaConfigError, InvalidTopicConfig) as e:
         raise CommandError(str(e), EXIT_USAGE) from None
     finally:
         store.close()
@@ -115,7 +118,8 @@ def cmd_broker_config(args) -> int:
     if args.json:
         print_json(rows)
     else:
-        print_table([{"key": k, **v} for k, v in rows.items()], ["key", "value", "source"])
+        print_table([{"key": k, "value": v["value"], "source": "set" if v["source"] == "override" else "Kafka's default"}
+                     for k, v in rows.items()], ["key", "value", "source"])
     return 0
 
 

@@ -242,3 +242,24 @@ def test_ui_refuses_a_port_that_is_not_one(port, capsys):
         build_parser().parse_args(["ui", "--port", port])
     assert exited.value.code == 2
     assert "--port" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_status_with_a_corrupt_checkpoint_in_one_of_two_log_dirs_shows_the_other(tmp_path, pg_url):
+    """The healthy log dir's partitions are printed; the corrupt file is one line with its position; exit 1."""
+    import os
+
+    from kts_resources.kafka.simulate import SimulationConfig, simulate
+
+    simulate(tmp_path / "a", SimulationConfig(seed=1, topics=("orders",), partitions=1, total_bytes=16 * 1024))
+    simulate(tmp_path / "b", SimulationConfig(seed=2, topics=("payments",), partitions=1, total_bytes=16 * 1024))
+    corrupt = tmp_path / "b" / "replication-offset-checkpoint"
+    corrupt.write_text("0\n1\npayments 0 not-a-number\n")
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_HOME": str(tmp_path / "home"),
+           "KTS_LOG_DIRS": f"{tmp_path / 'a'},{tmp_path / 'b'}", "KTS_REMOTE_URI": (tmp_path / "remote").as_uri()}
+    result = subprocess.run([sys.executable, "-m", "kts_assets.cli", "status", "--json"], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert [(r["topic"], r["partition"]) for r in json.loads(result.stdout)] == [("orders", 0)]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(corrupt) in lines[0] and "line 3" in lines[0], lines
+    assert "Traceback" not in result.stderr

@@ -244,3 +244,37 @@ def test_validation_agrees_with_kafkas_rule_for_any_retention(retention, local, 
         accepted = False
     assert accepted == (ms_ok and bytes_ok)
     assert TopicConfig(config.overrides) == config  # stored form round-trips
+
+
+# --- issue 34 finding 11: the broker-level rule, and topics inheriting the broker's retention -------
+
+
+@pytest.mark.parametrize("broker, key", [
+    ({"log.local.retention.ms": "604800001"}, "log.local.retention.ms"),  # Kafka's 7 days in force
+    ({"log.retention.ms": "1000", "log.local.retention.ms": "-1"}, "log.local.retention.ms"),
+    ({"log.retention.bytes": "10", "log.local.retention.bytes": "11"}, "log.local.retention.bytes"),
+])
+def test_broker_local_retention_is_validated_as_kafka_does(broker, key):
+    from kts_resources.metadata.topic_config import validate_broker_retention
+
+    with pytest.raises(InvalidTopicConfig) as refused:
+        validate_broker_retention(broker)
+    assert refused.value.key == key
+
+
+@pytest.mark.parametrize("broker", [
+    {}, {"log.local.retention.ms": "604800000"}, {"log.retention.ms": "-1", "log.local.retention.ms": "-1"},
+    {"log.retention.ms": "1000", "log.local.retention.ms": "-2"}, {"log.local.retention.bytes": "99"},
+])
+def test_broker_local_retention_within_retention_is_accepted(broker):
+    from kts_resources.metadata.topic_config import validate_broker_retention
+
+    validate_broker_retention(broker)
+
+
+def test_a_topic_key_it_does_not_set_is_validated_with_the_brokers_value():
+    config = TopicConfig({"local.retention.ms": "7200000"})
+    config.validate("orders", broker={"log.retention.ms": "-1"})
+    with pytest.raises(InvalidTopicConfig, match="3600000"):
+        config.validate("orders", broker={"log.retention.ms": "3600000"})
+    TopicConfig({"local.retention.ms": "7200000", "retention.ms": "7200000"}).validate("orders", broker={"log.retention.ms": "3600000"})

@@ -414,13 +414,15 @@ class RemoteLogMetadataStore:
         return self._change_config(name, lambda config: config.without_config(key), key)
 
     def _change_config(self, name: str, change: Callable[[TopicConfig], TopicConfig], key: str) -> TopicConfig:
+        broker = self.broker_configs()  # the log.*retention* a topic's unset keys inherit, as Kafka validates
+
         def work(conn: Connection, _attempt: int) -> TopicConfig:
             row = conn.execute(sa.select(TOPICS).where(TOPICS.c.name == name).with_for_update()).first()
             if row is None:
                 raise RemoteResourceNotFoundError(f"topic {name!r} is not known to the metadata store")
             old = TopicConfig(row.configs)
             new = change(old)
-            new.validate(name, previous=old)
+            new.validate(name, previous=old, broker=broker)
             if new == old:
                 return new  # also how a retry finds its own earlier commit
             conn.execute(

@@ -315,9 +315,11 @@ class TopicConfig:
         """Tiered and not ``remote.log.copy.disable`` (which stops copying but keeps reads)."""
         return self.tiering_enabled(topic) and not self.remote_log_copy_disable
 
-    def validate(self, topic: str, previous: "TopicConfig | None" = None) -> None:
+    def validate(self, topic: str, previous: "TopicConfig | None" = None, broker: Mapping[str, str] | None = None) -> None:
         """Kafka's cross-config rules (LogConfig.validateTopicLogConfigValues) for ``topic``;
-        ``previous`` is the config being replaced, for the rule on turning tiering off."""
+        ``previous`` is the config being replaced, for the rule on turning tiering off; ``broker``
+        the broker-level settings, whose log.*retention* a key the topic does not set inherits
+        (Kafka validates the topic's configs merged over the broker's)."""
         if self.get(MIN_COMPACTION_LAG_MS) > self.get(MAX_COMPACTION_LAG_MS):
             raise InvalidTopicConfig(
                 MIN_COMPACTION_LAG_MS, self.get(MIN_COMPACTION_LAG_MS),
@@ -339,7 +341,7 @@ class TopicConfig:
             if topic in INTERNAL_TOPICS:
                 raise InvalidTopicConfig(REMOTE_STORAGE_ENABLE, "true", f"internal topic {topic} cannot be tiered")
         if self.tiering_enabled(topic):
-            self._validate_retention_for_tiering()
+            self._validate_retention_for_tiering(inherited_retention(broker or {}))
         if was_tiered and not self.tiering_enabled(topic) and not self.remote_log_delete_on_disable:
             raise InvalidTopicConfig(
                 REMOTE_STORAGE_ENABLE, "false",
@@ -349,28 +351,64 @@ class TopicConfig:
                 "`remote.storage.enable=false,remote.log.delete.on.disable=true`.",
             )
 
-    def _validate_retention_for_tiering(self) -> None:
-        # LogConfig.validateRemoteStorageRetentionSize / RetentionTime: the local tier is a part
-        # of the whole log, so it may not be unbounded or bigger while the whole is bounded.
+    def _in_force(self, key: str, inherited: Mapping[str, int]) -> Any:
+        """The topic's value, else the broker's default for it, else Kafka's."""
+        return self.get(key) if self.is_set(key) or key not in inherited else inherited[key]
+
+    def _validate_retention_for_tiering(self, inherited: Mapping[str, int]) -> None:
         for local_key, total_key in ((LOCAL_RETENTION_BYTES, RETENTION_BYTES), (LOCAL_RETENTION_MS, RETENTION_MS)):
-            local, total = self.get(local_key), self.get(total_key)
-            bounded = total > -1 if total_key == RETENTION_BYTES else total != -1
-            if bounded and local != SAME_AS_RETENTION:
-                if local == -1:
-                    raise InvalidTopicConfig(local_key, local, f"Value must not be -1 as {total_key} value is set as {total}.")
-                if local > total:
-                    raise InvalidTopicConfig(local_key, local, f"Value must not be more than {total_key} property value: {total}")
+            check_local_retention(local_key, self._in_force(local_key, inherited),
+                                  total_key, self._in_force(total_key, inherited), by_bytes=total_key == RETENTION_BYTES)
         # LogConfig.validateRetentionConfigsWhenRemoteCopyDisabled: nothing more will be copied,
         # so the local tier must keep everything the topic keeps.
         if self.remote_log_copy_disable:
             for local_key, total_key in ((LOCAL_RETENTION_BYTES, RETENTION_BYTES), (LOCAL_RETENTION_MS, RETENTION_MS)):
-                local, total = self.get(local_key), self.get(total_key)
+                local, total = self._in_force(local_key, inherited), self._in_force(total_key, inherited)
                 if local != SAME_AS_RETENTION and local != total:
                     raise InvalidTopicConfig(
                         local_key, local,
                         f"When `{REMOTE_LOG_COPY_DISABLE}` is set to true, the `{local_key}` and `{total_key}` must be "
                         "set to the identical value because there will be no more logs copied to the remote storage.",
                     )
+
+
+def check_local_retention(local_key: str, local: int, total_key: str, total: int, *, by_bytes: bool) -> None:
+    """LogConfig.validateRemoteStorageRetentionSize / RetentionTime: the local tier is a part of
+    the whole log, so while the whole is bounded the local part may be neither unbounded (−1) nor
+    bigger; −2 is "the same as the whole"."""
+    bounded = total > -1 if by_bytes else total != -1
+    if bounded and local != SAME_AS_RETENTION:
+        if local == -1:
+            raise InvalidTopicConfig(local_key, local, f"Value must not be -1 as {total_key} value is set as {total}.")
+        if local > total:
+            raise InvalidTopicConfig(local_key, local, f"Value must not be more than {total_key} property value: {total}")
+
+
+# The broker-level settings that are the retention of topics setting none of their own
+# (KafkaConfig's log.* names → the topic config each supplies), kept by `kts broker-config`.
+BROKER_RETENTION_KEYS = {"log.retention.ms": RETENTION_MS, "log.retention.bytes": RETENTION_BYTES,
+                         "log.local.retention.ms": LOCAL_RETENTION_MS, "log.local.retention.bytes": LOCAL_RETENTION_BYTES}
+
+
+def inherited_retention(broker: Mapping[str, str]) -> dict[str, int]:
+    """Topic key → the value the broker sets for it (only those the broker sets)."""
+    return {BROKER_RETENTION_KEYS[key]: int(value) for key, value in broker.items() if key in BROKER_RETENTION_KEYS}
+
+
+def broker_retention(broker: Mapping[str, str]) -> dict[str, tuple[int, bool]]:
+    """Each broker-level retention key → (the value in force, whether it is set): the stored one,
+    else Kafka's default (log.retention.ms 7 days, log.retention.bytes −1, log.local.retention.* −2),
+    which is what a topic setting nothing gets (``retention.RetentionConfig.from_topic_config``)."""
+    return {key: (int(broker[key]), True) if key in broker else (CONFIG_KEYS[topic_key].parse(topic_key, CONFIG_KEYS[topic_key].default), False)
+            for key, topic_key in BROKER_RETENTION_KEYS.items()}
+
+
+def validate_broker_retention(broker: Mapping[str, str]) -> None:
+    """Kafka's checks of log.local.retention.* against log.retention.* (validateBrokerLogConfigValues
+    with remote storage on, and DynamicLogConfig on a change); InvalidTopicConfig names the key."""
+    values = {key: value for key, (value, _set) in broker_retention(broker).items()}
+    for local_key, total_key in (("log.local.retention.bytes", "log.retention.bytes"), ("log.local.retention.ms", "log.retention.ms")):
+        check_local_retention(local_key, values[local_key], total_key, values[total_key], by_bytes=local_key.endswith("bytes"))
 
 
 def tiering_enabled(topic: str, configs: TopicConfig | Mapping[str, object] | None = None) -> bool:
