@@ -187,8 +187,11 @@ class Postgres:
         self.server = embedded.ensure_running(self.home, settings=self.FAST_SETTINGS)
         self.port = self.server.port
         self.template = f"harness_template_{uuid.uuid4().hex[:8]}"
-        self._admin = self.server.url_for("postgres")
-        self._make_template()
+        try:
+            self._make_template()
+        except BaseException:
+            embedded.discard(self.home)
+            raise
 
     def url(self, database: str) -> str:
         return self.server.url_for(database)
@@ -207,6 +210,13 @@ class Postgres:
                 conn.exec_driver_sql(StoreGate.INSTALL)
         finally:
             engine.dispose()
+        # Dagster's own tables too (schema "dagster", as dagster.yaml has it): every scenario's first
+        # run would otherwise create them.
+        from kts_resources.dagster_storage import KtsDagsterStorage
+
+        storage = KtsDagsterStorage(server_url=self.url(self.template))
+        for part in (storage.run_storage, storage.event_log_storage, storage.schedule_storage):
+            part.dispose()
 
     def execute(self, sql: str, database: str = "postgres") -> list[tuple]:
         import psycopg2
@@ -223,8 +233,10 @@ class Postgres:
 
     def new_database(self, template: str | None = None) -> str:
         """A fresh database, copied from ``template`` (default: migrated, gate installed); its name."""
-        name = f"harness_{uuid.uuid4().hex[:12]}"
-        self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template or self.template}"')
+        name, template = f"harness_{uuid.uuid4().hex[:12]}", template or self.template
+        # A template must have no session: a server-side leftover of a killed command may linger.
+        self.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{template}'")
+        self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         return name
 
     def stop(self) -> None:
@@ -272,9 +284,12 @@ class S3Server:
         return self._app(environ, start_response)
 
     def start(self) -> None:
+        import logging
+
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
         from werkzeug.serving import ThreadedWSGIServer
 
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request would bury a failure's story
         if self._app is None:
             self._app = DomainDispatcherApplication(create_backend_app)
         connections: set[socket.socket] = set()

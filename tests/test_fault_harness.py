@@ -20,6 +20,7 @@ runs the same strikes every time); a failure message names the strike.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -171,8 +172,8 @@ def assert_recovered(scenario: Scenario, outcome: Outcome, what: str, *, lost: b
     assert not stderr_problems(outcome), f"{what}: the recovering pass\n{outcome}"
     if lost:
         lines = [line for line in outcome.stderr.splitlines() if line.strip() and not line.startswith(NOTICES)]
-        assert outcome.status == 1 and lines and all(" lost range" in line or "were deleted" in line or
-                                                     "deleted locally" in line for line in lines), \
+        assert outcome.status == 1 and lines and all(" lost range" in line or "deleted locally" in line or
+                                                     line.startswith("kts: sync failed for") for line in lines), \
             f"{what}: the recovering pass should name only open lost ranges\n{outcome}"
     else:
         assert outcome.status == 0, f"{what}: the recovering pass\n{outcome}"
@@ -321,6 +322,8 @@ def test_a_checkpoint_rewritten_mid_sync_by_a_broker_writing_on_is_taken_by_the_
     assert_recovered(scenario, scenario.sync(), "checkpoints rewritten mid-sync")
 
 
+@xfail_finding(1, "the broker's own retention moving log-start-offset-checkpoint makes the next sync delete the "
+                   "remote segments below it (copied an hour ago, under a 7-day retention)")
 def test_the_broker_advancing_its_log_start_checkpoint_mid_sync_deletes_nothing_from_the_tier(harness):
     """Finding 1's race: the broker's retention removes local segments kts has copied and rewrites
     log-start-offset-checkpoint while a sync runs; every segment kts copied stays finished and
@@ -365,14 +368,30 @@ def test_a_full_tier_fails_the_copy_in_a_line_per_partition_and_the_next_sync_af
 
 
 @needs_mount
+@xfail_finding(10, "a full KTS_HOME fails kts sync with only 'Exceeded max_retries of 2'")
 def test_a_full_kts_home_fails_the_sync_in_a_line_and_the_next_sync_after_space_is_freed_converges(harness):
     scenario = harness.scenario("full-kts-home", "filesystem")
-    with tmpfs(scenario.home, "1m"):
+    with tmpfs(scenario.home, "16m"):
         ballast = fill(scenario.home)
         failed = scenario.sync()
         ballast.unlink()
         assert_recovered(scenario, scenario.sync(), "a full KTS_HOME")
     assert_failed_in_a_line(failed, "a full KTS_HOME", finding=10)
+
+
+@needs_mount
+@pytest.mark.xfail(strict=True, reason="new (not in issue 34): with KTS_HOME full, a remote fetch fails on writing the "
+                                       "chunk cache (OSError ENOSPC from ChunkCache.put) instead of reading on without it")
+def test_a_fetch_from_the_tier_with_a_full_kts_home_still_answers(harness):
+    scenario = harness.from_tiered("full-kts-home-fetch", "filesystem")
+    segment = scenario.finished()[3]
+    with tmpfs(scenario.home, "1m"):
+        fill(scenario.home)
+        fetched = scenario.kts("fetch", "orders", str(segment.partition), "--offset", str(segment.start_offset), "--json",
+                               env={"KTS_LOG_DIRS": str(scenario.no_logs)})
+    assert fetched.status == 0 and not stderr_problems(fetched), fetched
+    records = json.loads(fetched.stdout)["records"]
+    assert records and records[0] == scenario.truth.between(segment.tp, segment.start_offset, segment.start_offset)[0]
 
 
 # --- expiry (the retention pass of a sync) ------------------------------------------------------------
@@ -497,8 +516,9 @@ def restore_then_rerun(harness: Harness, name: str, fault) -> None:
     heal()
     what = f"{name} at {moment} (KTS_FAULT_SEED={SEED})"
     assert not stderr_problems(first), f"{what}\n{first}"
-    rerun = scenario.kts("restore", "orders", "0", "--to", str(to))
-    assert rerun.status == 0 and not stderr_problems(rerun), f"{what}: the rerun\n{rerun}"
+    if first.status != 0:  # a finished restore is not run again: README, it refuses a dir holding segments
+        rerun = scenario.kts("restore", "orders", "0", "--to", str(to))
+        assert rerun.status == 0 and not stderr_problems(rerun), f"{what}: the rerun\n{rerun}"
     assert_restored(scenario, to, what)
     assert not scenario.problems()
     if first.status not in (0, -9, 137):
