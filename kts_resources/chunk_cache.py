@@ -13,9 +13,12 @@ batches as it does a fresh one, and drops a chunk that fails (``discard``).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
 # Eviction looks at the directory after this many bytes were added since it last did.
@@ -27,6 +30,7 @@ class ChunkCache:
         if max_bytes <= 0:
             raise ValueError(f"chunk cache size {max_bytes} is not positive")
         self.directory = Path(directory)
+        self._write_failed = False
         self.max_bytes = max_bytes
         self.hits = self.misses = 0
         self._added = 0
@@ -56,11 +60,19 @@ class ChunkCache:
         if len(data) != length or length > self.max_bytes:
             return
         path = self._path(key, position, length)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            # A full or read-only KTS_HOME: the read already has its bytes; only the cache goes without.
+            tmp.unlink(missing_ok=True)
+            if not self._write_failed:  # once: every later chunk would say the same
+                self._write_failed = True
+                log.warning("chunk cache %s: reading without caching (%s)", self.directory, e.strerror or e)
+            return
         with self._lock:
             self._added += length
             check = self._added >= min(_CHECK_EVERY_BYTES, self.max_bytes // 4 or 1)

@@ -1153,7 +1153,14 @@ class TieredLogReader:
         if reader.tip is not None and self.home is not None:
             reader.index_dir = index_cache.cache_directory(self.home, reader.tip)
             if self.rsm is not None and reader.finished:
-                index_cache.ensure_cached(reader.index_dir, self.rsm, reader.tip)
+                try:
+                    index_cache.ensure_cached(reader.index_dir, self.rsm, reader.tip)
+                except OSError as e:
+                    # KTS_HOME full or read-only: read without the local copy of the index (Kafka's
+                    # two requests per fetch) rather than fail a read the tier can answer.
+                    log.warning("%s: remote log index not cached under %s (%s); reading without it",
+                                reader.tip.topic_partition, reader.index_dir, e.strerror or e)
+                    reader.index_dir = None
         return reader
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_MAX_BYTES,
