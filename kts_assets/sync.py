@@ -10,6 +10,7 @@ repair, exactly as after a crash.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -87,7 +88,7 @@ def run_batch(job: dg.JobDefinition, instance: dg.DagsterInstance, batch: KeyRan
 
     worker = threading.Thread(target=execute, name="kts-sync-run")
     try:
-        with SlotWaitReporter(instance, run_id, say):
+        with SlotWaitReporter(instance, run_id, say), _event_log_failures_to_debug():
             worker.start()
             while worker.is_alive():
                 worker.join(timeout=0.2)  # short waits: signals are handled between them
@@ -97,6 +98,39 @@ def run_batch(job: dg.JobDefinition, instance: dg.DagsterInstance, batch: KeyRan
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     _collect(box["result"], batch, outcome)
+
+
+_EVENT_LOG_FAILURE = "Exception while writing logger call to event log:"
+
+
+class _EventLogFailureFilter:
+    """sys.stderr, less Dagster's raw report of a log call its event log could not store (the
+    SQL, parameters and all). It comes when the database went away mid-run, and kts says that
+    itself in one line; the report goes to the debug log instead of the terminal."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if text.startswith(_EVENT_LOG_FAILURE):
+            import logging
+
+            logging.getLogger(__name__).debug("%s", text.rstrip())
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _event_log_failures_to_debug():
+    saved = sys.stderr
+    sys.stderr = _EventLogFailureFilter(saved)
+    try:
+        yield
+    finally:
+        sys.stderr = saved
 
 
 def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:

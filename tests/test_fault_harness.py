@@ -157,15 +157,6 @@ def strike(name: str) -> random.Random:
     return random.Random(f"{SEED}:{name}")
 
 
-class KnownFinding(AssertionError):
-    """A check that fails on a finding issue 34 lists (a test marked xfail(raises=KnownFinding) for
-    it fails outright on anything else)."""
-
-
-def xfail_finding(number: int, what: str):
-    return pytest.mark.xfail(strict=True, raises=KnownFinding, reason=f"issue 34 finding {number}: {what}")
-
-
 def assert_recovered(scenario: Scenario, outcome: Outcome, what: str, *, lost: bool = False) -> None:
     """The recovering pass exits 0 without a traceback — or, with ``lost``, exits 1 naming only the
     open lost ranges, as README says every pass does until they are acknowledged — and the
@@ -186,7 +177,7 @@ def assert_recovered(scenario: Scenario, outcome: Outcome, what: str, *, lost: b
 NOTICES = ("sync: copy_job over", "copy_job over", "kts recover:", "kts restore:", "kts scrub:", "sync: released", "released run")
 
 
-def assert_failed_in_a_line(outcome: Outcome, what: str, *, finding: int | None = None, partitions: int = 2,
+def assert_failed_in_a_line(outcome: Outcome, what: str, *, partitions: int = 2,
                             cause: str | None = None) -> None:
     """A failed pass: non-zero, no traceback, its error in a few lines (at most one per partition
     and a summary; progress lines aside), each partition's line naming ``cause`` when given."""
@@ -195,8 +186,7 @@ def assert_failed_in_a_line(outcome: Outcome, what: str, *, finding: int | None 
     unexplained = cause is not None and any(cause.lower() not in line.lower() for line in lines
                                             if not line.startswith("kts: sync failed for"))
     if stderr_problems(outcome) or not lines or len(lines) > partitions + 1 or unexplained:
-        error = KnownFinding if finding is not None else AssertionError
-        raise error(f"{what}: the failed pass should say why in a line per failed partition, without a traceback\n{outcome}")
+        raise AssertionError(f"{what}: the failed pass should say why in a line per failed partition, without a traceback\n{outcome}")
 
 
 # --- kill -9 ---------------------------------------------------------------------------------------
@@ -271,7 +261,6 @@ def test_s3_stopped_mid_copy_fails_the_pass_in_a_few_lines_and_the_next_sync_con
     assert_failed_in_a_line(failed, "S3 stopped mid-copy")
 
 
-@xfail_finding(8, "PostgreSQL killed mid-sync prints a traceback (SQLAlchemy's OperationalError) instead of a line")
 def test_postgres_stopped_mid_copy_fails_the_pass_in_a_few_lines_and_the_next_sync_converges(harness):
     scenario = harness.scenario("pg-stopped-mid-copy", "filesystem")
     # Inside the transaction of the third copy's COPY_SEGMENT_FINISHED: its objects are uploaded.
@@ -287,7 +276,7 @@ def test_postgres_stopped_mid_copy_fails_the_pass_in_a_few_lines_and_the_next_sy
     finally:
         harness.postgres.start()
     assert_recovered(scenario, scenario.sync(), "PostgreSQL stopped mid-copy")
-    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-copy", finding=8)
+    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-copy")
 
 
 # --- the broker's own retention and checkpoints, mid-sync ---------------------------------------
@@ -348,7 +337,7 @@ def test_the_broker_advancing_its_log_start_checkpoint_mid_sync_deletes_nothing_
     assert_recovered(scenario, scenario.sync(), "log start checkpoint advanced mid-sync")
     gone = copied - {s.segment_id for s in scenario.finished()}
     if gone:
-        raise KnownFinding(f"{len(gone)} of {len(copied)} copied segments were deleted from the tier after the broker's "
+        raise AssertionError(f"{len(gone)} of {len(copied)} copied segments were deleted from the tier after the broker's "
                            f"own retention advanced log-start-offset-checkpoint\n{first}")
 
 
@@ -377,7 +366,7 @@ def test_a_full_kts_home_fails_the_sync_in_a_line_and_the_next_sync_after_space_
         failed = scenario.sync()
         ballast.unlink()
         assert_recovered(scenario, scenario.sync(), "a full KTS_HOME")
-    assert_failed_in_a_line(failed, "a full KTS_HOME", finding=10, cause="No space left on device")
+    assert_failed_in_a_line(failed, "a full KTS_HOME", cause="No space left on device")
 
 
 @needs_mount
@@ -423,7 +412,6 @@ def test_kill_9_of_an_expiry_pass_at_a_seeded_moment_then_the_next_sync_finishes
     assert_recovered(scenario, scenario.sync(), what)
 
 
-@xfail_finding(8, "PostgreSQL killed mid-expiry prints a traceback instead of a line")
 def test_postgres_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
     scenario = expiring(harness, "pg-stopped-mid-expiry", "filesystem")
     gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", "DELETE_SEGMENT_FINISHED", nth=2)
@@ -438,7 +426,7 @@ def test_postgres_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
     finally:
         harness.postgres.start()
     assert_recovered(scenario, scenario.sync(), "PostgreSQL stopped mid-expiry")
-    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-expiry", finding=8)
+    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-expiry")
 
 
 def test_s3_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
