@@ -7,6 +7,7 @@ every batch's CRC-32C.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import FileChangedError
@@ -148,33 +149,14 @@ def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
         raise ValueError("a tally checks every CRC")
     scan = SegmentScan()
     with open(path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        size = os.fstat(fd).st_size
-        # One buffer, read into again and again: a fresh bytes object per chunk (and a bytearray
-        # grown by it) page-faulted its memory in on every chunk, which cost more than the scan.
-        buf = bytearray(max(1, min(chunk_bytes, size - start)))
-        filled = 0  # bytes of buf holding the file from ``base``
-        base = start  # the file position of buf[0]
-        read_to = start
+        window = _FileWindow(f, start, chunk_bytes, lambda at, opened, _now: FileChangedError(
+            f"{os.fspath(path)}: byte {at}: the file ended at {at} bytes while it was read ({opened} when it was "
+            f"opened): truncated underneath"))
+        size = window.size
         need = 0  # bytes the buffer must hold before the next scan (a batch cut off by a chunk)
         while True:
-            while read_to < size:
-                # Fill up to a chunk (or the whole cut-off batch): the buffer keeps its size.
-                want = min(max(chunk_bytes, need) - filled, size - read_to)
-                if len(buf) < filled + want:
-                    grown = bytearray(filled + want)
-                    grown[:filled] = buf[:filled]
-                    buf = grown
-                got = os.preadv(fd, [memoryview(buf)[filled:filled + want]], read_to)
-                if not got:
-                    raise FileChangedError(f"{os.fspath(path)}: byte {read_to}: the file ended at {read_to} bytes while it "
-                                           f"was read ({size} when it was opened): truncated underneath")
-                filled += got
-                read_to += got
-                if filled >= need:
-                    break
-            at_end = read_to >= size
-            view = memoryview(buf)[:filled]
+            at_end = window.fill(need)
+            base, view = window.base, window.view
             if tally is None:
                 part = scan_batches(view, verify_crc=verify_crc)
                 for batch in part.batches:
@@ -188,7 +170,8 @@ def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
                 if at_end:
                     scan.valid_bytes = position
                     return size, scan
-                base, need, filled = position, 0, 0
+                window.consume(part.valid_bytes)
+                need = 0
                 continue
             # Stopped short of the buffer's end: bytes that can never be a batch, or a batch the
             # chunk cut off. The verdict must be the one a scan of the whole file gives.
@@ -208,11 +191,7 @@ def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
                 scan.valid_bytes = position
                 return size, scan
             need = min(need, file_rest)
-            # The cut-off batch moves to the front (a same-size slice copy: the buffer never shrinks).
-            kept = filled - part.valid_bytes
-            buf[:kept] = buf[part.valid_bytes:filled]
-            filled = kept
-            base = position
+            window.consume(part.valid_bytes)  # the cut-off batch moves to the front
 
 
 def _next_header(rest: memoryview) -> tuple[int, int, int] | None:
@@ -240,38 +219,67 @@ def verify_segment_file(path: str | os.PathLike, *, chunk_bytes: int | None = No
     verifier = SegmentVerifier(chunk_bytes)
     crc = 0
     with open(path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        size = os.fstat(fd).st_size
-        buf = bytearray(max(1, min(read_bytes, size)))
-        filled = 0  # bytes of buf holding the file from ``base``
-        base = read_to = 0
+        window = _FileWindow(f, 0, read_bytes, lambda _at, opened, now: FileChangedError(
+            f"truncated while it was verified: {opened} bytes expected, {now} found", path=path))
+        size = window.size
         need = 0  # bytes the buffer must hold before the next look (a batch a window cut off)
         while True:
-            while read_to < size:
-                want = min(max(read_bytes, need) - filled, size - read_to)
-                if len(buf) < filled + want:
-                    grown = bytearray(filled + want)
-                    grown[:filled] = buf[:filled]
-                    buf = grown
-                got = os.preadv(fd, [memoryview(buf)[filled:filled + want]], read_to)
-                if not got:
-                    raise FileChangedError(f"truncated while it was verified: {size} bytes expected, "
-                                           f"{os.fstat(fd).st_size} found", path=path)
-                filled += got
-                read_to += got
-                if filled >= need:
-                    break
-            at_end = read_to >= size
-            view = memoryview(buf)[:filled]
-            used = filled if verifier.problem is not None else _verify_window(verifier, view, base, size, at_end, read_bytes)
+            at_end = window.fill(need)
+            base, view = window.base, window.view
+            used = len(view) if verifier.problem is not None else _verify_window(verifier, view, base, size, at_end, read_bytes)
             crc = crc32c(view[:used], crc)
             if at_end:  # the whole file: every byte used (a verdict on the last ones included)
                 return verifier.finish(size, crc)
-            # The bytes not used yet (a batch the window cut off) move to the front of the buffer.
-            kept = filled - used
-            need = _needed(view[used:], size - base - used) if kept else 0
-            buf[:kept] = buf[used:filled]
-            filled, base = kept, base + used
+            need = _needed(view[used:], size - base - used) if used < len(view) else 0
+            window.consume(used)  # the bytes not used yet (a batch the window cut off) move to the front
+
+
+class _FileWindow:
+    """A file read forward into one buffer, never mapped: a file truncated underneath (a broker
+    truncating its active segment after a leader change) raises what ``truncated(position, size
+    when opened, size now)`` makes, where a mapping would take SIGBUS, which no Python code can
+    catch. ``view`` holds the file from byte ``base``; memory stays at a window plus one batch."""
+
+    def __init__(self, f, start: int, window_bytes: int, truncated: Callable[[int, int, int], Exception]):
+        self._fd = f.fileno()
+        self.size = os.fstat(self._fd).st_size
+        self._window_bytes = window_bytes
+        self._truncated = truncated
+        # One buffer, read into again and again: a fresh bytes object per chunk (and a bytearray
+        # grown by it) page-faulted its memory in on every chunk, which cost more than the scan.
+        self._buf = bytearray(max(1, min(window_bytes, self.size - start)))
+        self._filled = 0
+        self.base = self._read_to = start
+
+    def fill(self, need: int = 0) -> bool:
+        """Read up to a window past what is held (or up to ``need`` bytes held: a whole batch the
+        last window cut off); True once the file's end is held."""
+        while self._read_to < self.size:
+            want = min(max(self._window_bytes, need) - self._filled, self.size - self._read_to)
+            if len(self._buf) < self._filled + want:
+                grown = bytearray(self._filled + want)
+                grown[:self._filled] = self._buf[:self._filled]
+                self._buf = grown
+            got = os.preadv(self._fd, [memoryview(self._buf)[self._filled:self._filled + want]], self._read_to)
+            if not got:
+                raise self._truncated(self._read_to, self.size, os.fstat(self._fd).st_size)
+            self._filled += got
+            self._read_to += got
+            if self._filled >= need:
+                break
+        return self._read_to >= self.size
+
+    @property
+    def view(self) -> memoryview:
+        return memoryview(self._buf)[:self._filled]
+
+    def consume(self, used: int) -> None:
+        """Done with the first ``used`` bytes: the rest moves to the front (a same-size slice copy:
+        the buffer never shrinks)."""
+        kept = self._filled - used
+        self._buf[:kept] = self._buf[used:self._filled]
+        self._filled = kept
+        self.base += used
 
 
 def _verify_window(verifier: SegmentVerifier, view: memoryview, base: int, size: int, at_end: bool, read_bytes: int) -> int:
