@@ -266,6 +266,19 @@ def test_restore_into_a_read_only_dir_is_one_line_naming_it(tmp_path: Path, log_
 # --- the metadata store going away ----------------------------------------------------------------
 
 
+def sync_until_the_copy_starts(env: dict[str, str]) -> tuple[subprocess.Popen, list[str]]:
+    """A ``kts sync`` child, its stderr read up to the line saying copy_job started: (the child,
+    those lines)."""
+    sync = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr = []
+    for line in sync.stderr:
+        stderr.append(line)
+        if "copy_job over" in line:
+            break
+    return sync, stderr
+
+
 def _kill_server(pid: int) -> None:
     """SIGKILL the postmaster and its backends (what an OOM kill or a crash does)."""
     import signal
@@ -303,13 +316,7 @@ def test_postgresql_killed_mid_sync_is_one_line_and_the_next_sync_converges(tmp_
         url = start()
         password = sa.engine.make_url(url).password
         env = sync_env(tmp_path, log_dir, url, session_spark=True)
-        sync = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        stderr = []
-        for line in sync.stderr:
-            stderr.append(line)
-            if "copy_job over" in line:
-                break
+        sync, stderr = sync_until_the_copy_starts(env)
         # Mid-copy: the first segment is in the tier, its partition's others are not.
         remote = tmp_path / "remote"
         while sync.poll() is None and not any(p.is_file() for p in remote.rglob("*.log")):
@@ -373,14 +380,8 @@ def test_s3_down_mid_sync_names_each_partitions_own_objects(tmp_path, log_dir, p
 
     env = sync_env(tmp_path, log_dir, pg_url, session_spark=True, KTS_REMOTE_URI=f"s3://{s3_bucket}/tiered",
                    KTS_S3_ENDPOINT_URL=s3_cutting_proxy.url)
-    sync = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "sync"], env=env, cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stderr = []
-    for line in sync.stderr:
-        stderr.append(line)
-        if "copy_job over" in line:
-            s3_cutting_proxy.cut_after = s3_cutting_proxy.forwarded + 1  # down from the copy's first request on
-            break
+    sync, stderr = sync_until_the_copy_starts(env)
+    s3_cutting_proxy.cut_after = s3_cutting_proxy.forwarded + 1  # down from the copy's first request on
     out, more = sync.communicate(timeout=900)
     output = "".join(stderr) + more + out
 

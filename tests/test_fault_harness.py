@@ -38,6 +38,7 @@ from .fault_harness import (
     CliServer,
     Outcome,
     Postgres,
+    Running,
     S3Server,
     Scenario,
     Tier,
@@ -157,6 +158,34 @@ def strike(name: str) -> random.Random:
     return random.Random(f"{SEED}:{name}")
 
 
+def kill_9_when(gate, running: Running, what: str) -> str:
+    """kill -9 of ``running`` the moment ``gate`` holds it; ``what`` with the moment and the seed,
+    to name the scenario in a failure."""
+    try:
+        moment = gate.wait(running)
+        running.kill()
+    finally:
+        gate.release()
+    killed = running.wait()
+    what = f"{what} at {moment} (KTS_FAULT_SEED={SEED})"
+    assert killed.status in (-9, 137), f"{what}\n{killed}"
+    return what
+
+
+def stop_when(gate, running: Running, server) -> Outcome:
+    """``server`` (PostgreSQL, S3) stopped the moment ``gate`` holds ``running``, started again once
+    ``running`` ended: its outcome."""
+    try:
+        gate.wait(running)
+        server.stop()
+    finally:
+        gate.release()
+    try:
+        return running.wait()
+    finally:
+        server.start()
+
+
 def assert_recovered(scenario: Scenario, outcome: Outcome, what: str, *, lost: bool = False) -> None:
     """The recovering pass exits 0 without a traceback — or, with ``lost``, exits 1 naming only the
     open lost ranges, as README says every pass does until they are acknowledged — and the
@@ -205,14 +234,7 @@ def test_kill_9_of_a_sync_at_a_seeded_moment_then_the_next_sync_converges(harnes
         # While an object of a segment is being uploaded (the request held in the server).
         gate = harness.s3.gate("PUT", rf"^/{scenario.tier.bucket}/", nth=rng.randint(1, 40))
     running = scenario.start("sync")
-    try:
-        moment = gate.wait(running)
-        running.kill()
-    finally:
-        gate.release()
-    killed = running.wait()
-    what = f"kill -9 at {moment} (KTS_FAULT_SEED={SEED})"
-    assert killed.status in (-9, 137), f"{what}\n{killed}"
+    what = kill_9_when(gate, running, "kill -9")
     assert_recovered(scenario, scenario.sync(), what)
 
 
@@ -248,15 +270,7 @@ def test_s3_stopped_mid_copy_fails_the_pass_in_a_few_lines_and_the_next_sync_con
     scenario = harness.scenario("s3-stopped-mid-copy", "s3")
     gate = harness.s3.gate("PUT", rf"^/{scenario.tier.bucket}/.*\.log$", nth=3)
     running = scenario.start("sync")
-    try:
-        gate.wait(running)
-        harness.s3.stop()
-    finally:
-        gate.release()
-    try:
-        failed = running.wait()
-    finally:
-        harness.s3.start()
+    failed = stop_when(gate, running, harness.s3)
     assert_recovered(scenario, scenario.sync(), "S3 stopped mid-copy")
     assert_failed_in_a_line(failed, "S3 stopped mid-copy")
 
@@ -266,15 +280,7 @@ def test_postgres_stopped_mid_copy_fails_the_pass_in_a_few_lines_and_the_next_sy
     # Inside the transaction of the third copy's COPY_SEGMENT_FINISHED: its objects are uploaded.
     gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", "COPY_SEGMENT_FINISHED", nth=3)
     running = scenario.start("sync")
-    try:
-        gate.wait(running)
-        harness.postgres.stop()
-    finally:
-        gate.release()
-    try:
-        failed = running.wait()
-    finally:
-        harness.postgres.start()
+    failed = stop_when(gate, running, harness.postgres)
     assert_recovered(scenario, scenario.sync(), "PostgreSQL stopped mid-copy")
     assert_failed_in_a_line(failed, "PostgreSQL stopped mid-copy")
 
@@ -401,14 +407,7 @@ def test_kill_9_of_an_expiry_pass_at_a_seeded_moment_then_the_next_sync_finishes
     state = rng.choice(["DELETE_SEGMENT_STARTED", "DELETE_SEGMENT_FINISHED"])
     gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", state, nth=rng.randint(1, 6))
     running = scenario.start("sync")
-    try:
-        moment = gate.wait(running)
-        running.kill()
-    finally:
-        gate.release()
-    killed = running.wait()
-    what = f"kill -9 of an expiry pass at {moment} (KTS_FAULT_SEED={SEED})"
-    assert killed.status in (-9, 137), f"{what}\n{killed}"
+    what = kill_9_when(gate, running, "kill -9 of an expiry pass")
     assert_recovered(scenario, scenario.sync(), what)
 
 
@@ -416,15 +415,7 @@ def test_postgres_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
     scenario = expiring(harness, "pg-stopped-mid-expiry", "filesystem")
     gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", "DELETE_SEGMENT_FINISHED", nth=2)
     running = scenario.start("sync")
-    try:
-        gate.wait(running)
-        harness.postgres.stop()
-    finally:
-        gate.release()
-    try:
-        failed = running.wait()
-    finally:
-        harness.postgres.start()
+    failed = stop_when(gate, running, harness.postgres)
     assert_recovered(scenario, scenario.sync(), "PostgreSQL stopped mid-expiry")
     assert_failed_in_a_line(failed, "PostgreSQL stopped mid-expiry")
 
@@ -433,15 +424,7 @@ def test_s3_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
     scenario = expiring(harness, "s3-stopped-mid-expiry", "s3")
     gate = harness.s3.gate("POST", rf"^/{scenario.tier.bucket}/?$", nth=2, query="delete")
     running = scenario.start("sync")
-    try:
-        gate.wait(running)
-        harness.s3.stop()
-    finally:
-        gate.release()
-    try:
-        failed = running.wait()
-    finally:
-        harness.s3.start()
+    failed = stop_when(gate, running, harness.s3)
     assert_recovered(scenario, scenario.sync(), "S3 stopped mid-expiry")
     assert_failed_in_a_line(failed, "S3 stopped mid-expiry")
 
@@ -455,14 +438,7 @@ def test_kill_9_of_a_topic_delete_at_a_seeded_moment_then_a_rerun_finishes_it(ha
     state = rng.choice(["DELETE_SEGMENT_STARTED", "DELETE_SEGMENT_FINISHED"])
     gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", state, nth=rng.randint(1, 16))
     running = scenario.start("topic", "delete", "orders")
-    try:
-        moment = gate.wait(running)
-        running.kill()
-    finally:
-        gate.release()
-    killed = running.wait()
-    what = f"kill -9 of kts topic delete at {moment} (KTS_FAULT_SEED={SEED})"
-    assert killed.status in (-9, 137), f"{what}\n{killed}"
+    what = kill_9_when(gate, running, "kill -9 of kts topic delete")
     assert_recovered(scenario, scenario.kts("topic", "delete", "orders"), what)
     assert scenario.tier.objects() == {}, f"{what}: the topic's objects are left in the tier"
     assert {row["delete_state"] for row in partition_rows(scenario.postgres, scenario.database).values()} == \
@@ -604,12 +580,5 @@ def test_kill_9_of_a_scrub_at_a_seeded_moment_then_a_rerun_finishes_it(harness):
     else:
         gate = harness.s3.gate("GET", rf"^/{bucket}/?$", nth=rng.randint(1, 2), query="list-type")
     running = scenario.start("scrub", "--grace", "0")
-    try:
-        moment = gate.wait(running)
-        running.kill()
-    finally:
-        gate.release()
-    killed = running.wait()
-    what = f"kill -9 of kts scrub at {moment} (KTS_FAULT_SEED={SEED})"
-    assert killed.status in (-9, 137), f"{what}\n{killed}"
+    what = kill_9_when(gate, running, "kill -9 of kts scrub")
     assert_recovered(scenario, scenario.kts("scrub", "--grace", "0"), what)
