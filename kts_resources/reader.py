@@ -966,7 +966,10 @@ class PartitionReader:
             epoch = first.epoch if first is not None and first.start_offset <= self.log_start_offset else -1
             return OffsetAnswer(self.log_start_offset, epoch)
         if spec == "earliest-local":
-            start = self.local_log_start_offset if self.local_log_start_offset >= 0 else self.log_end_offset
+            # Never below the log start offset: a broker-owned segment kts's retention or DeleteRecords
+            # has passed is still on disk but no longer readable (UnifiedLog moves its local log start
+            # offset with the log start offset).
+            start = max(self.local_log_start_offset, self.log_start_offset) if self.local_log_start_offset >= 0 else self.log_end_offset
             return OffsetAnswer(start, self.epoch_for(start))
         if spec == "latest-tiered":
             # The highest offset ever copied, even once retention deleted it (UnifiedLog's

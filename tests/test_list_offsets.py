@@ -143,6 +143,12 @@ def test_the_earliest_offset_follows_delete_records(cluster):
     assert offsets(reader, "latest-tiered") == (NO_EPOCH, 3)
     assert offsets(reader, "latest") == (1, 6)
 
+    # Inside the local log: the local log start offset moves with the log start offset, though the
+    # segment holding offset 4 stays on disk (UnifiedLog.maybeIncrementLogStartOffset).
+    _delete_records(root, store, storage, tip, 5, [])
+    assert offsets(reader, "earliest") == (1, 5)
+    assert offsets(reader, "earliest-local") == (1, 5)
+
 
 def test_max_timestamp_names_the_first_record_holding_the_largest_timestamp(cluster):
     reader, *_ = cluster
