@@ -225,8 +225,10 @@ def _no_uncopied_segment_lost(loc: LocatedPartition, store) -> Verdict:
         return True, {"lost_offsets": 0, "lost_ranges": 0, "owned_log_dir": loc.owned}, "nothing copied yet"
     # Look now rather than wait for the next copy pass, but only while no copy runs: one that
     # finishes between the two reads would look like loss, and a recorded loss never goes away.
+    # With copying off (remote.log.copy.disable), what the local retention deletes is expired, not lost.
+    copying = store.topic_configs(tip.topic).copy_enabled(tip.topic)
     with store.try_partition_lock(tip) as lock:
-        if lock is not None:
+        if lock is not None and copying:
             detect_lost_ranges(store, tip, loc.partition.segments(), how_found="no_uncopied_segment_lost check")
     every = store.lost_ranges(tip, include_acknowledged=True)
     open_ranges = [r for r in every if not r.acknowledged]

@@ -67,7 +67,13 @@ class PartitionRetention:
 
     @property
     def new_log_start_offset(self) -> int:
-        return max(self.log_start_offset, self.remote.log_start_offset)
+        start = max(self.log_start_offset, self.remote.log_start_offset)
+        if self.owned and not self.config.copy_enabled and self.local.expired:
+            # Copying off (KIP-950, or tiering off): the local log keeps retention.*, and what it
+            # deletes leaves the log, as UnifiedLog.deleteSegments moves the log start offset and
+            # not only the local one. Copying on, local deletion never moves it (finding 1).
+            start = max(start, self.local.expired[-1].end_offset + 1)
+        return start
 
     @property
     def has_work(self) -> bool:

@@ -111,6 +111,36 @@ def test_local_retention_never_takes_a_segment_that_is_not_remote(tiered, metada
     assert metadata_store.partition_state(tip).log_start_offset == 0  # local retention never moves it
 
 
+def test_with_copying_disabled_local_retention_moves_the_log_start_and_loses_nothing(tiered, metadata_store):
+    """KIP-950: with remote.log.copy.disable=true nothing more is copied, the local log keeps the
+    topic's retention.*, and segments it deletes leave the log: the log start offset moves past
+    them (UnifiedLog.deleteSegments), so they are expired data, never a lost range."""
+    from kts_resources.lost_ranges import detect_lost_ranges
+
+    root, storage, tip = tiered
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+    metadata_store.set_topic_config(TOPIC, "remote.log.copy.disable", "true")
+    simulate(root, SimulationConfig(seed=12, topics=(TOPIC,), partitions=1, total_bytes=100 * 1024, segment_bytes=32 * 1024,
+                                    messages_per_second=10.0, transactional_producers=0))
+    segments = located(root, owned=True).partition.segments()
+    uncopied = [s for s in segments[:-1] if s.base_offset > finished[-1].end_offset]
+    assert uncopied, "more closed segments than were copied"
+    metadata_store.set_topic_config(TOPIC, "retention.bytes", 1)  # every closed segment is past it, in both tiers
+
+    result = expire_partition(located(root, owned=True), tip, metadata_store, storage, clock=ManualClock(10**13))
+
+    active = segments[-1].base_offset
+    assert result.local_deleted == [s.base_offset for s in segments[:-1]]
+    assert result.log_start_offset == active == metadata_store.partition_state(tip).log_start_offset
+    assert read_offset_checkpoint(root / "log-start-offset-checkpoint")[TopicPartition(TOPIC, 0)] == active
+    assert detect_lost_ranges(metadata_store, tip, located(root, owned=True).partition.segments(), how_found="test") == []
+    assert metadata_store.lost_ranges(tip, include_acknowledged=True) == []
+    reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=root.parent / "home")
+    assert reader.partition(TOPIC, 0).offsets("earliest").offset == active
+    with pytest.raises(OffsetOutOfRangeError):
+        reader.partition(TOPIC, 0).fetch(uncopied[0].base_offset)
+
+
 def test_deleted_leftovers_of_an_interrupted_local_delete_are_removed(tmp_path):
     (tmp_path / "00000000000000000000.log.deleted").write_bytes(b"x")
     (tmp_path / "00000000000000000100.log").write_bytes(b"")

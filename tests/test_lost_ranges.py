@@ -215,3 +215,37 @@ def test_a_lost_range_has_one_cause_wherever_it_is_reported(tmp_path, metadata_s
     assert not ok and verdict == line
     assert line.startswith("offsets 100..199 were deleted from the local log before they were copied to the remote tier (")
     assert "by kts" not in line and "by the broker" not in line
+
+
+@pytest.mark.parametrize("copy_disabled", [False, True], ids=["copying", "remote.log.copy.disable"])
+def test_the_broker_deleting_uncopied_segments_is_loss_only_while_kts_copies(tmp_path, metadata_store, copy_disabled):
+    """With remote.log.copy.disable=true nothing is copied and the broker's local retention keeps the
+    topic's retention.* (KIP-950): what it deletes is expired, so the data-loss check records
+    nothing; while copying is on, the same deletion is a lost range."""
+    from kts_assets.checks import _no_uncopied_segment_lost
+    from kts_resources.kafka.broker_log import BrokerLogDir
+    from kts_resources.kafka.records import NewRecord, build_batch
+    from kts_resources.tiers import locate_partitions, topic_id_partition
+
+    logs = tmp_path / "logs"
+    with BrokerLogDir(logs) as broker:
+        log = broker.partition("orders", 0)
+        log.append(build_batch([NewRecord(1, None, b"x")] * 3, base_offset=0), leader_epoch=0)
+        log.roll()
+        log.append(build_batch([NewRecord(2, None, b"y")] * 3, base_offset=0), leader_epoch=0)
+        log.update_high_watermark(6)
+        broker.checkpoint()
+        metadata_store.ensure_topic("orders", broker.topic_id("orders"))
+    located, _ = locate_partitions([logs], ["orders-0"])
+    tip = topic_id_partition(located["orders-0"].partition, metadata_store)
+    metadata_store.observe_first_offset(tip, 0)  # kts looked while the first segment was there
+    if copy_disabled:
+        metadata_store.set_topic_config("orders", "remote.log.copy.disable", "true")
+    for path in (logs / "orders-0").glob(f"{0:020d}.*"):  # the broker's retention
+        path.unlink()
+    located, _ = locate_partitions([logs], ["orders-0"])
+
+    ok, metadata, _verdict = _no_uncopied_segment_lost(located["orders-0"], metadata_store)
+
+    assert ok == copy_disabled
+    assert [(r.start_offset, r.end_offset) for r in metadata_store.lost_ranges(tip)] == ([] if copy_disabled else [(0, 2)])
