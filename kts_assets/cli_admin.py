@@ -106,7 +106,7 @@ def cmd_recover(args) -> int:
               f"({_n(outcome.objects_listed, 'object')} listed); remote log index of {_n(outcome.index_partitions, 'partition')} "
               f"({_n(outcome.index_segments_read, 'segment')} read, {_n(outcome.index_files_written, 'file')} written, "
               f"{outcome.index_files_published} shipped)")
-    lines = list(outcome.rebuilt)
+    lines = list(outcome.rebuilt) + outcome.lost_ranges_closed
     if outcome.objects_without_manifest:
         lines.append(f"{_n(len(outcome.objects_without_manifest), 'object')} of {_n(outcome.segments_without_manifest, 'segment')} "
                      f"have no manifest and were not recovered: they hold no record that finished segments do not "

@@ -108,6 +108,7 @@ class RecoveryReport:
     segments_recovered: int = 0
     segments_rebuilt: int = 0  # of them, rebuilt from their objects (the manifest was lost)
     rebuilt: list[str] = field(default_factory=list)  # one line each: which segment was rebuilt from its objects
+    lost_ranges_closed: list[str] = field(default_factory=list)  # one line each: an alarm the tier answered
     segments_present: int = 0
     log_start_offsets_set: int = 0
     objects_without_manifest: list[str] = field(default_factory=list)
@@ -137,6 +138,7 @@ class RecoveryReport:
             "segments_recovered": self.segments_recovered,
             "segments_rebuilt": self.segments_rebuilt,
             "rebuilt": self.rebuilt,
+            "lost_ranges_closed": self.lost_ranges_closed,
             "segments_already_present": self.segments_present,
             "log_start_offsets_set": self.log_start_offsets_set,
             "objects_without_manifest": len(self.objects_without_manifest),
@@ -331,10 +333,32 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
     report.unmanifested_sample = [f"{stem}.log" if f"{stem}.log" in survey.sizes else sorted(survey.segment_objects[stem])[0]
                                   for stem in leftovers[:SAMPLE]]
     report.partitions = len(recovered_tips)
+    report.lost_ranges_closed = _close_lost_ranges_the_tier_holds(store, recovered_tips)
 
     if home is not None:
         rebuild_indexes(store, rsm, home, recovered_tips, survey, report, progress=progress)
     return report
+
+
+def _close_lost_ranges_the_tier_holds(store: "RemoteLogMetadataStore", tips: Sequence[TopicIdPartition]) -> list[str]:
+    """Open lost ranges every offset of which a finished segment now holds: a pass that ran while
+    the store lacked those segments' rows (before this recovery) saw a hole that was never one.
+    Each is acknowledged by ``kts recover``, saying why, and named in one line."""
+    closed = []
+    for tip in tips:
+        open_ranges = store.lost_ranges(tip)
+        if not open_ranges:
+            continue
+        held = [(md.start_offset, md.end_offset)
+                for md in store.list_remote_log_segments(tip, states={FINISHED})]
+        for lost in open_ranges:
+            if uncovered(lost.start_offset, lost.end_offset, held):
+                continue
+            store.acknowledge_lost_range(tip, lost.start_offset, lost.end_offset, by="kts recover",
+                                         reason="every offset is in a finished remote segment recovered from the tier")
+            closed.append(f"{tip.topic_partition}: lost range {lost.start_offset}..{lost.end_offset} closed: "
+                          "its offsets are in the remote tier (segments recovered into the store)")
+    return closed
 
 
 def read_log_start_offsets(rsm: "RemoteStorageManager", survey: TierSurvey,

@@ -645,3 +645,40 @@ def test_delete_records_with_the_tier_refusing_its_record_says_the_store_moved(l
         assert store.partition_state(tip).log_start_offset == 5
     finally:
         store.close()
+
+
+def test_a_lost_range_the_recovered_segments_hold_is_closed_by_recover(log_dir, pg_url, tmp_path, tier):
+    """A store that lost a segment's row (restored from an old backup) makes the next pass see a
+    hole where the broker's retention took the local copy: a lost range. Recover finds the segment
+    in the tier, and the alarm it answers is closed, acknowledged by kts recover, named in a line."""
+    from kts_resources.lost_ranges import detect_lost_ranges
+    from kts_resources.recovery import recover
+
+    storage, _tier_env = tier
+    store = _store(pg_url)
+    try:
+        copy_log_dir(LogDir(log_dir), store, storage)
+        tip = next(t for t in _tips(log_dir) if str(t.topic_partition) == "orders-0")
+        finished = sorted(store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+        victim = finished[1]
+        with store.engine.begin() as conn:
+            for table in ("remote_segment_leader_epochs", "remote_segments"):
+                conn.execute(sa.text(f"DELETE FROM {table} WHERE segment_id = :id"), {"id": victim.segment_id.id})
+        partition = next(p for p in LogDir(log_dir).partitions() if str(p.topic_partition) == "orders-0")
+        for segment in partition.segments():
+            if segment.base_offset <= victim.start_offset:  # the broker's retention
+                for path in log_dir.joinpath("orders-0").glob(f"{segment.base_offset:020d}.*"):
+                    path.unlink()
+        detect_lost_ranges(store, tip, partition.segments(), how_found="copy pass")
+        assert [(r.start_offset, r.end_offset) for r in store.lost_ranges(tip)] == [(victim.start_offset, victim.end_offset)]
+
+        report = recover(store, storage, None)
+
+        assert report.segments_recovered == 1 and store.lost_ranges(tip) == []
+        [acknowledged] = store.lost_ranges(tip, include_acknowledged=True)
+        assert acknowledged.acknowledged_by == "kts recover"
+        assert report.lost_ranges_closed == [f"orders-0: lost range {victim.start_offset}..{victim.end_offset} closed: "
+                                             "its offsets are in the remote tier (segments recovered into the store)"]
+        assert recover(store, storage, None).lost_ranges_closed == []  # once
+    finally:
+        store.close()
