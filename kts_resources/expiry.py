@@ -211,8 +211,11 @@ def expire_partition(
         plan = plan_partition(located, tip, store, now_ms=clock.now_ms())
         result = ExpiryResult(tip, plan.new_log_start_offset)
         if plan.new_log_start_offset > plan.log_start_offset or plan.remote.expired:
-            # First: the data below it is unreadable from now on, whatever happens next.
+            # First: the data below it is unreadable from now on, whatever happens next; the tier
+            # records it too, before any object goes, so that `kts recover` restores it.
             result.log_start_offset = store.update_log_start_offset(tip, plan.new_log_start_offset)
+            if result.log_start_offset > 0:
+                storage.put_log_start_offset(tip, result.log_start_offset)
         for expired in plan.remote.expired:
             segment = store.segment(uuid.UUID(segment_uuid_text(expired.metadata)))
             if segment is not None:

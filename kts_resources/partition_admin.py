@@ -94,9 +94,7 @@ def delete_records(located: LocatedPartition | None, tip: TopicIdPartition, stor
                 _checkpoint_log_start(located, new)
         recorded = store.partition_state(tip).log_start_offset
         if storage is not None and recorded > 0:
-            from kts_resources.remote_storage.manifest import encode_log_start_offset
-
-            storage.put_object(storage.keys.log_start_offset_key(tip), encode_log_start_offset(tip, recorded))
+            storage.put_log_start_offset(tip, recorded)
     return new
 
 

@@ -297,7 +297,7 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
         tip = manifest.topic_id_partition
         by_topic[tip.topic][tip.topic_id][tip.partition].append((key, manifest))
     report.topics = sum(len(ids) for ids in by_topic.values())
-    deleted_below = read_log_start_offsets(rsm, survey, [m.topic_id_partition for _k, m in complete])
+    deleted_below = read_log_start_offsets(rsm, survey)
     recovered_tips: list[TopicIdPartition] = []
     for name in sorted(by_topic):
         incarnations = by_topic[name]
@@ -327,6 +327,7 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
                 recovered_tips.append(tip)
                 if len(recovered_tips) % PARTITION_PROGRESS_EVERY == 0:
                     say(f"{len(recovered_tips)} partitions, {report.segments_recovered} segments recovered so far")
+    _recover_log_start_only(store, deleted_below, set(recovered_tips), report)
     leftovers = _rebuild_without_manifest(store, rsm, survey, orphaned, report, recovered_tips)
     report.objects_without_manifest = sorted(k for stem in leftovers for k in survey.segment_objects[stem])
     report.segments_without_manifest = len(leftovers)
@@ -361,25 +362,48 @@ def _close_lost_ranges_the_tier_holds(store: "RemoteLogMetadataStore", tips: Seq
     return closed
 
 
-def read_log_start_offsets(rsm: "RemoteStorageManager", survey: TierSurvey,
-                           tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, int]:
-    """The log start offsets DeleteRecords recorded in the tier for these partitions. A damaged
-    record, or one naming another partition than its key, is a RecoveryError (nothing written yet)."""
+def read_log_start_offsets(rsm: "RemoteStorageManager", survey: TierSurvey) -> dict[TopicIdPartition, int]:
+    """Every log start offset kts recorded in the tier (its retention and DeleteRecords move it,
+    and write it there before any object goes), by partition. A damaged record, or one naming
+    another partition than its key, is a RecoveryError (nothing written yet)."""
     out: dict[TopicIdPartition, int] = {}
-    for tip in set(tips):
-        key = survey.log_start_offsets.get(rsm.keys.partition_prefix(tip))
-        if key is None:
-            continue
+    for prefix, key in sorted(survey.log_start_offsets.items()):
         where = rsm.location(key)
         try:
             named, offset = decode_log_start_offset(rsm.fetch_object(key), where=where)
         except ManifestError as e:
             raise RecoveryError(f"{e}; nothing was recovered: move the damaged object aside and run kts recover again") from None
-        if named != tip:
+        if rsm.keys.partition_prefix(named) != prefix:
             raise RecoveryError(f"{where}: damaged log start offset record: it names {named.topic_partition} (topic id "
                                 f"{named.topic_id}), not the partition its key names; nothing was recovered")
-        out[tip] = offset
+        out[named] = offset
     return out
+
+
+def _recover_log_start_only(store: "RemoteLogMetadataStore", log_starts: dict[TopicIdPartition, int],
+                            recovered: set[TopicIdPartition], report: RecoveryReport) -> None:
+    """Partitions whose every remote segment retention or DeleteRecords deleted: only their log
+    start offset is left in the tier, and it must come back, or the offsets below it that a
+    broker still holds locally would read again. An earlier incarnation of a re-created topic
+    (its name now another id) is passed over: none of it is readable."""
+    from kts_resources.metadata.store import StaleTopicIdError
+
+    for tip, offset in sorted(log_starts.items(), key=lambda item: (str(item[0].topic_partition), str(item[0].topic_id))):
+        if tip in recovered:
+            continue
+        if store.topic_id(tip.topic) != tip.topic_id:
+            try:
+                store.ensure_topic(tip.topic, tip.topic_id)
+            except StaleTopicIdError:
+                continue
+            report.topics_created += 1
+        with store.partition_lock(tip):
+            if store.partition_state(tip).delete_state is not None:
+                continue
+            before = store.partition_state(tip).log_start_offset
+            if store.update_log_start_offset(tip, offset) != before:
+                report.log_start_offsets_set += 1
+            store.observe_first_offset(tip, offset)  # nothing below it is kts's to have copied
 
 
 def _recover_partition(store: "RemoteLogMetadataStore", tip: TopicIdPartition,

@@ -329,6 +329,45 @@ def test_a_delete_records_after_the_last_copy_comes_back_too(log_dir, pg_url, pg
     assert not [k for k in _listing(storage) if k.endswith("/log-start-offset")]
 
 
+def test_a_log_start_offset_retention_moved_past_every_remote_segment_comes_back(log_dir, pg_url, pg_admin_url, pg_template,
+                                                                                 tmp_path, tier):
+    """Remote retention deleted all of orders-1's remote segments (the broker still holds them
+    locally, its own retention slower): the tier keeps the moved log start offset, so after the
+    store is lost, recover restores it and the deleted offsets do not read again (issue 30 item 6)."""
+    from kts_resources.expiry import expire_partition
+    from kts_resources.quotas import ManualClock
+    from kts_resources.tiers import locate_partitions
+
+    storage, tier_env = tier
+    env = _env(pg_url, tmp_path, log_dir, tier_env)
+    store = _store(pg_url)
+    try:
+        _copy_and_age(log_dir, store, storage)
+        tip = next(t for t in _tips(log_dir) if str(t.topic_partition) == "orders-1")
+        finished = store.list_remote_log_segments(tip, states={FINISHED})
+        store.set_topic_config("orders", "local.retention.ms", "-2")
+        store.set_topic_config("orders", "retention.ms", "1")
+        located, _ = locate_partitions([log_dir], ["orders-1"])
+        result = expire_partition(located["orders-1"], tip, store, storage,
+                                  clock=ManualClock(max(md.max_timestamp_ms for md in finished) + 10_000))
+        assert len(result.remote_deleted) == len(finished)
+        moved = result.log_start_offset
+        assert moved == max(md.end_offset for md in finished) + 1
+        store.set_topic_config("orders", "retention.ms", "-1")  # nothing more expires while the answers are asked
+    finally:
+        store.close()
+    before = kts(env, "offsets", "orders", "1", "--earliest", "--json")
+    assert json.loads(before.stdout)["offset"] == moved
+    _drop_and_recreate(pg_url, pg_admin_url, pg_template)
+
+    out = json.loads(kts(env, "recover", "--json").stdout)
+
+    assert out["log_start_offsets_set"] >= 1
+    assert kts(env, "offsets", "orders", "1", "--earliest", "--json").stdout == before.stdout
+    below = kts(env, "fetch", "orders", "1", "--offset", "0", check=False)
+    assert below.returncode != 0 and "out of range" in below.stderr.lower(), below.stderr
+
+
 def test_recover_on_a_new_machine_takes_the_remote_log_index_from_the_tier(log_dir, pg_url, pg_admin_url, pg_template, tmp_path, tier):
     """The pipeline shipped the index: a node with an empty KTS_HOME rebuilds it without reading a segment."""
     storage, tier_env = tier
