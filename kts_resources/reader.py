@@ -23,6 +23,7 @@ records.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import os
 import struct
@@ -325,11 +326,13 @@ class PartitionReader:
                 recorded = store.partition_state(self.tip).log_start_offset
         if located is None and not self.finished:
             raise UnknownPartitionError(f"{topic}-{partition}: the partition is in no log dir and has no data in the remote tier")
+        # By end offset, not by the last start: a segment may lie inside another (two copiers'
+        # roll points), and the one starting last need not end last.
+        self.highest_remote_offset = max((md.end_offset for md in self.finished), default=-1)
         self.highest_copied_offset = max(
             store.partition_state(self.tip).highest_copied_offset if store is not None and self.tip is not None else -1,
-            self.finished[-1].end_offset if self.finished else -1)
+            self.highest_remote_offset)
         self.remote_log_start_offset = self.finished[0].start_offset if self.finished else -1
-        self.highest_remote_offset = self.finished[-1].end_offset if self.finished else -1
         self.log_start_offset = log_start_offset(
             checkpointed=checkpointed, local_log_start_offset=self.local_log_start_offset,
             remote_log_start_offset=self.remote_log_start_offset, recorded=recorded)
@@ -337,6 +340,9 @@ class PartitionReader:
             # Only in the remote tier (the partition moved, or its log dir is elsewhere): its end is the tier's.
             self.log_end_offset = self.high_watermark = self.highest_remote_offset + 1
         self._finished_starts = [md.start_offset for md in self.finished]
+        # The highest end offset among the segments up to each one: where a walk back from the
+        # nearest start below an offset can stop (no earlier segment reaches it).
+        self._finished_reach = list(itertools.accumulate((md.end_offset for md in self.finished), max))
         self.index_dir = index_dir if index_dir is not None and self.tip is not None else None
         self._lso: int | None = None
         self._lineage: list[EpochEntry] | None = None
@@ -719,11 +725,16 @@ class PartitionReader:
     # --- the remote tier ---
 
     def _segment_for(self, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The finished segment holding ``offset``: the one starting nearest below it that also
+        reaches it. Never one that ends before it: with a segment inside another (two copiers'
+        roll points), the nearest start may belong to the inner one."""
         i = bisect.bisect_right(self._finished_starts, offset) - 1
-        if i < 0:
-            return None
-        md = self.finished[i]
-        return md if offset <= md.end_offset else None
+        while i >= 0 and self._finished_reach[i] >= offset:
+            md = self.finished[i]
+            if offset <= md.end_offset:
+                return md
+            i -= 1
+        return None
 
     def _remote_chunk(self, offset: int, max_bytes: int) -> _RemoteChunk:
         if self.rsm is None:
