@@ -89,6 +89,7 @@ def pytest_sessionfinish(session: pytest.Session):
     if hasattr(session.config, "workerinput") or RUN_MARKER not in os.environ:
         return
     basetemp = session.config._tmp_path_factory.getbasetemp()
+    _end_classic_spark_gateway()
     servers, processes = _leftovers(basetemp, os.environ[RUN_MARKER])
     if not servers and not processes:
         return
@@ -104,6 +105,29 @@ def pytest_sessionfinish(session: pytest.Session):
     _clear(servers, processes)
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _end_classic_spark_gateway() -> None:
+    """A classic SparkSession's JVM (pyspark's py4j gateway, started by a run without xdist
+    workers) outlives ``spark.stop()`` until this process ends, when its stdin pipe closes. The
+    run ends it here, as the process's end would, so it does not count as left behind."""
+    import sys
+
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    SparkContext._gateway = SparkContext._jvm = None
+    if proc is not None and proc.stdin is not None:
+        proc.stdin.close()  # PythonGatewayServer exits on end of input
+        proc.wait(timeout=LEFTOVER_GRACE_S)
 
 
 def _leftovers(basetemp: Path, marker: str) -> tuple[list, list[tuple[int, list[str]]]]:

@@ -263,7 +263,11 @@ def test_restore_into_a_read_only_dir_is_one_line_naming_it(tmp_path: Path, log_
         assert not any(ro.iterdir())
 
 
-# --- the metadata store going away ----------------------------------------------------------------
+# PostgreSQL killed mid-sync and a full KTS_HOME: tests/test_fault_harness.py (the same scenarios,
+# with the same one-line, no-password and path checks).
+
+
+# --- S3 going down mid-sync ---------------------------------------------------------------------
 
 
 def sync_until_the_copy_starts(env: dict[str, str]) -> tuple[subprocess.Popen, list[str]]:
@@ -277,99 +281,6 @@ def sync_until_the_copy_starts(env: dict[str, str]) -> tuple[subprocess.Popen, l
         if "copy_job over" in line:
             break
     return sync, stderr
-
-
-def _kill_server(pid: int) -> None:
-    """SIGKILL the postmaster and its backends (what an OOM kill or a crash does)."""
-    import signal
-
-    children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    for victim in (pid, *children):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(victim, signal.SIGKILL)
-
-
-@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
-def test_postgresql_killed_mid_sync_is_one_line_and_the_next_sync_converges(tmp_path, log_dir):
-    import json
-    import time
-
-    import sqlalchemy as sa
-
-    from kts_resources.metadata import database, embedded
-
-    from .fixtures_postgres import FAST_SETTINGS
-    from .test_sync_outcome import kts as kts_in, sync_env
-
-    home = tmp_path / "pg"
-
-    def start() -> str:
-        server = embedded.ensure_running(home, settings=FAST_SETTINGS)
-        engine = database.create_engine(server.url, poolclass=sa.pool.NullPool)
-        database.migrate(engine)
-        with engine.begin() as conn:  # the simulated records' 2023 clock is not for retention to expire
-            conn.exec_driver_sql("INSERT INTO broker_configs (name, value) VALUES ('log.retention.ms', '-1') ON CONFLICT DO NOTHING")
-        engine.dispose()
-        return server.url
-
-    try:
-        url = start()
-        password = sa.engine.make_url(url).password
-        env = sync_env(tmp_path, log_dir, url, session_spark=True)
-        sync, stderr = sync_until_the_copy_starts(env)
-        # Mid-copy: the first segment is in the tier, its partition's others are not.
-        remote = tmp_path / "remote"
-        while sync.poll() is None and not any(p.is_file() for p in remote.rglob("*.log")):
-            time.sleep(0.02)
-        _kill_server(embedded.postmaster_pid(home))
-        rest, more = sync.communicate(timeout=600)
-        stderr.append(more)
-        output = "".join(stderr) + rest
-        assert sync.returncode == 1, output[-3000:]
-        assert "Traceback" not in output, output[-5000:]
-        gone = [line for line in output.splitlines() if "went away" in line]
-        assert gone and all(line.startswith("kts: metadata store at 127.0.0.1:") for line in gone), output[-3000:]
-        assert password and password not in output
-
-        time.sleep(1)
-        env = sync_env(tmp_path, log_dir, start(), session_spark=True)
-        again = kts_in(env, "sync")
-        assert again.returncode == 0, again.stderr[-3000:]
-        rows = json.loads(kts_in(env, "status", "--json").stdout)
-        assert len(rows) == 4 and all(r["copy_lag_segments"] == 0 and r["remote_segments"] > 0 for r in rows), rows
-    finally:
-        embedded.discard(home)
-
-
-# --- a full KTS_HOME ----------------------------------------------------------------------------
-
-
-@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
-def test_sync_with_a_full_kts_home_says_what_is_full(tmp_path, log_dir, pg_url):
-    from .test_sync_outcome import kts as kts_in, sync_env
-
-    home = tmp_path / "home"
-    home.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(home)], check=True)
-    try:
-        with open(home / "filler", "wb") as filler, contextlib.suppress(OSError):
-            while True:
-                filler.write(b"\0" * 65536)
-        env = sync_env(tmp_path, log_dir, pg_url, session_spark=True)
-        assert env["KTS_HOME"] == str(home)
-
-        result = kts_in(env, "sync")
-
-        output = result.stderr + result.stdout
-        assert result.returncode == 1, output[-3000:]
-        assert "Traceback" not in output and "Exceeded max_retries" not in output, output[-3000:]
-        full = [line for line in result.stderr.splitlines() if "no space left on device" in line]
-        assert full and all(str(home) in line for line in full), output[-3000:]
-    finally:
-        subprocess.run(["umount", str(home)], check=True)
-
-
-# --- S3 going down mid-sync ---------------------------------------------------------------------
 
 
 @pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)

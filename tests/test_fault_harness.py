@@ -218,6 +218,13 @@ def assert_failed_in_a_line(outcome: Outcome, what: str, *, partitions: int = 2,
         raise AssertionError(f"{what}: the failed pass should say why in a line per failed partition, without a traceback\n{outcome}")
 
 
+def assert_store_went_away_without_its_password(outcome: Outcome, harness: Harness) -> None:
+    """The one line names the store by host, port and database (README), never with its password."""
+    gone = [line for line in outcome.stderr.splitlines() if "went away" in line]
+    assert gone and all(line.startswith("kts: metadata store at 127.0.0.1:") for line in gone), outcome
+    assert harness.postgres.server.password not in outcome.stderr + outcome.stdout
+
+
 # --- kill -9 ---------------------------------------------------------------------------------------
 
 
@@ -282,7 +289,8 @@ def test_postgres_stopped_mid_copy_fails_the_pass_in_a_few_lines_and_the_next_sy
     running = scenario.start("sync")
     failed = stop_when(gate, running, harness.postgres)
     assert_recovered(scenario, scenario.sync(), "PostgreSQL stopped mid-copy")
-    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-copy")
+    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-copy", cause="went away")
+    assert_store_went_away_without_its_password(failed, harness)
 
 
 # --- the broker's own retention and checkpoints, mid-sync ---------------------------------------
@@ -373,6 +381,7 @@ def test_a_full_kts_home_fails_the_sync_in_a_line_and_the_next_sync_after_space_
         ballast.unlink()
         assert_recovered(scenario, scenario.sync(), "a full KTS_HOME")
     assert_failed_in_a_line(failed, "a full KTS_HOME", cause="No space left on device")
+    assert "Exceeded max_retries" not in failed.stderr and str(scenario.home) in failed.stderr, failed
 
 
 @needs_mount
@@ -417,7 +426,8 @@ def test_postgres_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
     running = scenario.start("sync")
     failed = stop_when(gate, running, harness.postgres)
     assert_recovered(scenario, scenario.sync(), "PostgreSQL stopped mid-expiry")
-    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-expiry")
+    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-expiry", cause="went away")
+    assert_store_went_away_without_its_password(failed, harness)
 
 
 def test_s3_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
