@@ -220,13 +220,23 @@ def _kio_metadata_types():  # (no `from __future__ import annotations` in this f
     from kio.static.constants import EntityType
     from kio.static.primitive import i8, i16, i32
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
-    class KioPartitionRecord:
+    class KioData:
         __type__: ClassVar = EntityType.data
         __version__: ClassVar = i16(0)
         __flexible__: ClassVar[bool] = True
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class KioTopicRecord(KioData):
+        name: str = field(metadata={"kafka_type": "string"})
+        topic_id: uuid.UUID = field(metadata={"kafka_type": "uuid"})
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class KioPartitionKey(KioData):
         partition_id: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
         topic_id: uuid.UUID = field(metadata={"kafka_type": "uuid"})
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class KioPartitionRecord(KioPartitionKey):
         replicas: tuple[i32, ...] = field(metadata={"kafka_type": "int32"}, default=())
         isr: tuple[i32, ...] = field(metadata={"kafka_type": "int32"}, default=())
         removing_replicas: tuple[i32, ...] = field(metadata={"kafka_type": "int32"}, default=())
@@ -237,26 +247,13 @@ def _kio_metadata_types():  # (no `from __future__ import annotations` in this f
         partition_epoch: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
 
     @dataclass(frozen=True, slots=True, kw_only=True)
-    class KioPartitionChangeRecord:
-        __type__: ClassVar = EntityType.data
-        __version__: ClassVar = i16(0)
-        __flexible__: ClassVar[bool] = True
-        partition_id: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
-        topic_id: uuid.UUID = field(metadata={"kafka_type": "uuid"})
+    class KioPartitionChangeRecord(KioPartitionKey):
         isr: tuple[i32, ...] | None = field(metadata={"kafka_type": "int32", "tag": 0}, default=None)
         leader: i32 = field(metadata={"kafka_type": "int32", "tag": 1}, default=i32(-2))
         replicas: tuple[i32, ...] | None = field(metadata={"kafka_type": "int32", "tag": 2}, default=None)
         removing_replicas: tuple[i32, ...] | None = field(metadata={"kafka_type": "int32", "tag": 3}, default=None)
         adding_replicas: tuple[i32, ...] | None = field(metadata={"kafka_type": "int32", "tag": 4}, default=None)
         leader_recovery_state: i8 = field(metadata={"kafka_type": "int8", "tag": 5}, default=i8(-1))
-
-    @dataclass(frozen=True, slots=True, kw_only=True)
-    class KioTopicRecord:
-        __type__: ClassVar = EntityType.data
-        __version__: ClassVar = i16(0)
-        __flexible__: ClassVar[bool] = True
-        name: str = field(metadata={"kafka_type": "string"})
-        topic_id: uuid.UUID = field(metadata={"kafka_type": "uuid"})
 
     return KioTopicRecord, KioPartitionRecord, KioPartitionChangeRecord
 

@@ -318,6 +318,16 @@ def decode_message(cls: type, data: bytes, version: int) -> Any:
 # --- the records (metadata/src/main/resources/common/metadata/*.json) -----------------------------
 
 
+def _metadata_record(api_key: int, versions: int = 1):
+    """Declares a metadata record type: a frozen dataclass with ``API_KEY`` and ``VERSIONS`` (0..versions−1)."""
+    def make(cls: type) -> type:
+        cls = dataclass(frozen=True, slots=True)(cls)
+        cls.API_KEY = api_key
+        cls.VERSIONS = range(versions)
+        return cls
+    return make
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
     name: str = ""
@@ -337,7 +347,7 @@ class BrokerFeature:
                          _Field("max_supported_version", "int16"))
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(0, versions=4)
 class RegisterBrokerRecord:
     """apiKey 0, versions 0–3. Decoded for tools; a replay of leadership skips it."""
 
@@ -352,8 +362,6 @@ class RegisterBrokerRecord:
     in_controlled_shutdown: bool = False
     log_dirs: tuple[uuid.UUID, ...] = ()
     version: int = 0
-    API_KEY: ClassVar[int] = 0
-    VERSIONS: ClassVar[range] = range(0, 4)
     _SCHEMA: ClassVar = (
         _Field("broker_id", "int32"), _Field("is_migrating_zk_broker", "bool", False, since=2),
         _Field("incarnation_id", "uuid", uuid.UUID(int=0)), _Field("broker_epoch", "int64"),
@@ -363,19 +371,17 @@ class RegisterBrokerRecord:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(2)
 class TopicRecord:
     """apiKey 2: a topic is created, named, and given its id."""
 
     name: str = ""
     topic_id: uuid.UUID = uuid.UUID(int=0)
     version: int = 0
-    API_KEY: ClassVar[int] = 2
-    VERSIONS: ClassVar[range] = range(0, 1)
     _SCHEMA: ClassVar = (_Field("name", "string"), _Field("topic_id", "uuid", uuid.UUID(int=0)))
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(3, versions=3)
 class PartitionRecord:
     """apiKey 3, versions 0–2: a partition's whole registration (creation, or an image in a snapshot)."""
 
@@ -393,8 +399,6 @@ class PartitionRecord:
     eligible_leader_replicas: tuple[int, ...] | None = None
     last_known_elr: tuple[int, ...] | None = None
     version: int = 0
-    API_KEY: ClassVar[int] = 3
-    VERSIONS: ClassVar[range] = range(0, 3)
     _SCHEMA: ClassVar = (
         _Field("partition_id", "int32", -1), _Field("topic_id", "uuid", uuid.UUID(int=0)),
         _Field("replicas", "[]int32", ()), _Field("isr", "[]int32", ()),
@@ -407,7 +411,7 @@ class PartitionRecord:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(5, versions=3)
 class PartitionChangeRecord:
     """apiKey 5, versions 0–2: what changed in a partition; None (and Leader −2) mean unchanged."""
 
@@ -423,8 +427,6 @@ class PartitionChangeRecord:
     eligible_leader_replicas: tuple[int, ...] | None = None
     last_known_elr: tuple[int, ...] | None = None
     version: int = 0
-    API_KEY: ClassVar[int] = 5
-    VERSIONS: ClassVar[range] = range(0, 3)
     _SCHEMA: ClassVar = (
         _Field("partition_id", "int32", -1), _Field("topic_id", "uuid", uuid.UUID(int=0)),
         _Field("isr", "[]int32", None, nullable_since=0, tag=0),
@@ -439,68 +441,56 @@ class PartitionChangeRecord:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(9)
 class RemoveTopicRecord:
     """apiKey 9: the topic and all its partitions are gone."""
 
     topic_id: uuid.UUID = uuid.UUID(int=0)
     version: int = 0
-    API_KEY: ClassVar[int] = 9
-    VERSIONS: ClassVar[range] = range(0, 1)
     _SCHEMA: ClassVar = (_Field("topic_id", "uuid", uuid.UUID(int=0)),)
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(12)
 class FeatureLevelRecord:
     """apiKey 12 (version 0 forever, the schema says): a finalized feature level, e.g. metadata.version."""
 
     name: str = ""
     feature_level: int = 0
     version: int = 0
-    API_KEY: ClassVar[int] = 12
-    VERSIONS: ClassVar[range] = range(0, 1)
     _SCHEMA: ClassVar = (_Field("name", "string"), _Field("feature_level", "int16"))
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(20)
 class NoOpRecord:
     """apiKey 20: written by the controller to advance the log; no fields."""
 
     version: int = 0
-    API_KEY: ClassVar[int] = 20
-    VERSIONS: ClassVar[range] = range(0, 1)
     _SCHEMA: ClassVar = ()
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(23)
 class BeginTransactionRecord:
     """apiKey 23 (KIP-868): the records up to the matching End/Abort apply together or not at all."""
 
     name: str | None = None
     version: int = 0
-    API_KEY: ClassVar[int] = 23
-    VERSIONS: ClassVar[range] = range(0, 1)
     _SCHEMA: ClassVar = (_Field("name", "string", None, nullable_since=0, tag=0),)
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(24)
 class EndTransactionRecord:
     """apiKey 24: the open metadata transaction applies."""
 
     version: int = 0
-    API_KEY: ClassVar[int] = 24
-    VERSIONS: ClassVar[range] = range(0, 1)
     _SCHEMA: ClassVar = ()
 
 
-@dataclass(frozen=True, slots=True)
+@_metadata_record(25)
 class AbortTransactionRecord:
     """apiKey 25: the open metadata transaction's records are dropped."""
 
     reason: str | None = None
     version: int = 0
-    API_KEY: ClassVar[int] = 25
-    VERSIONS: ClassVar[range] = range(0, 1)
     _SCHEMA: ClassVar = (_Field("reason", "string", None, nullable_since=0, tag=0),)
 
 
