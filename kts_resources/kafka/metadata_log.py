@@ -5,7 +5,7 @@ under its ``metadata.log.dir`` (by default the first of ``log.dirs``): ordinary 
 raft's own control batches among them, plus snapshots ``<20-digit end offset>-<10-digit epoch>.checkpoint``
 beside them. This module reads and writes that directory. It imports no Dagster.
 
-Formats, as Apache Kafka writes them (apache/kafka, trunk of 2024-10-25, 4.0.0-SNAPSHOT; the JSON
+Formats, as Apache Kafka writes them (apache/kafka 3.9.0, and trunk of 2024-10-25, 4.0.0-SNAPSHOT, alike; the JSON
 schemas under ``metadata/src/main/resources/common/metadata/`` and
 ``clients/src/main/resources/common/message/``):
 
@@ -89,7 +89,7 @@ METADATA_PARTITION_DIR = f"{CLUSTER_METADATA_TOPIC}-0"
 # Uuid.METADATA_TOPIC_ID: the metadata partition's partition.metadata names this id.
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 SNAPSHOT_SUFFIX = ".checkpoint"  # Snapshots.SUFFIX
-_SNAPSHOT_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
+_SNAPSHOT_NAME = re.compile(r"([0-9]{20})-([0-9]{10})\.checkpoint")
 
 FRAME_VERSION = 1  # AbstractApiMessageSerde.DEFAULT_FRAME_VERSION
 NO_LEADER = -1  # LeaderConstants.NO_LEADER
@@ -624,11 +624,12 @@ def merge_partition_change(partition: Leadership, change: PartitionChangeRecord)
     partition epoch moves by one on every change record. The reader needs no other rule: the
     controller decides every other epoch bump when it writes the record
     (controller/PartitionChangeBuilder.java): a reassignment that removes a replica
-    (``triggerLeaderEpochBumpForReplicaReassignmentIfNeeded``), and, before metadata.version
-    3.6-IV0 (``MetadataVersion.isLeaderEpochBumpRequiredOnIsrShrink``, KAFKA-15021), an ISR shrink
-    (``triggerLeaderEpochBumpForIsrShrinkIfNeeded``), each by setting Leader to the current leader
-    rather than −2. ISR expansions, and ISR shrinks from 3.6-IV0 on, leave Leader at −2 and the
-    epoch where it is.
+    (``triggerLeaderEpochBumpForReplicaReassignmentIfNeeded``), and an ISR shrink
+    (``triggerLeaderEpochBumpForIsrShrinkIfNeeded``) below metadata.version 3.6-IV0
+    (``MetadataVersion.isLeaderEpochBumpRequiredOnIsrShrink``, KAFKA-15021) or, in 3.9.0, while a
+    ZooKeeper migration is enabled — each by setting Leader to the current leader rather than −2.
+    ISR expansions, and other ISR shrinks, leave Leader at −2 and the epoch where it is. The merge
+    rule is the same in 3.7.0, 3.9.0 and trunk of 2024-10-25.
     """
     if change.leader == NO_LEADER_CHANGE:
         leader, leader_epoch = partition.leader, partition.leader_epoch
