@@ -14,6 +14,7 @@ from pathlib import Path
 HOME = "KTS_HOME"
 LOG_DIRS = "KTS_LOG_DIRS"
 OWNED_LOG_DIRS = "KTS_OWNED_LOG_DIRS"
+METADATA_LOG_DIR = "KTS_METADATA_LOG_DIR"
 REMOTE_URI = "KTS_REMOTE_URI"
 S3_ENDPOINT_URL = "KTS_S3_ENDPOINT_URL"
 DATABASE_URL = "KTS_DATABASE_URL"
@@ -50,6 +51,15 @@ def log_dirs() -> list[Path]:
 def owned_log_dirs() -> list[Path]:
     """``KTS_OWNED_LOG_DIRS`` (comma-separated): the log dirs kts may edit; default none."""
     return _paths(_get(OWNED_LOG_DIRS))
+
+
+def metadata_log_dir() -> Path | None:
+    """``KTS_METADATA_LOG_DIR``: the broker's ``metadata.log.dir`` (the directory holding KRaft's
+    ``__cluster_metadata-0``; the partition directory itself is accepted too). None means: look
+    for ``__cluster_metadata-0`` in each of ``KTS_LOG_DIRS``, as Kafka defaults metadata.log.dir
+    to the first of its log.dirs."""
+    raw = _get(METADATA_LOG_DIR)
+    return Path(raw).expanduser() if raw else None
 
 
 def remote_uri() -> str:

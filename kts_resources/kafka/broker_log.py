@@ -44,6 +44,7 @@ from typing import BinaryIO, Callable, Iterator
 from .checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
     PARTITION_METADATA,
     PARTITION_METADATA_VERSION,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
@@ -123,9 +124,6 @@ NO_SEQUENCE = -1
 NO_PRODUCER_EPOCH = -1
 _INT32_MAX = 2**31 - 1
 _SEQUENCE_MODULUS = 2**31  # sequences wrap from Integer.MAX_VALUE to 0
-
-META_PROPERTIES = "meta.properties"
-
 
 
 # --- configuration and results ------------------------------------------------------------------
@@ -733,6 +731,7 @@ class PartitionLog:
         self._log_start_offset = 0
         self._high_watermark = 0
         self._snapshot_offsets: list[int] = []
+        self.metadata_log = False  # KRaft's __cluster_metadata-0 (see open)
 
     # -- opening --
 
@@ -745,6 +744,7 @@ class PartitionLog:
         topic_id: uuid.UUID | None = None,
         log_start_offset: int | None = None,
         high_watermark: int | None = None,
+        metadata_log: bool = False,
     ) -> PartitionLog:
         """Create the partition directory, or reopen an existing one and recover its state.
 
@@ -763,10 +763,15 @@ class PartitionLog:
 
         ``topic_id`` is written to ``partition.metadata`` when that file is missing; a different
         id already there raises ValueError (Kafka's InconsistentTopicIdException).
+
+        ``metadata_log=True`` opens KRaft's ``__cluster_metadata-0`` as its raft leader writes it
+        (KafkaMetadataLog over a UnifiedLog): control batches without a producer id (LeaderChange,
+        the raft's own) are appended as they are, outside producer state.
         """
         path = Path(directory)
-        tp = PartitionDir.at(path).topic_partition
+        tp = PartitionDir.at(path, metadata_log=metadata_log).topic_partition
         log = cls(path, tp, config)
+        log.metadata_log = metadata_log
         reopened = path.is_dir() and bool(list_segments(path))
         if reopened:
             log._recover()
@@ -947,7 +952,9 @@ class PartitionLog:
             # UnifiedLog.append's RecordBatchTooLargeException: a batch never spans segments.
             raise ValueError(f"a {len(batch)}-byte batch exceeds segment.bytes {self.config.segment_bytes}")
         marker = _transaction_marker(batch, header) if header.is_control else None
-        self.producer_state.check(header, marker)
+        if not (self.metadata_log and header.producer_id < 0):
+            # The raft's own batches (AppendOrigin.RAFT_LEADER) carry no producer id.
+            self.producer_state.check(header, marker)
 
         self.epochs.assign(leader_epoch, base_offset)
         rolled = False

@@ -371,3 +371,137 @@ def read_partition_metadata(path: str | os.PathLike) -> PartitionMetadata:
 
 def write_partition_metadata(path: str | os.PathLike, metadata: PartitionMetadata) -> None:
     write_atomically(path, encode_partition_metadata(metadata))
+
+
+# --- meta.properties ----------------------------------------------------------------------------
+
+META_PROPERTIES = "meta.properties"
+
+
+@dataclass(frozen=True, slots=True)
+class MetaProperties:
+    """A log dir's ``meta.properties`` (Kafka's MetaProperties): ``version=0`` is a ZooKeeper-mode
+    broker's (``broker.id``, which may be absent), ``version=1`` a KRaft node's (``node.id`` and
+    ``cluster.id`` required, ``directory.id`` optional)."""
+
+    version: int
+    node_id: int | None  # node.id (version 1) or broker.id (version 0)
+    cluster_id: str | None
+    directory_id: uuid.UUID | None = None
+
+
+def parse_java_properties(data: bytes, *, path: str | os.PathLike | None = None) -> dict[str, tuple[str, int]]:
+    """java.util.Properties.load of ISO-8859-1 bytes: key → (value, byte position of its line).
+
+    Comment lines start with ``#`` or ``!``; the key ends at the first unescaped ``=``, ``:`` or
+    blank, with blanks and one separator skipped; a line ending in an odd number of backslashes
+    continues on the next (its leading blanks dropped); ``\\t \\n \\r \\f \\uXXXX`` are escapes, any
+    other escaped character stands for itself. A later key replaces an earlier one, as in Java.
+    """
+    text = data.decode("latin-1")
+    props: dict[str, tuple[str, int]] = {}
+    lines = text.splitlines(keepends=True)
+    position = 0
+    i = 0
+    while i < len(lines):
+        start = position
+        line = lines[i].rstrip("\r\n").lstrip(" \t\f")
+        position += len(lines[i])
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _ends_in_continuation(line) and i < len(lines):
+            line = line[:-1] + lines[i].rstrip("\r\n").lstrip(" \t\f")
+            position += len(lines[i])
+            i += 1
+        if _ends_in_continuation(line):
+            line = line[:-1]  # a continuation at the end of the file continues onto nothing
+        key_end = 0
+        while key_end < len(line) and line[key_end] not in "=: \t\f":
+            key_end += 2 if line[key_end] == "\\" else 1
+        key_end = min(key_end, len(line))
+        rest = line[key_end:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        try:
+            props[_unescape(line[:key_end])] = (_unescape(rest), start)
+        except ValueError as e:
+            raise CheckpointError(f"{e}", path=path, position=start) from None
+    return props
+
+
+def _ends_in_continuation(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\" or i + 1 == len(text):
+            out.append(c)
+            i += 1
+            continue
+        c = text[i + 1]
+        if c == "u":
+            digits = text[i + 2 : i + 6]
+            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise ValueError(f"malformed \\uxxxx escape {text[i:i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_ESCAPES.get(c, c))
+            i += 2
+    return "".join(out)
+
+
+def decode_meta_properties(data: bytes, *, path: str | os.PathLike | None = None) -> MetaProperties:
+    """Read ``meta.properties`` as Kafka's MetaProperties.Builder does; CheckpointError (file and
+    byte of the bad line) for an unknown version, a missing required property or a bad number."""
+    props = parse_java_properties(data, path=path)
+
+    def value(key: str) -> tuple[str, int] | None:
+        return props.get(key)
+
+    def java_int(key: str) -> int | None:
+        found = value(key)
+        if found is None:
+            return None
+        try:
+            return parse_java_int(found[0].strip(), 32, key)
+        except ValueError as e:
+            raise CheckpointError(f"{e}", path=path, position=found[1]) from None
+
+    version_entry = value("version")
+    version = java_int("version") if version_entry is not None else 0
+    if version not in (0, 1):
+        raise CheckpointError(f"unknown meta.properties version {version} (Kafka knows 0 and 1)",
+                              path=path, position=version_entry[1] if version_entry else 0)
+    cluster = value("cluster.id")
+    cluster_id = cluster[0] if cluster is not None else None
+    if version == 0:
+        node_id = java_int("broker.id")  # a ZooKeeper broker's file may lack it (broker.id.generation)
+    else:
+        node_id = java_int("node.id")
+        for key, present in (("node.id", node_id is not None), ("cluster.id", cluster_id is not None)):
+            if not present:
+                raise CheckpointError(f"version 1 requires {key}, which is missing", path=path, position=len(data))
+    directory_id = None
+    directory = value("directory.id")
+    if directory is not None:
+        try:
+            directory_id = topic_id_from_base64(directory[0])
+        except ValueError as e:
+            raise CheckpointError(f"directory.id: {e}", path=path, position=directory[1]) from None
+    return MetaProperties(version, node_id, cluster_id, directory_id)
+
+
+def read_meta_properties(path: str | os.PathLike) -> MetaProperties:
+    """``meta.properties`` at ``path``; :class:`MissingCheckpointError` when there is none."""
+    return decode_meta_properties(read_checkpoint_bytes(path, META_PROPERTIES), path=path)

@@ -1,0 +1,103 @@
+"""Who this broker is and who leads each partition, from the broker's own files.
+
+The small interface the rest of kts calls to decide whether its broker copies a partition (only
+the leader does, as Kafka's RemoteLogManager copies only on the leader):
+
+- :func:`this_broker_id` — the broker's id from ``meta.properties`` in its log dirs (``node.id``
+  of a KRaft node, ``broker.id`` of a ZooKeeper-mode broker);
+- :func:`partition_leadership` — each partition's leader, leader epoch, replicas and ISR, replayed
+  from the KRaft metadata log ``__cluster_metadata-0`` (``kafka/metadata_log.py``), or None when the
+  broker keeps none (ZooKeeper mode, or a plain log dir such as the demo's): then every replica may
+  copy;
+- :meth:`Leadership.is_leader`.
+
+Callers pass ``settings.log_dirs()`` and ``settings.metadata_log_dir()`` (``KTS_METADATA_LOG_DIR``,
+the broker's ``metadata.log.dir``). Nothing here caches: every call reads the files again, as a
+broker's leadership changes at any time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from .kafka.checkpoints import META_PROPERTIES, MissingCheckpointError, read_meta_properties
+from .kafka.errors import shown
+from .kafka.metadata_log import (
+    METADATA_PARTITION_DIR,
+    ClusterMetadata,
+    Leadership,
+    metadata_partition_dir,
+    read_cluster_metadata,
+)
+from .kafka.partition import TopicPartition
+
+__all__ = [
+    "Leadership", "MetadataLogLocationError", "cluster_metadata", "find_metadata_log", "partition_leadership",
+    "this_broker_id",
+]
+
+
+class MetadataLogLocationError(ValueError):
+    """The metadata log is not where it was configured to be, or more than one log dir holds one."""
+
+
+def this_broker_id(log_dirs: Iterable[str | os.PathLike], metadata_log_dir: str | os.PathLike | None = None) -> int | None:
+    """The broker's id, from ``meta.properties`` in each of ``log_dirs`` (and the metadata log dir):
+    ``node.id`` (KRaft, version 1) or ``broker.id`` (ZooKeeper mode, version 0). None when no log
+    dir has one that names an id. As Kafka's MetaPropertiesEnsemble, every file must agree:
+    ValueError naming two that do not; a malformed file raises CheckpointError (file and byte)."""
+    dirs = [Path(d) for d in log_dirs]
+    if metadata_log_dir is not None:
+        configured = Path(metadata_log_dir)
+        dirs.append(configured.parent if configured.name == METADATA_PARTITION_DIR else configured)
+    found: dict[int, Path] = {}
+    for d in dict.fromkeys(dirs):  # each dir once, in order
+        path = d / META_PROPERTIES
+        try:
+            meta = read_meta_properties(path)
+        except MissingCheckpointError:
+            continue
+        if meta.node_id is not None:
+            found.setdefault(meta.node_id, path)
+    if len(found) > 1:
+        (a, pa), (b, pb) = list(found.items())[:2]
+        raise ValueError(f"the log dirs disagree on the broker id: {shown(pa)} says {a}, {shown(pb)} says {b}")
+    return next(iter(found), None)
+
+
+def find_metadata_log(log_dirs: Iterable[str | os.PathLike], metadata_log_dir: str | os.PathLike | None = None) -> Path | None:
+    """The ``__cluster_metadata-0`` directory: under ``metadata_log_dir`` when given (the broker's
+    metadata.log.dir, or that partition directory itself; MetadataLogLocationError when it holds
+    none), else the one log dir of ``log_dirs`` that holds it (Kafka's default metadata.log.dir is
+    the first of log.dirs; MetadataLogLocationError when several do). None: no metadata log."""
+    if metadata_log_dir is not None:
+        found = metadata_partition_dir(metadata_log_dir)
+        if found is None:
+            raise MetadataLogLocationError(
+                f"{shown(metadata_log_dir)} holds no {METADATA_PARTITION_DIR} (KTS_METADATA_LOG_DIR names the broker's "
+                "metadata.log.dir)")
+        return found
+    candidates = list(dict.fromkeys(p for d in log_dirs if (p := metadata_partition_dir(d)) is not None))
+    if len(candidates) > 1:
+        raise MetadataLogLocationError(
+            f"more than one log dir holds a {METADATA_PARTITION_DIR}: {', '.join(shown(c) for c in candidates)}; "
+            "set KTS_METADATA_LOG_DIR to the broker's metadata.log.dir")
+    return candidates[0] if candidates else None
+
+
+def cluster_metadata(log_dirs: Iterable[str | os.PathLike], metadata_log_dir: str | os.PathLike | None = None) -> ClusterMetadata | None:
+    """The whole replay (leadership, topic ids, features, where it started and ended), or None
+    when there is no metadata log. MetadataLogError names the file and byte of anything unreadable."""
+    found = find_metadata_log(log_dirs, metadata_log_dir)
+    return None if found is None else read_cluster_metadata(found)
+
+
+def partition_leadership(log_dirs: Iterable[str | os.PathLike],
+                         metadata_log_dir: str | os.PathLike | None = None) -> dict[TopicPartition, Leadership] | None:
+    """Each partition's current leadership, replayed from the broker's KRaft metadata log; None when
+    the broker keeps none (ZooKeeper mode, a plain log dir): then no replica can tell the leader,
+    and every replica may copy."""
+    metadata = cluster_metadata(log_dirs, metadata_log_dir)
+    return None if metadata is None else dict(metadata.partitions)
