@@ -180,7 +180,10 @@ def _unhealthy_inventory_rows(path) -> tuple[int, list[dict]]:
 # Judged once the inventory and the copy are reported; every partition is located and its latest
 # materialisation read once for all of them.
 
-def _offset_invariants(loc: LocatedPartition, store) -> Verdict:
+def _offset_invariants(loc: LocatedPartition, store, follower: str | None = None) -> Verdict:
+    """Lx ≤ Ly ≤ Lz and Rx ≤ Ry ≤ Ly. On a follower (``follower``: its copy refusal) the leader's
+    kts copied up to the leader's high watermark, which this replica's may trail: Ry ≤ Ly is the
+    leader's invariant, not this replica's."""
     segments = loc.partition.segments()
     o = partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments))
     rx, ry = o.remote_log_start_offset, o.remote_log_end_offset
@@ -189,10 +192,12 @@ def _offset_invariants(loc: LocatedPartition, store) -> Verdict:
         problems.append("no high watermark in replication-offset-checkpoint")
     elif not o.local_log_start_offset <= o.high_watermark <= o.log_end_offset:
         problems.append(f"not Lx {o.local_log_start_offset} ≤ Ly {o.high_watermark} ≤ Lz {o.log_end_offset}")
-    if o.remote_segments and not (0 <= rx <= ry and (o.high_watermark < 0 or ry <= o.high_watermark)):
+    below_hw = follower is not None or o.high_watermark < 0 or ry <= o.high_watermark
+    if o.remote_segments and not (0 <= rx <= ry and below_hw):
         problems.append(f"not Rx {rx} ≤ Ry {ry} ≤ Ly {o.high_watermark}")
     metadata = {"Lx": o.local_log_start_offset, "Ly": o.high_watermark, "Lz": o.log_end_offset, "Rx": rx, "Ry": ry}
-    return not problems, metadata, "; ".join(problems) or "offsets in order"
+    in_order = "offsets in order" if follower is None else f"offsets in order ({follower.split(':')[0]}: Ry may pass Ly)"
+    return not problems, metadata, "; ".join(problems) or in_order
 
 
 def _remote_segments_in_bucket(loc: LocatedPartition, store, storage) -> Verdict:
@@ -286,8 +291,9 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
     records = _latest_records(context.instance, REMOTE_SEGMENTS, keys)
     store = metadata_store.store()
     if OFFSET_INVARIANTS in selected:
+        refusal = _copy_refusals(kafka_log_dirs)
         yield from _report(context, REMOTE_SEGMENTS, OFFSET_INVARIANTS.name,
-                           located.verdicts(lambda loc: _offset_invariants(loc, store)), records=records)
+                           located.verdicts(lambda loc: _offset_invariants(loc, store, refusal(loc))), records=records)
     if REMOTE_SEGMENTS_IN_BUCKET in selected:
         storage = remote_tier.storage()
         yield from _report(context, REMOTE_SEGMENTS, REMOTE_SEGMENTS_IN_BUCKET.name,
@@ -299,6 +305,20 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
         yield from _report(context, REMOTE_SEGMENTS, COPY_COMPLETED.name,
                            located.verdicts(_pass_completed(records, flag="copy_failed", error="copy_error", what="copy")),
                            blocking=True, records=records)
+
+
+def _copy_refusals(kafka_log_dirs: KafkaLogDirsResource) -> Callable[[LocatedPartition], str | None]:
+    """Why this broker does not copy each partition (a follower's), from its metadata log; an
+    unreadable one judges every replica as the copier (the copy step names the error)."""
+    from kts_resources.kafka.errors import KafkaFormatError
+    from kts_resources.leadership import copy_refusal, partition_leadership, this_broker_id
+
+    try:
+        broker_id = this_broker_id(kafka_log_dirs.paths(), settings.metadata_log_dir())
+        leaders = partition_leadership(kafka_log_dirs.paths(), settings.metadata_log_dir())
+    except (KafkaFormatError, ValueError):
+        broker_id, leaders = None, None
+    return lambda loc: copy_refusal(leaders, loc.partition.topic_partition, broker_id)
 
 
 def _pass_completed(records: dict[str, dg.EventLogRecord], *, flag: str, error: str, what: str) -> Callable[[LocatedPartition], Verdict]:

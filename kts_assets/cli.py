@@ -869,7 +869,7 @@ def _sync(args) -> int:
 STATUS_FIELDS = (
     "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",
     "remote_log_start_offset", "remote_log_end_offset", "local_bytes", "remote_bytes", "local_segments",
-    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges", "damaged_remote_segments",
+    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges", "damaged_remote_segments", "replica",
 )
 
 
@@ -916,8 +916,18 @@ def _status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> li
     import dataclasses
 
     from kts_resources import settings
+    from kts_resources.leadership import partition_leadership, replica_role, this_broker_id
     from kts_resources.tiers import active_log_end_offset, log_dir_partitions, partition_tiers, topic_id_partition
 
+    try:  # who leads, from the broker's KRaft metadata log (none: "-", every replica copies)
+        broker_id = this_broker_id(settings.log_dirs(), settings.metadata_log_dir())
+        leaders = partition_leadership(settings.log_dirs(), settings.metadata_log_dir())
+        role = lambda tp: replica_role(leaders, tp, broker_id)  # noqa: E731
+    except (KafkaFormatError, ValueError) as e:
+        if unreadable is None:
+            raise
+        unreadable["metadata log"] = str(e)
+        role = lambda tp: "unknown"  # noqa: E731
     rows = []
     for located in log_dir_partitions(settings.log_dirs()):
         partition = located.partition
@@ -942,7 +952,8 @@ def _status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> li
         row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers),
                "lost_ranges": [[r.start_offset, r.end_offset] for r in lost],
                # Found damaged in the tier and not yet re-copied (copier.recopy_damaged).
-               "damaged_remote_segments": len(store.damaged_segments(tip)) if tip is not None else 0}
+               "damaged_remote_segments": len(store.damaged_segments(tip)) if tip is not None else 0,
+               "replica": role(partition.topic_partition)}
         rows.append(({name: row[name] for name in STATUS_FIELDS}, lost))
     return rows
 

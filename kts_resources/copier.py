@@ -198,8 +198,12 @@ def copy_partition(
     lock_timeout_s: float | None = None,
     on_copied: ProgressCallback | None = None,
     index_cache_home: Path | None = None,
+    not_leader: str | None = None,
 ) -> PartitionCopyResult:
     """Copy every eligible segment of one partition, oldest first, one at a time.
+
+    ``not_leader``: why this broker's replica must not copy (``leadership.copy_refusal``: another
+    broker leads, or none does); the partition is skipped with it.
 
     ``index_cache_home`` (KTS_HOME): each copied segment's remote log index entries, taken from the
     copy's own verification pass, go into that machine's index cache, so the index build need not
@@ -212,6 +216,9 @@ def copy_partition(
     clock = clock or SystemClock()
     tp = partition.topic_partition
     result = PartitionCopyResult(tp)
+    if not_leader is not None:
+        result.skipped = not_leader
+        return result
     try:
         tip = _topic_id_partition(partition, store)
     except StaleTopicIdError as e:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from .kafka.checkpoints import META_PROPERTIES, MissingCheckpointError, read_meta_properties
 from .kafka.errors import shown
@@ -34,8 +34,8 @@ from .kafka.metadata_log import (
 from .kafka.partition import TopicPartition
 
 __all__ = [
-    "Leadership", "MetadataLogLocationError", "cluster_metadata", "find_metadata_log", "partition_leadership",
-    "this_broker_id",
+    "Leadership", "MetadataLogLocationError", "cluster_metadata", "copy_refusal", "find_metadata_log",
+    "partition_leadership", "replica_role", "this_broker_id",
 ]
 
 
@@ -101,3 +101,37 @@ def partition_leadership(log_dirs: Iterable[str | os.PathLike],
     and every replica may copy."""
     metadata = cluster_metadata(log_dirs, metadata_log_dir)
     return None if metadata is None else dict(metadata.partitions)
+
+
+NO_METADATA_LOG = "-"  # the replica's role when the broker keeps no metadata log: every replica copies
+
+
+def replica_role(leaders: Mapping[TopicPartition, Leadership] | None, tp: TopicPartition, broker_id: int | None) -> str:
+    """This broker's replica of ``tp``, in a few words (`kts status`'s ``replica``): ``-`` without a
+    metadata log, else ``leader``, ``follower of broker N``, ``no leader``, or ``not in the
+    metadata log`` (a topic the replay does not know yet, or deleted)."""
+    if leaders is None:
+        return NO_METADATA_LOG
+    leadership = leaders.get(tp)
+    if leadership is None:
+        return "not in the metadata log"
+    if not leadership.has_leader:
+        return "no leader"
+    if leadership.is_leader(broker_id):
+        return "leader"
+    return f"follower of broker {leadership.leader}"
+
+
+def copy_refusal(leaders: Mapping[TopicPartition, Leadership] | None, tp: TopicPartition, broker_id: int | None) -> str | None:
+    """Why this broker's kts must not copy ``tp`` — only the leader's copies, as only the leader's
+    RemoteLogManager does — or None when it may: it leads, or the broker keeps no metadata log
+    (ZooKeeper mode, a plain log dir), where every replica copies and the copy rules keep the tier
+    whole, only at more cost."""
+    role = replica_role(leaders, tp, broker_id)
+    if role in (NO_METADATA_LOG, "leader"):
+        return None
+    if broker_id is None:
+        return "this broker's id is unknown (no meta.properties names it), so it cannot tell whether it leads; nothing is copied"
+    epoch = leaders[tp].leader_epoch if leaders is not None and tp in leaders else None
+    at = f" (leader epoch {epoch})" if epoch is not None else ""
+    return f"{role}{at}: only the leader's kts copies"

@@ -51,11 +51,11 @@ from .independent_log_dir import (
 pytestmark = pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
 
 # ARCHITECTURE.md, "Command line": the status object's fields, in order (issue 14 adds lost_ranges
-# and damaged_remote_segments).
+# and damaged_remote_segments, issue 30 replica).
 STATUS_FIELDS = (
     "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",
     "remote_log_start_offset", "remote_log_end_offset", "local_bytes", "remote_bytes", "local_segments",
-    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges", "damaged_remote_segments",
+    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges", "damaged_remote_segments", "replica",
 )
 # What travels with a segment (KAFKA_FORMATS.md §7); no .txnindex: the writer aborts nothing.
 SEGMENT_SUFFIXES = {"log", "index", "timeindex", "snapshot", "leader-epoch-checkpoint"}

@@ -13,6 +13,8 @@ from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import human_bytes
 from kts_resources import settings
 from kts_resources.copier import PartitionCopyResult, copy_partition
+from kts_resources.kafka.errors import KafkaFormatError
+from kts_resources.leadership import copy_refusal, partition_leadership, this_broker_id
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import (
     LocatedPartition,
@@ -83,9 +85,18 @@ def copy_pass(
     quota = copy_quota.manager(store.engine)  # one rate for the whole run, shared with other runs
 
     home = settings.kts_home()  # the remote log index cache: the copy hands it each segment's entries
+    # Only the leader's kts copies (read from the broker's KRaft metadata log, once a run); without
+    # one, every replica copies. An unreadable metadata log stops the run: nobody can say who leads.
+    try:
+        broker_id = this_broker_id(kafka_log_dirs.paths(), settings.metadata_log_dir())
+        leaders = partition_leadership(kafka_log_dirs.paths(), settings.metadata_log_dir())
+    except (KafkaFormatError, ValueError) as e:
+        raise dg.Failure(f"who leads each partition is unknown: {e}; nothing was copied") from None
 
     def copy_one(loc: LocatedPartition) -> PartitionCopyResult:
-        return copy_partition(loc.partition, loc.log_dir, store, storage, quota=quota, index_cache_home=home)
+        tp = loc.partition.topic_partition
+        return copy_partition(loc.partition, loc.log_dir, store, storage, quota=quota, index_cache_home=home,
+                              broker_id=broker_id or 0, not_leader=copy_refusal(leaders, tp, broker_id))
 
     failed: list[str] = []
     copied_total = 0

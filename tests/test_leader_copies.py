@@ -1,0 +1,63 @@
+"""Only the leader's kts copies (issue 30, item 1): kts beside each broker of a replicated cluster
+reads its broker's id from meta.properties and each partition's leader from the broker's KRaft
+metadata log; a follower's kts skips the partition, its checks pass, and `kts status` says whose it is.
+Without a metadata log every replica copies, as before."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from kts_resources.kafka.logdir import LogDir
+from kts_resources.kafka.metadata_log import Leadership, MetadataLogWriter, PartitionChangeRecord, PartitionRecord, TopicRecord
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.leadership import copy_refusal, replica_role
+
+from .test_sync_outcome import kts, sync_env
+
+ORDERS_0, ORDERS_1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+
+
+def _leaders(**by_partition: int) -> dict[TopicPartition, Leadership]:
+    return {TopicPartition("orders", int(p[1:])): Leadership(uuid.UUID(int=1), leader, 3, 4, (0, 1, 2), (0, 1, 2))
+            for p, leader in by_partition.items()}
+
+
+def test_the_leader_copies_a_follower_does_not_and_without_a_metadata_log_every_replica_copies():
+    leaders = _leaders(p0=0, p1=1, p2=-1)
+    assert copy_refusal(leaders, ORDERS_0, 0) is None and replica_role(leaders, ORDERS_0, 0) == "leader"
+    assert copy_refusal(leaders, ORDERS_1, 0) == "follower of broker 1 (leader epoch 3): only the leader's kts copies"
+    assert replica_role(leaders, TopicPartition("orders", 2), 0) == "no leader"
+    assert copy_refusal(leaders, TopicPartition("orders", 2), 0).startswith("no leader (leader epoch 3)")
+    assert replica_role(leaders, TopicPartition("orders", 9), 0) == "not in the metadata log"
+    assert copy_refusal(leaders, TopicPartition("orders", 9), 0).startswith("not in the metadata log")
+    assert "this broker's id is unknown" in copy_refusal(leaders, ORDERS_0, None)
+    assert copy_refusal(None, ORDERS_1, 0) is None and replica_role(None, ORDERS_1, 0) == "-"
+
+
+@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+def test_a_sync_beside_a_follower_copies_only_the_partitions_its_broker_leads(tmp_path, pg_url):
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=5, topics=("orders",), partitions=2, segment_bytes=48 * 1024, total_bytes=300 * 1024))
+    [topic_id] = {p.metadata().topic_id for p in LogDir(log_dir).partitions()}
+    # The broker's metadata log: this broker (node 0, meta.properties) leads orders-0; broker 1 took
+    # orders-1 over in a clean election (the leader epoch moves on to 1).
+    with MetadataLogWriter(log_dir) as metadata:
+        metadata.append_leader_change(3000, [3000])
+        metadata.append([TopicRecord("orders", topic_id)] + [
+            PartitionRecord(partition_id=p, topic_id=topic_id, replicas=(0, 1), isr=(0, 1), leader=0, leader_epoch=0,
+                            partition_epoch=0) for p in (0, 1)])
+        metadata.append([PartitionChangeRecord(partition_id=1, topic_id=topic_id, leader=1)])
+    env = sync_env(tmp_path, log_dir, pg_url, session_spark=True)
+
+    synced = kts(env, "sync")
+
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    rows = {f"{r['topic']}-{r['partition']}": r for r in json.loads(kts(env, "status", "--json").stdout)}
+    assert sorted(rows) == ["orders-0", "orders-1"]
+    assert rows["orders-0"]["replica"] == "leader" and rows["orders-0"]["remote_segments"] > 0
+    assert rows["orders-0"]["copy_lag_segments"] == 0
+    assert rows["orders-1"]["replica"] == "follower of broker 1" and rows["orders-1"]["remote_segments"] == 0
