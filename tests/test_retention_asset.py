@@ -16,6 +16,7 @@ from kts_assets.sensors.retention import retention_sensor
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
+from kts_resources.tiers import locate_partitions
 
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 
@@ -75,6 +76,23 @@ def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_u
     assert md["log_start_offset"] == finished[2].start_offset == store.partition_state(tip).log_start_offset
     assert md["local_segments_deleted"] == 2 and md["retention_failed"] == 0
     assert "past retention" in md["size"]
+    assert md["delete_lag_segments"] == 0 and md["delete_lag_bytes"] == 0  # what was to go went
+    # Both tiers are reported again by the step that changed them: the UI shows what `kts status` shows.
+    from kts_resources.tiers import active_log_end_offset, partition_tiers
+
+    observed = {}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_OBSERVATION":
+            observation = event.event_specific_data.asset_observation
+            observed[observation.asset_key.to_user_string()] = {k: v.value for k, v in observation.metadata.items()}
+    [loc] = locate_partitions([log_dir], [KEY], owned_log_dirs=[log_dir])[0].values()
+    segments = loc.partition.segments()
+    now = partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments))
+    assert observed["remote_segments"]["remote_segments"] == now.remote_segments == len(finished) - 2
+    assert observed["remote_segments"]["remote_bytes"] == now.remote_bytes
+    assert observed["remote_segments"]["log_start_offset"] == now.log_start_offset == finished[2].start_offset
+    assert observed["local_segments"]["segments"] == now.local_segments
+    assert observed["local_segments"]["local_log_start_offset"] == now.local_log_start_offset
     assert [m.start_offset for m in store.list_remote_log_segments(tip, states={FINISHED})] == [m.start_offset for m in finished[2:]]
     assert not (log_dir / KEY / f"{finished[0].start_offset:020d}.log").exists()
     assert partition_metadata(result, "remote_log_index")[KEY]["indexed_segments"] == len(finished) - 2

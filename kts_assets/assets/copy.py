@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import dagster as dg
 
 from kts_assets.asset_keys import REMOTE_SEGMENTS
-from kts_assets.assets.reporting import OWNERS, record_run_totals
+from kts_assets.assets.reporting import OWNERS, TIER_METADATA, record_run_totals
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import human_bytes
@@ -27,13 +27,6 @@ from kts_resources.tiers import (
 
 # Bumped when what a copy writes (objects, metadata) changes meaning.
 COPY_CODE_VERSION = "1"
-
-
-# What the copy asset reports of a partition's two tiers (PartitionTiers' fields less Lz, which
-# would cost a read of the active segment).
-TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark", "remote_log_start_offset",
-                 "remote_log_end_offset", "highest_copied_offset", "local_segments", "remote_segments",
-                 "remote_bytes", "copy_lag_segments", "copy_lag_bytes")
 
 
 # The spec (key, lineage) of the copy; assets.tiering.local_and_remote_segments materialises it.

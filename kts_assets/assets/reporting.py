@@ -1,4 +1,5 @@
-"""What the assets report beyond each partition's own metadata: who owns them, and a run's totals.
+"""What the assets report beyond each partition's own metadata: who owns them, a run's totals, and
+a partition's tiers again after a step changed them.
 
 A ``MaterializeResult``'s metadata in a ranged (single-run backfill) step lands on every partition
 of the range, so a run total written there would show on each partition's plot as if it were the
@@ -8,12 +9,37 @@ UI shows on the run and its runs list can filter by.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import dagster as dg
 
+from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_SEGMENTS
+from kts_resources.tiers import LocatedPartition, active_log_end_offset, partition_tiers
+
 OWNERS = ["team:kts"]
 RUN_TOTAL_TAG_PREFIX = "kts/"
+# Both tiers' numbers on remote_segments (the copy's materialisation and every re-report; Lz is
+# left out of the copy's, where it would cost a read of the active segment).
+TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark", "remote_log_start_offset",
+                 "remote_log_end_offset", "highest_copied_offset", "local_segments", "remote_segments",
+                 "remote_bytes", "copy_lag_segments", "copy_lag_bytes")
+# The local log's on local_segments, under the names its inventory materialises them with.
+_LOCAL_METADATA = {"segments": "local_segments", "local_bytes": "local_bytes", "log_start_offset": "log_start_offset",
+                   "local_log_start_offset": "local_log_start_offset", "high_watermark": "high_watermark",
+                   "log_end_offset": "log_end_offset"}
+
+
+def tier_observations(loc: LocatedPartition, store, *, changed_by: str) -> list[dg.AssetObservation]:
+    """The partition's numbers as ``kts status`` computes them, as observations of local_segments
+    and remote_segments: a step that changed the partition without materialising those assets
+    (expiry, DeleteRecords, …) reports them again, so the UI never shows what is no longer true."""
+    segments = loc.partition.segments()
+    numbers = dataclasses.asdict(partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments)))
+    remote = {name: numbers[name] for name in TIER_METADATA}
+    local = {label: numbers[name] for label, name in _LOCAL_METADATA.items()}
+    return [dg.AssetObservation(asset_key=REMOTE_SEGMENTS, partition=loc.key, metadata={**remote, "changed_by": changed_by}),
+            dg.AssetObservation(asset_key=LOCAL_SEGMENTS, partition=loc.key, metadata={**local, "changed_by": changed_by})]
 
 
 def record_run_totals(context: dg.AssetExecutionContext, totals: Mapping[str, int]) -> None:

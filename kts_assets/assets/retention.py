@@ -13,7 +13,7 @@ from pydantic import Field
 
 from kts_assets.asset_keys import RETENTION_STATE
 from kts_assets.assets.copy import remote_segments
-from kts_assets.assets.reporting import OWNERS, record_run_totals
+from kts_assets.assets.reporting import OWNERS, record_run_totals, tier_observations
 from kts_assets.assets.steps import PIPELINE_STEP
 from kts_assets.checks import RETENTION_CHECK_SPECS, checks_that_must_run, retention_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
@@ -106,6 +106,8 @@ def retention_state(
             context.add_asset_metadata({"retention_failed": 0, "remote_segments_deleted": done.segments_deleted,
                                         "note": "tiering disabled with remote.log.delete.on.disable: remote data deleted"},
                                        partition_key=key)
+            for observation in tier_observations(loc, store, changed_by=f"retention_state run {context.run.run_id}"):
+                context.log_event(observation)
             totals["remote_segments_deleted"] += done.segments_deleted
             continue
         if plan.get("nothing_remote"):
@@ -133,6 +135,11 @@ def retention_state(
                 context.log.warning(f"{key}: {line}")
             totals["remote_segments_deleted"] += len(result.remote_deleted)
             totals["local_segments_deleted"] += len(result.local_deleted)
+            # What was to expire is gone: the delete lag is what this pass left (Kafka's RemoteDeleteLag*).
+            metadata["delete_lag_segments"] = max(0, int(metadata.get("delete_lag_segments", 0)) - len(result.remote_deleted))
+            metadata["delete_lag_bytes"] = max(0, int(metadata.get("delete_lag_bytes", 0)) - result.remote_bytes_deleted)
+            for observation in tier_observations(loc, store, changed_by=f"retention_state run {context.run.run_id}"):
+                context.log_event(observation)
         metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes_to_expire']))} remote and "
                             f"{human_bytes(int(metadata['local_bytes_to_expire']))} local past retention; "
                             f"{human_bytes(int(metadata['remote_bytes_deleted']) + int(metadata['local_bytes_deleted']))} deleted")
