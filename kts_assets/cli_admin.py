@@ -39,6 +39,7 @@ def cmd_delete_records(args) -> int:
         located, _ = locate_partitions(settings.log_dirs(), [key], owned_log_dirs=settings.owned_log_dirs())
         # The tier records it too, so that `kts recover` brings it back.
         start = delete_records(located.get(key), tip, store, args.before, storage=storage)
+        _report_changed(store, located.values(), "kts delete-records")
     except UnknownPartitionError as e:
         raise CommandError(str(e), EXIT_USAGE) from None
     except DeleteRecordsError as e:
@@ -57,17 +58,39 @@ def cmd_delete_records(args) -> int:
     return 0
 
 
+def _report_changed(store, located, changed_by: str) -> None:
+    """The partitions a command changed, reported again to the Dagster instance (runless
+    observations of local_segments and remote_segments), so the UI agrees with `kts status` at
+    once. The change stands either way: a Dagster instance that cannot be written is one warning."""
+    import sys
+
+    try:
+        from kts_assets.assets.reporting import tier_observations
+        from kts_assets.cli import dagster_instance
+
+        instance = dagster_instance()
+        for loc in located:
+            for observation in tier_observations(loc, store, changed_by=changed_by):
+                instance.report_runless_asset_event(observation)
+    except Exception as e:  # noqa: BLE001 - what the command did is done; only the UI lags
+        print(f"kts: warning: the Dagster UI was not told of the change ({type(e).__name__}: {e}); "
+              "the next run's report brings it up to date", file=sys.stderr)
+
+
 def cmd_topic_delete(args) -> int:
     """Delete every remote segment and remote log index file of the topic, through the partition delete states."""
     from kts_assets.cli import _metadata_store, _remote_storage
     from kts_resources import settings
     from kts_resources.partition_admin import delete_topic_remote_data
     from kts_resources.quotas import SystemClock
+    from kts_resources.tiers import log_dir_partitions
 
     storage = _remote_storage()
     store = _metadata_store()
     try:
         results = delete_topic_remote_data(args.topic, store, storage, clock=SystemClock(), home=settings.kts_home())
+        _report_changed(store, [loc for loc in log_dir_partitions(settings.log_dirs()) if loc.partition.topic == args.topic],
+                        "kts topic delete")
     except KeyError:
         raise CommandError(f"topic {args.topic!r} is not known to the metadata store") from None
     finally:

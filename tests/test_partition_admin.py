@@ -165,6 +165,16 @@ def test_the_cli_deletes_records_and_topics_with_one_line_errors(simulated, meta
     ok = kts(env, "delete-records", "orders", "0", "--before", "5", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["log_start_offset"] == 5
+    # The Dagster UI is told at once: remote_segments' latest observation of orders-0 says so.
+    observed = subprocess.run(
+        [sys.executable, "-c", "import json, dagster as dg; from kts_assets.cli import dagster_instance; "
+         "[r] = dagster_instance().fetch_observations(dg.AssetRecordsFilter(asset_key=dg.AssetKey('remote_segments'), "
+         "asset_partitions=['orders-0']), limit=1).records; "
+         "print(json.dumps({k: v.value for k, v in r.asset_observation.metadata.items()}))"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert observed.returncode == 0, observed.stderr[-3000:]
+    metadata = json.loads(observed.stdout.strip().splitlines()[-1])
+    assert metadata["log_start_offset"] == 5 and metadata["changed_by"] == "kts delete-records"
     for args, message in [(("delete-records", "orders", "0", "--before", "99999999"), "above the high watermark"),
                           (("delete-records", "nosuch", "0", "--before", "1"), "not known to the metadata store"),
                           (("topic", "delete", "nosuch"), "not known to the metadata store")]:
