@@ -186,6 +186,15 @@ def stop_when(gate, running: Running, server) -> Outcome:
         server.start()
 
 
+def sync_with_a_server_stopped(scenario: Scenario, gate, server, what: str, *, cause: str | None = None) -> Outcome:
+    """A sync whose ``server`` (PostgreSQL, S3) stops the moment ``gate`` holds it: it fails in a
+    line per partition (naming ``cause``), and the next sync, with the server back, converges."""
+    failed = stop_when(gate, scenario.start("sync"), server)
+    assert_recovered(scenario, scenario.sync(), what)
+    assert_failed_in_a_line(failed, what, cause=cause)
+    return failed
+
+
 def assert_recovered(scenario: Scenario, outcome: Outcome, what: str, *, lost: bool = False) -> None:
     """The recovering pass exits 0 without a traceback — or, with ``lost``, exits 1 naming only the
     open lost ranges, as README says every pass does until they are acknowledged — and the
@@ -276,20 +285,14 @@ def test_two_syncs_at_once_on_the_same_partitions_both_succeed_and_leave_one_who
 def test_s3_stopped_mid_copy_fails_the_pass_in_a_few_lines_and_the_next_sync_converges(harness):
     scenario = harness.scenario("s3-stopped-mid-copy", "s3")
     gate = harness.s3.gate("PUT", rf"^/{scenario.tier.bucket}/.*\.log$", nth=3)
-    running = scenario.start("sync")
-    failed = stop_when(gate, running, harness.s3)
-    assert_recovered(scenario, scenario.sync(), "S3 stopped mid-copy")
-    assert_failed_in_a_line(failed, "S3 stopped mid-copy")
+    sync_with_a_server_stopped(scenario, gate, harness.s3, "S3 stopped mid-copy")
 
 
 def test_postgres_stopped_mid_copy_fails_the_pass_in_a_few_lines_and_the_next_sync_converges(harness):
     scenario = harness.scenario("pg-stopped-mid-copy", "filesystem")
     # Inside the transaction of the third copy's COPY_SEGMENT_FINISHED: its objects are uploaded.
     gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", "COPY_SEGMENT_FINISHED", nth=3)
-    running = scenario.start("sync")
-    failed = stop_when(gate, running, harness.postgres)
-    assert_recovered(scenario, scenario.sync(), "PostgreSQL stopped mid-copy")
-    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-copy", cause="went away")
+    failed = sync_with_a_server_stopped(scenario, gate, harness.postgres, "PostgreSQL stopped mid-copy", cause="went away")
     assert_store_went_away_without_its_password(failed, harness)
 
 
@@ -423,20 +426,14 @@ def test_kill_9_of_an_expiry_pass_at_a_seeded_moment_then_the_next_sync_finishes
 def test_postgres_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
     scenario = expiring(harness, "pg-stopped-mid-expiry", "filesystem")
     gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", "DELETE_SEGMENT_FINISHED", nth=2)
-    running = scenario.start("sync")
-    failed = stop_when(gate, running, harness.postgres)
-    assert_recovered(scenario, scenario.sync(), "PostgreSQL stopped mid-expiry")
-    assert_failed_in_a_line(failed, "PostgreSQL stopped mid-expiry", cause="went away")
+    failed = sync_with_a_server_stopped(scenario, gate, harness.postgres, "PostgreSQL stopped mid-expiry", cause="went away")
     assert_store_went_away_without_its_password(failed, harness)
 
 
 def test_s3_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
     scenario = expiring(harness, "s3-stopped-mid-expiry", "s3")
     gate = harness.s3.gate("POST", rf"^/{scenario.tier.bucket}/?$", nth=2, query="delete")
-    running = scenario.start("sync")
-    failed = stop_when(gate, running, harness.s3)
-    assert_recovered(scenario, scenario.sync(), "S3 stopped mid-expiry")
-    assert_failed_in_a_line(failed, "S3 stopped mid-expiry")
+    sync_with_a_server_stopped(scenario, gate, harness.s3, "S3 stopped mid-expiry")
 
 
 # --- topic deletion ------------------------------------------------------------------------------------
@@ -475,19 +472,25 @@ def assert_restored(scenario: Scenario, to: Path, what: str) -> None:
     assert segments == closed, f"{what}: restored {segments}, copied {closed}"
 
 
-def restore_then_rerun(harness: Harness, name: str, fault) -> None:
-    scenario = harness.from_tiered(name, "s3")
-    to = scenario.root / "restored"
-    gate = harness.s3.gate("GET", rf"^/{scenario.tier.bucket}/.*\.log$", nth=strike(name).randint(2, 12))
-    running = scenario.start("restore", "orders", "0", "--to", str(to))
+def fault_when(gate, running: Running, fault, name: str) -> tuple[Outcome, str]:
+    """``fault(running)`` struck the moment ``gate`` holds ``running`` (it returns how to heal);
+    healed once ``running`` ended: its outcome, and the scenario's name with the moment and seed."""
     try:
         moment = gate.wait(running)
         heal = fault(running)
     finally:
         gate.release()
-    first = running.wait()
+    outcome = running.wait()
     heal()
-    what = f"{name} at {moment} (KTS_FAULT_SEED={SEED})"
+    return outcome, f"{name} at {moment} (KTS_FAULT_SEED={SEED})"
+
+
+def restore_then_rerun(harness: Harness, name: str, fault) -> None:
+    scenario = harness.from_tiered(name, "s3")
+    to = scenario.root / "restored"
+    gate = harness.s3.gate("GET", rf"^/{scenario.tier.bucket}/.*\.log$", nth=strike(name).randint(2, 12))
+    running = scenario.start("restore", "orders", "0", "--to", str(to))
+    first, what = fault_when(gate, running, fault, name)
     assert not stderr_problems(first), f"{what}\n{first}"
     if first.status != 0:  # a finished restore is not run again: README, it refuses a dir holding segments
         rerun = scenario.kts("restore", "orders", "0", "--to", str(to))
@@ -530,14 +533,7 @@ def recover_then_rerun(harness: Harness, name: str, kind: str, arm, fault) -> No
     baseline = {(s.segment_id, s.start_offset, s.end_offset) for s in harness.tiered(kind).finished()}
     gate = arm(scenario)
     running = scenario.start("recover")
-    try:
-        moment = gate.wait(running)
-        heal = fault(running)
-    finally:
-        gate.release()
-    first = running.wait()
-    heal()
-    what = f"{name} at {moment} (KTS_FAULT_SEED={SEED})"
+    first, what = fault_when(gate, running, fault, name)
     assert_recovered(scenario, scenario.kts("recover"), what)
     assert {(s.segment_id, s.start_offset, s.end_offset) for s in scenario.finished()} == baseline, \
         f"{what}: the store recovered other segments than the tier holds"
