@@ -26,6 +26,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
 from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_LOG_INDEX, REMOTE_SEGMENTS, RETENTION_STATE
 from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
+from kts_assets.sizes import counted
 from kts_resources import remote_index_cache as index_cache
 from kts_resources import settings
 from kts_resources.inventory import inventory_path, read_inventory_table
@@ -164,7 +165,7 @@ def _crc_clean_verdicts(keys: list[str]) -> dict[str, Verdict]:
                                 for r in bad[:10])
         verdicts[key] = (not bad, {"segments": total, "unhealthy_segments": len(bad),
                                    "first_unhealthy_base_offset": bad[0]["base_offset"] if bad else -1},
-                         description or f"{total} segments CRC-clean")
+                         description or f"{counted(total, 'segment')} CRC-clean")
     return verdicts
 
 
@@ -372,7 +373,7 @@ def remote_index_checks(context: dg.AssetExecutionContext, kafka_log_dirs: Kafka
             return True, {"indexed_segments": 0}, "nothing remote"
         problems, entries = check_partition_index(index_cache.cache_directory(home, tip), finished)
         metadata = {"indexed_segments": len(finished), "index_entries": entries, "problems": len(problems)}
-        return not problems, metadata, "; ".join(problems[:5]) or f"{len(finished)} segments covered by {entries} entries"
+        return not problems, metadata, "; ".join(problems[:5]) or f"{counted(len(finished), 'segment')} covered by {counted(entries, 'entry', 'entries')}"
 
     yield from _report(context, REMOTE_LOG_INDEX, REMOTE_INDEX_COVERS.name,
                        _per_partition(kafka_log_dirs, _partition_keys(context), judge))

@@ -840,12 +840,14 @@ def _sync(args) -> int:
         storage.close()
         store.close()
     rows = [row for row, _ in with_lost]
-    print(f"synced {len(keys)} partitions ({len(new)} new): copied {outcome.copied_segments} segments "
-          f"({outcome.copied_bytes:,} bytes); remote tier now {sum(r['remote_segments'] for r in rows)} segments "
-          f"({sum(r['remote_bytes'] for r in rows):,} bytes); copy lag {sum(r['copy_lag_segments'] for r in rows)} segments "
-          f"({sum(r['copy_lag_bytes'] for r in rows):,} bytes)"
-          + (f"; re-copied {outcome.recopied_segments} damaged remote segments" if outcome.recopied_segments else ""))
-    damaged = [f"{r['topic']}-{r['partition']}: {r['damaged_remote_segments']} remote segments damaged in the tier "
+    from kts_assets.sizes import counted
+
+    print(f"synced {counted(len(keys), 'partition')} ({len(new)} new): copied {counted(outcome.copied_segments, 'segment')} "
+          f"({counted(outcome.copied_bytes, 'byte')}); remote tier now {counted(sum(r['remote_segments'] for r in rows), 'segment')} "
+          f"({counted(sum(r['remote_bytes'] for r in rows), 'byte')}); copy lag {counted(sum(r['copy_lag_segments'] for r in rows), 'segment')} "
+          f"({counted(sum(r['copy_lag_bytes'] for r in rows), 'byte')})"
+          + (f"; re-copied {counted(outcome.recopied_segments, 'damaged remote segment')}" if outcome.recopied_segments else ""))
+    damaged = [f"{r['topic']}-{r['partition']}: {counted(r['damaged_remote_segments'], 'remote segment')} damaged in the tier "
                "and not re-copied (their local segments are gone or differ)" for r in rows if r["damaged_remote_segments"]]
     # Every open lost range, on every pass until it is acknowledged: data loss never goes quiet.
     lost_lines = [f"{row['topic']}-{row['partition']}: {describe(r)}" for row, lost in with_lost for r in lost]

@@ -6,6 +6,7 @@ tier (kts_resources.restore). One clear line for bad input."""
 from __future__ import annotations
 
 from kts_assets.cli import EXIT_USAGE, CommandError, bounded, parse_duration_ms, print_json
+from kts_assets.sizes import counted
 
 
 def _tip(store, topic: str, partition: int):
@@ -101,7 +102,7 @@ def cmd_topic_delete(args) -> int:
         print_json({"topic": args.topic, "partitions": len(results), "segments_deleted": segments,
                     "index_files_deleted": sum(r.index_files_deleted for r in results)})
     else:
-        print(f"{args.topic}: remote data of {len(results)} partitions deleted ({segments} segments); "
+        print(f"{args.topic}: remote data of {counted(len(results), 'partition')} deleted ({counted(segments, 'segment')}); "
               f"DELETE_PARTITION_FINISHED. kts no longer copies it.")
     return 0
 
@@ -124,14 +125,14 @@ def cmd_recover(args) -> int:
         print_json(outcome.to_json())
     else:
         rebuilt = f", {outcome.segments_rebuilt} rebuilt from segment objects without a manifest" if outcome.segments_rebuilt else ""
-        print(f"recovered {_n(outcome.segments_recovered, 'segment')} ({outcome.segments_present} already in the store{rebuilt}) of "
-              f"{_n(outcome.partitions, 'partition')} of {_n(outcome.topics, 'topic')} from {_n(outcome.manifests, 'manifest')} "
-              f"({_n(outcome.objects_listed, 'object')} listed); remote log index of {_n(outcome.index_partitions, 'partition')} "
-              f"({_n(outcome.index_segments_read, 'segment')} read, {_n(outcome.index_files_written, 'file')} written, "
+        print(f"recovered {counted(outcome.segments_recovered, 'segment')} ({outcome.segments_present} already in the store{rebuilt}) of "
+              f"{counted(outcome.partitions, 'partition')} of {counted(outcome.topics, 'topic')} from {counted(outcome.manifests, 'manifest')} "
+              f"({counted(outcome.objects_listed, 'object')} listed); remote log index of {counted(outcome.index_partitions, 'partition')} "
+              f"({counted(outcome.index_segments_read, 'segment')} read, {counted(outcome.index_files_written, 'file')} written, "
               f"{outcome.index_files_published} shipped)")
     lines = list(outcome.rebuilt) + outcome.lost_ranges_closed
     if outcome.objects_without_manifest:
-        lines.append(f"{_n(len(outcome.objects_without_manifest), 'object')} of {_n(outcome.segments_without_manifest, 'segment')} "
+        lines.append(f"{counted(len(outcome.objects_without_manifest), 'object')} of {counted(outcome.segments_without_manifest, 'segment')} "
                      f"have no manifest and were not recovered: they hold no record that finished segments do not "
                      f"(leftovers of copies that never finished), e.g. " + ", ".join(outcome.unmanifested_sample))
     lines += outcome.incomplete_segments + outcome.skipped + outcome.index_errors
@@ -170,7 +171,7 @@ def cmd_restore(args) -> int:
     if args.json:
         print_json(summary)
     else:
-        print(f"restored {_n(result.segments, 'segment')} ({result.bytes:,} bytes in {_n(result.files, 'file')}"
+        print(f"restored {counted(result.segments, 'segment')} ({result.bytes:,} bytes in {counted(result.files, 'file')}"
               f"{f', {result.already_whole} already whole' if result.already_whole else ''}) of {args.topic}-{args.partition} "
               f"into {result.partition_dir}: offsets {result.log_start_offset}..{result.log_end_offset - 1}")
     return 0
@@ -196,10 +197,10 @@ def cmd_scrub(args) -> int:
         print_json(outcome.to_json())
     else:
         verb = "would delete" if outcome.dry_run else "deleted"
-        print(f"scrubbed {_n(outcome.objects_listed, 'object')} and {_n(outcome.segments_checked, 'finished segment')}"
-              f"{' (deep)' if args.deep else ''}: {verb} {_n(len(outcome.orphans_deleted), 'orphaned object')}, finished "
-              f"{_n(outcome.deletes_finished, 'interrupted delete')}, aborted {_n(outcome.uploads_aborted, 'stale upload')}; "
-              f"{_n(len(outcome.damaged), 'damaged segment')}")
+        print(f"scrubbed {counted(outcome.objects_listed, 'object')} and {counted(outcome.segments_checked, 'finished segment')}"
+              f"{' (deep)' if args.deep else ''}: {verb} {counted(len(outcome.orphans_deleted), 'orphaned object')}, finished "
+              f"{counted(outcome.deletes_finished, 'interrupted delete')}, aborted {counted(outcome.uploads_aborted, 'stale upload')}; "
+              f"{counted(len(outcome.damaged), 'damaged segment')}")
     if outcome.problems:
         hint = ["damaged segments are re-copied by the next copy pass while their local segments exist"] if outcome.damaged else []
         if outcome.wrong_tier:
@@ -222,10 +223,6 @@ def _on_the_tier(work, errors: tuple[type[Exception], ...], *, then: str = ""):
     finally:
         storage.close()
         store.close()
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def add_admin_parsers(sub) -> None:

@@ -1,4 +1,5 @@
-"""Byte counts as people read them, for the text entry beside a ``*_bytes`` metadata value."""
+"""Counts as people read them: bytes with their unit, for the text entry beside a ``*_bytes``
+metadata value, and a count with its noun in the right number ("1 segment", "2 segments")."""
 
 from __future__ import annotations
 
@@ -17,3 +18,9 @@ def human_bytes(count: int) -> str:
         if value < 1024 or unit == _UNITS[-1]:
             return f"{value:,.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``counted(1, "segment")`` → ``"1 segment"``; any other count takes the plural (``noun`` + s
+    unless given)."""
+    return f"{count:,} {noun if count == 1 else (plural or noun + 's')}"

@@ -123,7 +123,7 @@ def test_a_remote_object_damaged_in_the_tier_fails_a_sync_and_the_next_sync_reco
 
     recopied = kts("sync")
     assert recopied.returncode == 0, recopied.stderr[-3000:]
-    assert "re-copied 1 damaged remote segments" in recopied.stdout
+    assert recopied.stdout.rstrip().endswith("; re-copied 1 damaged remote segment")
     [row] = json.loads(kts("status", "--json").stdout)
     assert row["damaged_remote_segments"] == 0
     _assert_remote_tier_mirrors_eligible_segments(log_dir, metadata_store, remote_storage_from_uri(remote.as_uri()))

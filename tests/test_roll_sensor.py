@@ -398,7 +398,7 @@ def test_copy_lag_is_observed_before_any_copy_and_agrees_with_the_tiers(tmp_path
     assert lag_events(first) == {k: (tiers[k].copy_lag_segments, tiers[k].copy_lag_bytes) for k in keys}
     assert all(segments > 0 and size > 0 for segments, size in lag_events(first).values())
     text = next(iter(first.asset_events)).metadata["copy_lag"].value
-    assert "segments" in text and "KiB" in text  # a human-readable entry beside the bytes
+    assert " segment" in text and "KiB" in text  # a human-readable entry beside the bytes
 
 
 def test_an_unchanged_copy_lag_is_not_observed_again(tmp_path, instance):

@@ -294,7 +294,7 @@ def test_the_sync_reports_what_it_copied(tier_run):
     first_total = sum(len(eligible(p)) for p in tier_run.first.described.partitions.values())
     partitions = len(tier_run.first.described.partitions)
     assert tier_run.first.stdout.startswith(f"synced {partitions} partitions ({partitions} new): copied {first_total} segments ")
-    assert tier_run.second.stdout.startswith(f"synced {partitions} partitions (0 new): copied 1 segments ")
+    assert tier_run.second.stdout.startswith(f"synced {partitions} partitions (0 new): copied 1 segment ")
 
 
 def test_the_second_sync_copies_only_the_newly_rolled_segment(tier_run):

@@ -10,7 +10,7 @@ from kts_assets.asset_keys import REMOTE_SEGMENTS
 from kts_assets.assets.reporting import OWNERS, TIER_METADATA, record_run_totals
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
-from kts_assets.sizes import human_bytes
+from kts_assets.sizes import counted, human_bytes
 from kts_resources import settings
 from kts_resources.copier import PartitionCopyResult, copy_partition
 from kts_resources.kafka.errors import KafkaFormatError
@@ -136,6 +136,6 @@ def copy_pass(
     if located and len(failed) == len(located):
         # Nothing worked (the store or the bucket is down): fail, so the RetryPolicy tries again.
         raise dg.Failure(f"the copy pass failed for every partition of the run: {', '.join(failed[:20])}")
-    context.log.info(f"copied {copied_total} segments over {len(located)} partitions ({len(failed)} failed)")
+    context.log.info(f"copied {counted(copied_total, 'segment')} over {counted(len(located), 'partition')} ({len(failed)} failed)")
     # Run totals go on the run, not on every partition the run materialises.
     record_run_totals(context, {"partitions_in_run": len(keys), "partitions_failed": len(failed)})

@@ -31,7 +31,7 @@ from kts_assets.batching import MAX_PARTITIONS_PER_RUN, KeyRangeBatch, batch_key
 from kts_assets.jobs import COPY_JOB_NAME
 from kts_assets.partitions import topic_partitions
 from kts_assets.sensors.cursor import REQUESTED, decode_cursor_maps, encode_cursor
-from kts_assets.sizes import human_bytes
+from kts_assets.sizes import counted, human_bytes
 from kts_resources.kafka.checkpoints import PARTITION_METADATA, CheckpointError, read_partition_metadata
 from kts_resources.kafka.logdir import LOG_SUFFIX, LogDir, offset_file_name, parse_offset_file_name
 from kts_resources.kafka.partition import TopicPartition, parse_topic_partition
@@ -188,7 +188,7 @@ def copy_lags(survey: RollSurvey, highest_copied: Mapping[str, int]) -> dict[str
 
 def lag_observation(key: str, segments: int, size: int) -> dg.AssetObservation:
     return dg.AssetObservation(asset_key=remote_segments.key, partition=key, metadata={
-        LAG_SEGMENTS: segments, LAG_BYTES: size, "copy_lag": f"{segments} segments, {human_bytes(size)}"})
+        LAG_SEGMENTS: segments, LAG_BYTES: size, "copy_lag": f"{counted(segments, 'segment')}, {human_bytes(size)}"})
 
 
 # --- the sensor -----------------------------------------------------------------------------------
