@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import dagster as dg
 
-from kts_assets.asset_keys import REMOTE_SEGMENTS
+from kts_assets.asset_keys import REMOTE_SEGMENTS, tier_kind
 from kts_assets.assets.reporting import OWNERS, TIER_METADATA, record_run_totals
 from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
@@ -33,7 +33,7 @@ COPY_CODE_VERSION = "1"
 remote_segments = dg.AssetSpec(
     REMOTE_SEGMENTS,
     deps=[local_segments],
-    kinds={"kafka", "s3", "postgres"},  # segments to the tier, their metadata to the store's PostgreSQL
+    kinds={"kafka", tier_kind(), "postgres"},  # segments to the tier, their metadata to the store's PostgreSQL
     group_name="tiering",
     owners=OWNERS,
     code_version=COPY_CODE_VERSION,

@@ -10,7 +10,7 @@ import uuid
 
 import dagster as dg
 
-from kts_assets.asset_keys import REMOTE_LOG_INDEX
+from kts_assets.asset_keys import REMOTE_LOG_INDEX, tier_kind
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.retention import retention_state
 from kts_assets.assets.reporting import OWNERS, record_run_totals
@@ -43,7 +43,7 @@ class RemoteLogIndexConfig(dg.Config):
     specs=[dg.AssetSpec(
         REMOTE_LOG_INDEX,
         deps=[remote_segments, retention_state],  # after expiry, so deleted segments roll out at once
-        kinds={"spark", "s3", "postgres"},
+        kinds={"spark", tier_kind(), "postgres"},
         group_name="tiering",
         owners=OWNERS,
         code_version=REMOTE_INDEX_CODE_VERSION,

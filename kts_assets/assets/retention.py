@@ -11,7 +11,7 @@ through the delete states, local segments in owned log dirs). In broker-owned lo
 import dagster as dg
 from pydantic import Field
 
-from kts_assets.asset_keys import RETENTION_STATE
+from kts_assets.asset_keys import RETENTION_STATE, tier_kind
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.reporting import OWNERS, record_run_totals, tier_observations
 from kts_assets.assets.steps import PIPELINE_STEP
@@ -44,7 +44,7 @@ class RetentionStateConfig(dg.Config):
     specs=[dg.AssetSpec(
         RETENTION_STATE,
         deps=[remote_segments],
-        kinds={"spark", "s3", "postgres"},
+        kinds={"spark", tier_kind(), "postgres"},
         group_name="retention",
         owners=OWNERS,
         code_version=RETENTION_CODE_VERSION,
