@@ -498,7 +498,7 @@ def key_values(assignments: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def cmd_config(args) -> int:
-    from kts_resources.metadata.topic_config import CONFIG_KEYS, InvalidTopicConfig
+    from kts_resources.metadata.topic_config import CONFIG_KEYS, REMOTE_STORAGE_ENABLE, InvalidTopicConfig
 
     store = _metadata_store()
     try:
@@ -516,11 +516,15 @@ def cmd_config(args) -> int:
         raise CommandError(f"{args.topic}: {e}", EXIT_USAGE) from None
     keys = args.keys if args.config_command == "get" and args.keys else sorted(CONFIG_KEYS)
     overrides = config.overrides
+    tiered = config.tiering_enabled(args.topic)
     rows = {}
     for key in keys:
         rows[key] = {"value": overrides[key] if key in overrides else CONFIG_KEYS[key].default,
                      "source": "override" if key in overrides else "default"}
-    tiered = config.tiering_enabled(args.topic)
+    if REMOTE_STORAGE_ENABLE in rows and REMOTE_STORAGE_ENABLE not in overrides:
+        # kts tiers a topic unless told not to (Kafka's own default is false): show what kts does.
+        rows[REMOTE_STORAGE_ENABLE] = {"value": "true" if tiered else "false",
+                                       "source": "kts default" if tiered else "default (internal or compacted topic)"}
     if args.json:
         print_json({"topic": args.topic, "tiered": tiered, "copy_enabled": config.copy_enabled(args.topic), "configs": rows})
     else:

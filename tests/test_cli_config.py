@@ -33,6 +33,10 @@ def test_set_then_get_shows_overrides_and_kafka_defaults(env):
     assert out["configs"]["retention.bytes"] == {"value": "-1", "source": "default"}
     assert out["configs"]["cleanup.policy"]["value"] == "delete"
     assert out["tiered"] is True and out["copy_enabled"] is True
+    # What kts does, not Kafka's default (false) beside "orders is tiered" (issue 31).
+    assert out["configs"]["remote.storage.enable"] == {"value": "true", "source": "kts default"}
+    text = kts(env, "config", "get", "orders").stdout
+    assert any(line.split() == ["remote.storage.enable", "true", "kts", "default"] for line in text.splitlines()), text
 
 
 def test_copy_disable_keeps_the_topic_tiered_but_stops_copying(env):
