@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_leader_epoch_checkpoint, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import SegmentFiles
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
+from kts_resources.remote_storage.manifest import put_log_start_offset
 from kts_resources.retention import (
     LocalPlan,
     LocalSegment,
@@ -215,7 +216,7 @@ def expire_partition(
             # records it too, before any object goes, so that `kts recover` restores it.
             result.log_start_offset = store.update_log_start_offset(tip, plan.new_log_start_offset)
             if result.log_start_offset > 0:
-                storage.put_log_start_offset(tip, result.log_start_offset)
+                put_log_start_offset(storage, tip, result.log_start_offset)
         for expired in plan.remote.expired:
             segment = store.segment(uuid.UUID(segment_uuid_text(expired.metadata)))
             if segment is not None:

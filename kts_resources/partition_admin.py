@@ -94,7 +94,9 @@ def delete_records(located: LocatedPartition | None, tip: TopicIdPartition, stor
                 _checkpoint_log_start(located, new)
         recorded = store.partition_state(tip).log_start_offset
         if storage is not None and recorded > 0:
-            storage.put_log_start_offset(tip, recorded)
+            from kts_resources.remote_storage.manifest import put_log_start_offset
+
+            put_log_start_offset(storage, tip, recorded)
     return new
 
 

@@ -29,7 +29,6 @@ from kts_resources.remote_log import (
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundError,
     RemoteStorageError,
-    TopicIdPartition,
     VerifiedChecksum,
 )
 from kts_resources.remote_storage.keys import (
@@ -476,13 +475,6 @@ class RemoteStorageManager(abc.ABC):
         self._delete_objects(sorted(keys))
 
     # --- single objects (remote indexes, the scrub) ---
-
-    def put_log_start_offset(self, tip: TopicIdPartition, log_start_offset: int) -> StoredObject:
-        """The partition's log start offset as kts moved it (retention, DeleteRecords), beside its
-        segments: `kts recover` restores it, also once every segment below it is gone."""
-        from kts_resources.remote_storage.manifest import encode_log_start_offset
-
-        return self.put_object(self.keys.log_start_offset_key(tip), encode_log_start_offset(tip, log_start_offset))
 
     def put_object(self, key: str, data: bytes | str | os.PathLike) -> StoredObject:
         """Upload bytes or a local file under ``key`` (checked, and within this store's prefix)."""

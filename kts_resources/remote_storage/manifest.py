@@ -40,7 +40,14 @@ from kts_resources.remote_log import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from kts_resources.remote_storage.base import StoredObject, crc32c_hex, parse_crc32c_hex, segment_custom_metadata, stored_objects
+from kts_resources.remote_storage.base import (
+    RemoteStorageManager,
+    StoredObject,
+    crc32c_hex,
+    parse_crc32c_hex,
+    segment_custom_metadata,
+    stored_objects,
+)
 from kts_resources.remote_storage.keys import LOG_SUFFIX, MAX_OFFSET, SEGMENT_SUFFIXES, check_object_key
 
 FORMAT = "kts-remote-segment-manifest"
@@ -329,6 +336,12 @@ def encode_log_start_offset(tip: TopicIdPartition, log_start_offset: int) -> byt
     data = _canonical(body) + b"\n"
     decode_log_start_offset(data, where="the log start offset being written")
     return data
+
+
+def put_log_start_offset(storage: RemoteStorageManager, tip: TopicIdPartition, log_start_offset: int) -> StoredObject:
+    """The partition's log start offset as kts moved it (retention, DeleteRecords), written beside
+    its segments: `kts recover` restores it, also once every segment below it is gone."""
+    return storage.put_object(storage.keys.log_start_offset_key(tip), encode_log_start_offset(tip, log_start_offset))
 
 
 def decode_log_start_offset(data: bytes | bytearray | memoryview, *, where: str) -> tuple[TopicIdPartition, int]:
