@@ -150,6 +150,11 @@ def test_kts_ui_serves_the_repository_on_loopback_and_stops_on_sigterm(tmp_path)
         # design (every later kts process reuses it): stop it as a user would.
         subprocess.run([sys.executable, "-m", "kts_assets.cli", "services", "stop"], env=env, cwd=tmp_path,
                        check=False, capture_output=True, timeout=120)
+        # Its cluster (under /var/lib/kts/postgres as root) goes too: whether the daemon got to start
+        # the server before SIGTERM depends on the machine's load, and the run leaves none behind.
+        from kts_resources.metadata import embedded
+
+        embedded.discard(tmp_path / "home" / "postgres")
 
 
 def _spark_slot_holders(dagster_home: str) -> set[str]:
