@@ -181,10 +181,10 @@ def _unhealthy_inventory_rows(path) -> tuple[int, list[dict]]:
 # Judged once the inventory and the copy are reported; every partition is located and its latest
 # materialisation read once for all of them.
 
-def _offset_invariants(loc: LocatedPartition, store, follower: str | None = None) -> Verdict:
-    """Lx ≤ Ly ≤ Lz and Rx ≤ Ry ≤ Ly. On a follower (``follower``: its copy refusal) the leader's
-    kts copied up to the leader's high watermark, which this replica's may trail: Ry ≤ Ly is the
-    leader's invariant, not this replica's."""
+def _offset_invariants(loc: LocatedPartition, store, follower_role: str | None = None) -> Verdict:
+    """Lx ≤ Ly ≤ Lz and Rx ≤ Ry ≤ Ly. On a replica that does not copy (``follower_role``: its role,
+    e.g. "follower of broker 2") the leader's kts copied up to the leader's high watermark, which
+    this replica's may trail: Ry ≤ Ly is the leader's invariant, not this replica's."""
     segments = loc.partition.segments()
     o = partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments))
     rx, ry = o.remote_log_start_offset, o.remote_log_end_offset
@@ -193,11 +193,11 @@ def _offset_invariants(loc: LocatedPartition, store, follower: str | None = None
         problems.append("no high watermark in replication-offset-checkpoint")
     elif not o.local_log_start_offset <= o.high_watermark <= o.log_end_offset:
         problems.append(f"not Lx {o.local_log_start_offset} ≤ Ly {o.high_watermark} ≤ Lz {o.log_end_offset}")
-    below_hw = follower is not None or o.high_watermark < 0 or ry <= o.high_watermark
+    below_hw = follower_role is not None or o.high_watermark < 0 or ry <= o.high_watermark
     if o.remote_segments and not (0 <= rx <= ry and below_hw):
         problems.append(f"not Rx {rx} ≤ Ry {ry} ≤ Ly {o.high_watermark}")
     metadata = {"Lx": o.local_log_start_offset, "Ly": o.high_watermark, "Lz": o.log_end_offset, "Rx": rx, "Ry": ry}
-    in_order = "offsets in order" if follower is None else f"offsets in order ({follower.split(':')[0]}: Ry may pass Ly)"
+    in_order = "offsets in order" if follower_role is None else f"offsets in order ({follower_role}: Ry may pass Ly)"
     return not problems, metadata, "; ".join(problems) or in_order
 
 
@@ -292,9 +292,9 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
     records = _latest_records(context.instance, REMOTE_SEGMENTS, keys)
     store = metadata_store.store()
     if OFFSET_INVARIANTS in selected:
-        refusal = _copy_refusals(kafka_log_dirs)
+        follower_role = _follower_roles(kafka_log_dirs)
         yield from _report(context, REMOTE_SEGMENTS, OFFSET_INVARIANTS.name,
-                           located.verdicts(lambda loc: _offset_invariants(loc, store, refusal(loc))), records=records)
+                           located.verdicts(lambda loc: _offset_invariants(loc, store, follower_role(loc))), records=records)
     if REMOTE_SEGMENTS_IN_BUCKET in selected:
         storage = remote_tier.storage()
         yield from _report(context, REMOTE_SEGMENTS, REMOTE_SEGMENTS_IN_BUCKET.name,
@@ -308,18 +308,23 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
                            blocking=True, records=records)
 
 
-def _copy_refusals(kafka_log_dirs: KafkaLogDirsResource) -> Callable[[LocatedPartition], str | None]:
-    """Why this broker does not copy each partition (a follower's), from its metadata log; an
-    unreadable one judges every replica as the copier (the copy step names the error)."""
+def _follower_roles(kafka_log_dirs: KafkaLogDirsResource) -> Callable[[LocatedPartition], str | None]:
+    """The role of this broker's replica of each partition when it does not copy it (a follower's),
+    else None; an unreadable metadata log judges every replica as the copier (the copy step names
+    the error)."""
     from kts_resources.kafka.errors import KafkaFormatError
-    from kts_resources.leadership import copy_refusal, partition_leadership, this_broker_id
+    from kts_resources.leadership import broker_replicas
 
     try:
-        broker_id = this_broker_id(kafka_log_dirs.paths(), settings.metadata_log_dir())
-        leaders = partition_leadership(kafka_log_dirs.paths(), settings.metadata_log_dir())
+        replicas = broker_replicas(kafka_log_dirs.paths(), settings.metadata_log_dir())
     except (KafkaFormatError, ValueError):
-        broker_id, leaders = None, None
-    return lambda loc: copy_refusal(leaders, loc.partition.topic_partition, broker_id)
+        return lambda loc: None
+
+    def role(loc: LocatedPartition) -> str | None:
+        tp = loc.partition.topic_partition
+        return replicas.role(tp) if replicas.copy_refusal(tp) is not None else None
+
+    return role
 
 
 def _pass_completed(records: dict[str, dg.EventLogRecord], *, flag: str, error: str, what: str) -> Callable[[LocatedPartition], Verdict]:

@@ -922,13 +922,11 @@ def _status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> li
     import dataclasses
 
     from kts_resources import settings
-    from kts_resources.leadership import partition_leadership, replica_role, this_broker_id
+    from kts_resources.leadership import broker_replicas
     from kts_resources.tiers import active_log_end_offset, log_dir_partitions, partition_tiers, topic_id_partition
 
     try:  # who leads, from the broker's KRaft metadata log (none: "-", every replica copies)
-        broker_id = this_broker_id(settings.log_dirs(), settings.metadata_log_dir())
-        leaders = partition_leadership(settings.log_dirs(), settings.metadata_log_dir())
-        role = lambda tp: replica_role(leaders, tp, broker_id)  # noqa: E731
+        role = broker_replicas(settings.log_dirs(), settings.metadata_log_dir()).role
     except (KafkaFormatError, ValueError) as e:
         if unreadable is None:
             raise

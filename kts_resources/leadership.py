@@ -19,6 +19,7 @@ broker's leadership changes at any time.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -34,8 +35,8 @@ from .kafka.metadata_log import (
 from .kafka.partition import TopicPartition
 
 __all__ = [
-    "Leadership", "MetadataLogLocationError", "cluster_metadata", "copy_refusal", "find_metadata_log",
-    "partition_leadership", "replica_role", "this_broker_id",
+    "BrokerReplicas", "Leadership", "MetadataLogLocationError", "broker_replicas", "cluster_metadata", "copy_refusal",
+    "find_metadata_log", "partition_leadership", "replica_role", "this_broker_id",
 ]
 
 
@@ -135,3 +136,25 @@ def copy_refusal(leaders: Mapping[TopicPartition, Leadership] | None, tp: TopicP
     epoch = leaders[tp].leader_epoch if leaders is not None and tp in leaders else None
     at = f" (leader epoch {epoch})" if epoch is not None else ""
     return f"{role}{at}: only the leader's kts copies"
+
+
+@dataclass(frozen=True)
+class BrokerReplicas:
+    """This broker and who leads each partition, read once from its files (for a run, a check, a
+    status): :func:`replica_role` and :func:`copy_refusal` for any partition."""
+
+    broker_id: int | None
+    leaders: Mapping[TopicPartition, Leadership] | None  # None: no metadata log
+
+    def role(self, tp: TopicPartition) -> str:
+        return replica_role(self.leaders, tp, self.broker_id)
+
+    def copy_refusal(self, tp: TopicPartition) -> str | None:
+        return copy_refusal(self.leaders, tp, self.broker_id)
+
+
+def broker_replicas(log_dirs: Iterable[str | os.PathLike], metadata_log_dir: str | os.PathLike | None = None) -> BrokerReplicas:
+    """:func:`this_broker_id` and :func:`partition_leadership` together; their errors (a file named
+    with its byte position, log dirs that disagree) pass to the caller, who decides what an
+    unknown leadership means for its work."""
+    return BrokerReplicas(this_broker_id(log_dirs, metadata_log_dir), partition_leadership(log_dirs, metadata_log_dir))

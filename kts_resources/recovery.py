@@ -398,10 +398,10 @@ def _recover_log_start_only(store: "RemoteLogMetadataStore", log_starts: dict[To
                 continue
             report.topics_created += 1
         with store.partition_lock(tip):
-            if store.partition_state(tip).delete_state is not None:
+            state = store.partition_state(tip)
+            if state.delete_state is not None:
                 continue
-            before = store.partition_state(tip).log_start_offset
-            if store.update_log_start_offset(tip, offset) != before:
+            if store.update_log_start_offset(tip, offset) != state.log_start_offset:
                 report.log_start_offsets_set += 1
             store.observe_first_offset(tip, offset)  # nothing below it is kts's to have copied
 

@@ -14,7 +14,7 @@ from kts_assets.sizes import counted, human_bytes
 from kts_resources import settings
 from kts_resources.copier import PartitionCopyResult, copy_partition
 from kts_resources.kafka.errors import KafkaFormatError
-from kts_resources.leadership import copy_refusal, partition_leadership, this_broker_id
+from kts_resources.leadership import broker_replicas
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import (
     LocatedPartition,
@@ -81,15 +81,14 @@ def copy_pass(
     # Only the leader's kts copies (read from the broker's KRaft metadata log, once a run); without
     # one, every replica copies. An unreadable metadata log stops the run: nobody can say who leads.
     try:
-        broker_id = this_broker_id(kafka_log_dirs.paths(), settings.metadata_log_dir())
-        leaders = partition_leadership(kafka_log_dirs.paths(), settings.metadata_log_dir())
+        replicas = broker_replicas(kafka_log_dirs.paths(), settings.metadata_log_dir())
     except (KafkaFormatError, ValueError) as e:
         raise dg.Failure(f"who leads each partition is unknown: {e}; nothing was copied") from None
 
     def copy_one(loc: LocatedPartition) -> PartitionCopyResult:
-        tp = loc.partition.topic_partition
         return copy_partition(loc.partition, loc.log_dir, store, storage, quota=quota, index_cache_home=home,
-                              broker_id=broker_id or 0, not_leader=copy_refusal(leaders, tp, broker_id))
+                              broker_id=replicas.broker_id or 0,
+                              not_leader=replicas.copy_refusal(loc.partition.topic_partition))
 
     failed: list[str] = []
     copied_total = 0

@@ -85,6 +85,7 @@ def retention_state(
     storage = remote_tier.storage()
     failed: list[str] = []
     totals = {"remote_segments_deleted": 0, "local_segments_deleted": 0}
+    changed_by = f"retention_state run {context.run.run_id}"  # on the partitions it reports again
     for key in keys:
         plan, error = plans.get(key, (None, "no plan came back"))
         if error is not None or plan is None:
@@ -106,7 +107,7 @@ def retention_state(
             context.add_asset_metadata({"retention_failed": 0, "remote_segments_deleted": done.segments_deleted,
                                         "note": "tiering disabled with remote.log.delete.on.disable: remote data deleted"},
                                        partition_key=key)
-            for observation in tier_observations(loc, store, changed_by=f"retention_state run {context.run.run_id}"):
+            for observation in tier_observations(loc, store, changed_by=changed_by):
                 context.log_event(observation)
             totals["remote_segments_deleted"] += done.segments_deleted
             continue
@@ -138,7 +139,7 @@ def retention_state(
             # What was to expire is gone: the delete lag is what this pass left (Kafka's RemoteDeleteLag*).
             metadata["delete_lag_segments"] = max(0, int(metadata.get("delete_lag_segments", 0)) - len(result.remote_deleted))
             metadata["delete_lag_bytes"] = max(0, int(metadata.get("delete_lag_bytes", 0)) - result.remote_bytes_deleted)
-            for observation in tier_observations(loc, store, changed_by=f"retention_state run {context.run.run_id}"):
+            for observation in tier_observations(loc, store, changed_by=changed_by):
                 context.log_event(observation)
         metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes_to_expire']))} remote and "
                             f"{human_bytes(int(metadata['local_bytes_to_expire']))} local past retention; "
