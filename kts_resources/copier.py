@@ -216,9 +216,6 @@ def copy_partition(
     clock = clock or SystemClock()
     tp = partition.topic_partition
     result = PartitionCopyResult(tp)
-    if not_leader is not None:
-        result.skipped = not_leader
-        return result
     try:
         tip = _topic_id_partition(partition, store)
     except StaleTopicIdError as e:
@@ -226,7 +223,12 @@ def copy_partition(
         result.skipped = f"{partition.path}: {e}; the partition is not copied"
         log.warning("%s", result.skipped)
         return result
-    store.mark_topics_seen([tp.topic])  # a topic some kts still copies is not gone (partition_admin)
+    # A topic some kts still sees is not gone (partition_admin) — a follower's too: while no broker
+    # leads, nobody copies, and the topic must not look deleted for it.
+    store.mark_topics_seen([tp.topic])
+    if not_leader is not None:
+        result.skipped = not_leader
+        return result
     config = store.topic_configs(tp.topic)
     if not config.copy_enabled(tp.topic):
         result.skipped = "tiering is off for this topic (internal, compacted, remote.storage.enable=false or remote.log.copy.disable=true)"

@@ -61,3 +61,26 @@ def test_a_sync_beside_a_follower_copies_only_the_partitions_its_broker_leads(tm
     assert rows["orders-0"]["replica"] == "leader" and rows["orders-0"]["remote_segments"] > 0
     assert rows["orders-0"]["copy_lag_segments"] == 0
     assert rows["orders-1"]["replica"] == "follower of broker 1" and rows["orders-1"]["remote_segments"] == 0
+
+
+def test_a_replica_that_does_not_copy_still_keeps_its_topic_from_looking_deleted(tmp_path, metadata_store):
+    """kts deletes a topic's remote data once no kts has seen it for the grace period; a partition
+    without a leader is copied by nobody, so its replicas' kts must still say they see it."""
+    import datetime as dt
+
+    from kts_resources.copier import copy_partition
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=5, topics=("orders",), partitions=1, segment_bytes=48 * 1024, total_bytes=100 * 1024))
+    [partition] = LogDir(log_dir).partitions()
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    copy_partition(partition, LogDir(log_dir), metadata_store, storage)
+    metadata_store.mark_topics_seen(["orders"], at=dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc))
+    week_ago = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=7)
+    assert metadata_store.topics_unseen_since(week_ago) == ["orders"]
+
+    result = copy_partition(partition, LogDir(log_dir), metadata_store, storage, not_leader="no leader (leader epoch 3): …")
+
+    assert result.skipped.startswith("no leader") and result.copied == []
+    assert metadata_store.topics_unseen_since(week_ago) == []
