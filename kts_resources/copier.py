@@ -26,6 +26,7 @@ from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.errors import FileChangedError
 from kts_resources.kafka.segment import verify_segment_file
+from kts_resources.lineage import copy_start_offset, diverges_at, last_epoch
 from kts_resources.lost_ranges import LOST_CAUSE, detect_lost_ranges
 from kts_resources.metadata.store import RemoteLogMetadataStore, StaleTopicIdError
 from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
@@ -41,7 +42,7 @@ from kts_resources.remote_log import (
 from kts_resources.remote_storage.base import RemoteStorageManager, StoredObject, segment_custom_metadata, stored_objects
 from kts_resources.remote_storage.keys import MANIFEST_SUFFIX
 from kts_resources.remote_storage.manifest import SegmentManifest, encode_manifest
-from kts_resources.tiers import adopt_first_log_start_offset, copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
+from kts_resources.tiers import active_log_end_offset, adopt_first_log_start_offset, copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,8 @@ class PartitionCopyResult:
     recopied: list[RemoteLogSegmentMetadata] = field(default_factory=list)  # replacements of damaged remote segments
     damaged_left: list[str] = field(default_factory=list)  # damaged remote segments that could not be re-copied, and why
     throttle_ms: int = 0
+    # The offset this replica's lineage diverges from the partition's at (it copies only below).
+    behind_lineage: int | None = None
 
     @property
     def copied_bytes(self) -> int:
@@ -268,6 +271,8 @@ def copy_partition(
         if segments:
             # Where kts's watch over the partition begins: older data was gone before it looked.
             store.observe_first_offset(tip, segments[0].base_offset)
+        lineage = partition.leader_epochs()
+        from_offset, copy_limit = _where_to_copy(store, tip, lineage, segments)
         candidates = copy_candidates(
             segments,
             high_watermark=high_watermark,
@@ -275,9 +280,11 @@ def copy_partition(
             log_start_offset=log_start_offset(checkpointed=log_dir.log_start_offset(tp),
                                               local_log_start_offset=segments[0].base_offset if segments else -1,
                                               recorded=store.partition_state(tip).log_start_offset),
-            highest_copied_offset=store.partition_state(tip).highest_copied_offset,
+            highest_copied_offset=from_offset - 1,
+            copy_limit=copy_limit,
         )
-        lineage = partition.leader_epochs()
+        if copy_limit is not None:
+            result.behind_lineage = copy_limit
         # Segment n+1 is verified while segment n uploads: the upload waits on the kernel (or the
         # network) with the GIL released, and verifying only reads. It starts after n's
         # COPY_SEGMENT_STARTED, so that the store's round trips do not queue for the GIL behind it.
@@ -300,6 +307,11 @@ def copy_partition(
                     result.stopped = str(e)
                     log.error("%s: %s", tp, e)
                     break
+                if md.end_offset < from_offset:
+                    # Its last batch is below where copying starts: the next file's name overstated
+                    # it (a segment vanished after it) and it is in the tier already.
+                    pending = prepared(i + 1) if i + 1 < len(candidates) else None
+                    continue
                 if quota is not None:
                     allowance = quota.window_allowance_bytes
                     if allowance is not None and md.segment_size_in_bytes > allowance:
@@ -324,6 +336,24 @@ def copy_partition(
         for start, end in result.lost:
             log.error("%s: offsets %d..%d %s", tp, start, end, LOST_CAUSE)
     return result
+
+
+def _where_to_copy(store: RemoteLogMetadataStore, tip: TopicIdPartition, lineage: Sequence[EpochEntry],
+                   segments: Sequence[SegmentFiles]) -> tuple[int, int | None]:
+    """(the first offset to copy, the first offset not to copy or None) for a replica with
+    ``lineage``, as Kafka's RemoteLogManager decides (kts_resources/lineage.py): the replica's
+    lineage becomes the partition's if it is newer; copying starts one past findHighestRemoteOffset
+    over the replica's own lineage; a replica behind the partition's lineage (an old leader not
+    truncated yet, a follower that has not fetched the new epoch) copies only below where it
+    diverges. Without a lineage (no leader-epoch checkpoint, magic 0/1 data) copying goes on
+    from the highest offset copied."""
+    current = store.record_lineage(tip, lineage)
+    if not lineage:
+        return store.partition_state(tip).highest_copied_offset + 1, None
+    start = copy_start_offset(lineage, max(active_log_end_offset(segments), lineage[-1].start_offset),
+                              lambda epoch: store.highest_finished_offset_for_epoch(tip, epoch))
+    behind = last_epoch(lineage) < last_epoch(current)
+    return start, diverges_at(lineage, current) if behind else None
 
 
 def recopy_damaged(

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_leader_epoch_checkpoint, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import SegmentFiles
+from kts_resources.lineage import current_lineage, readable_spans
+from kts_resources.lost_ranges import uncovered
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.manifest import put_log_start_offset
 from kts_resources.retention import (
@@ -41,7 +43,7 @@ from kts_resources.retention import (
     plan_remote_retention,
     segment_uuid_text,
 )
-from kts_resources.tiers import LocatedPartition, leader_epoch_lineage, log_start_offset
+from kts_resources.tiers import LocatedPartition, log_start_offset
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -146,7 +148,6 @@ def plan_partition(
 ) -> PartitionRetention:
     """The partition's retention plan now (``located``: None when it is in no log dir)."""
     config = RetentionConfig.from_topic_config(store.topic_configs(tip.topic), tip.topic, store.broker_configs())
-    summary = store.finished_summary(tip)
     state = store.partition_state(tip)
     if located is not None:
         segments = located.partition.segments() if segments is None else segments
@@ -158,20 +159,20 @@ def plan_partition(
     else:
         segments, hw, checkpointed, local_epochs = [], None, None, []
     local_start = segments[0].base_offset if segments else -1
+    finished = store.list_remote_log_segments(tip, states={FINISHED})
+    lineage = current_lineage(state.lineage, local_epochs)
+    spans = readable_spans(finished, lineage)
     start = log_start_offset(checkpointed=checkpointed, local_log_start_offset=local_start,
-                             remote_log_start_offset=summary.start_offset,
+                             remote_log_start_offset=spans[0].start_offset if spans else -1,
                              recorded=state.log_start_offset)
-    lineage = leader_epoch_lineage(local_epochs, summary.epoch_starts, start)
     closed, active_size = local_segments(segments)
-    highest_copied = state.highest_copied_offset
+    # What a reader can read from the tier (the lineage's, not an old leader's copy): the bound
+    # for local retention, and where the local-only bytes begin.
+    highest_copied = spans[-1].end_offset if spans else -1
     # UnifiedLog.onlyLocalLogSegmentsSize: segments from the highest copied offset on, the active one included.
     only_local = sum(s.size_bytes for s in closed if s.base_offset >= highest_copied) + active_size
-    # Segments left behind an unclean election can only exist if some remote epoch precedes the lineage.
-    behind = lineage and summary.epoch_starts and min(summary.epoch_starts) < lineage[0].epoch
-    left_behind = store.finished_segments_before_epoch(tip, lineage[0].epoch) if behind else []
-    remote = plan_remote_retention(store.iter_finished_segments(tip), log_start_offset=start, lineage=lineage,
-                                   only_local_bytes=only_local, config=config, now_ms=now_ms,
-                                   remote_bytes=summary.bytes, left_behind=left_behind)
+    remote = plan_remote_retention(finished, log_start_offset=start, lineage=lineage,
+                                   only_local_bytes=only_local, config=config, now_ms=now_ms)
     local = plan_local_retention(closed, active_size_bytes=active_size, high_watermark=-1 if hw is None else hw,
                                  highest_copied_offset=highest_copied, log_start_offset=max(start, remote.log_start_offset),
                                  config=config, now_ms=now_ms)
@@ -233,12 +234,15 @@ def _apply_local(located: LocatedPartition, tip: TopicIdPartition, store: "Remot
     partition = located.partition
     segments = {s.base_offset: s for s in partition.segments()}
     finished = store.list_remote_log_segments(tip, states={FINISHED})
+    # Held in the tier means readable there: on the partition's lineage, not merely in some segment.
+    held = [(span.start_offset, span.end_offset) for span in readable_spans(
+        finished, current_lineage(store.partition_state(tip).lineage, partition.leader_epochs()))]
     for expired in plan.local.expired:
         segment = segments.get(expired.start_offset)
         if segment is None or segment.active:
             continue
         below_start = expired.end_offset < result.log_start_offset  # no longer part of the log
-        covered = any(md.start_offset <= expired.start_offset and md.end_offset >= expired.end_offset for md in finished)
+        covered = not uncovered(expired.start_offset, expired.end_offset, held)
         if plan.config.copy_enabled and not covered and not below_start:
             # Never delete what is not provably in the remote tier.
             result.local_kept.append(f"{segment.log}: no finished remote segment holds offsets "

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from kts_resources.kafka.logdir import SegmentFiles
+from kts_resources.lineage import readable_spans
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ def detect_lost_ranges(store: "RemoteLogMetadataStore", tip: TopicIdPartition, s
     """
     finished = store.list_remote_log_segments(tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
     state = store.partition_state(tip)
-    remote = [(md.start_offset, md.end_offset) for md in finished]
+    # What the tier holds is what a reader can read there: the partition's lineage's offsets.
+    remote = [(span.start_offset, span.end_offset) for span in readable_spans(finished, list(state.lineage))]
     found = lost_offset_ranges(
         remote=remote,
         local_log_start_offset=segments[0].base_offset if segments else -1,

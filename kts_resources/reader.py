@@ -23,7 +23,6 @@ records.
 from __future__ import annotations
 
 import bisect
-import itertools
 import logging
 import os
 import struct
@@ -53,6 +52,7 @@ from kts_resources.kafka.records import (
     verified_batch_positions,
 )
 from kts_resources.kafka.snapshots import AbortedTxn, decode_aborted_txns, read_producer_snapshot, read_txn_index
+from kts_resources.lineage import Span, copy_start_offset, current_lineage, readable_spans
 from kts_resources.remote_log import (
     IndexType,
     RemoteLogSegmentMetadata,
@@ -312,6 +312,7 @@ class PartitionReader:
         # Remote tier.
         self.finished: list[RemoteLogSegmentMetadata] = []
         recorded = -1
+        recorded_lineage: Sequence[EpochEntry] = ()
         if store is not None:
             from kts_resources.tiers import topic_id_partition
 
@@ -323,26 +324,27 @@ class PartitionReader:
             if self.tip is not None:
                 self.finished = sorted(store.list_remote_log_segments(self.tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED}),
                                        key=lambda md: md.start_offset)
-                recorded = store.partition_state(self.tip).log_start_offset
+                state = store.partition_state(self.tip)
+                recorded, recorded_lineage = state.log_start_offset, state.lineage
         if located is None and not self.finished:
             raise UnknownPartitionError(f"{topic}-{partition}: the partition is in no log dir and has no data in the remote tier")
-        # By end offset, not by the last start: a segment may lie inside another (two copiers'
-        # roll points), and the one starting last need not end last.
-        self.highest_remote_offset = max((md.end_offset for md in self.finished), default=-1)
-        self.highest_copied_offset = max(
-            store.partition_state(self.tip).highest_copied_offset if store is not None and self.tip is not None else -1,
-            self.highest_remote_offset)
-        self.remote_log_start_offset = self.finished[0].start_offset if self.finished else -1
+        # The remote tier as a reader sees it: the current leader-epoch lineage's offsets, each
+        # served by one segment that holds it in that lineage's epoch (kts_resources/lineage.py).
+        # Never a segment that ends before the offset (one may lie inside another: two copiers'
+        # roll points), nor one of another lineage (an old leader's after an unclean election).
+        self.current_lineage = current_lineage(recorded_lineage, self._local_lineage())
+        spans = readable_spans(self.finished, self.current_lineage)
+        self.remote_log_start_offset = spans[0].start_offset if spans else -1
         self.log_start_offset = log_start_offset(
             checkpointed=checkpointed, local_log_start_offset=self.local_log_start_offset,
             remote_log_start_offset=self.remote_log_start_offset, recorded=recorded)
+        self.spans = [span for span in spans if span.end_offset >= self.log_start_offset]
+        self._span_starts = [span.start_offset for span in self.spans]
+        self.highest_remote_offset = self.spans[-1].end_offset if self.spans else -1
+        self._recorded_highest_copied = (state.highest_copied_offset if store is not None and self.tip is not None else -1)
         if located is None:
             # Only in the remote tier (the partition moved, or its log dir is elsewhere): its end is the tier's.
             self.log_end_offset = self.high_watermark = self.highest_remote_offset + 1
-        self._finished_starts = [md.start_offset for md in self.finished]
-        # The highest end offset among the segments up to each one: where a walk back from the
-        # nearest start below an offset can stop (no earlier segment reaches it).
-        self._finished_reach = list(itertools.accumulate((md.end_offset for md in self.finished), max))
         self.index_dir = index_dir if index_dir is not None and self.tip is not None else None
         self._lso: int | None = None
         self._lineage: list[EpochEntry] | None = None
@@ -391,18 +393,35 @@ class PartitionReader:
             raise ReadError(f"isolation {isolation!r} is not one of {', '.join(ISOLATION_LEVELS)}")
         return self.last_stable_offset if isolation == READ_COMMITTED else self.high_watermark
 
+    def _local_lineage(self) -> list[EpochEntry]:
+        if self.located is not None:
+            path = self.located.partition.leader_epoch_checkpoint_path
+            if path.exists():
+                return read_leader_epoch_checkpoint(path)
+        return []
+
     @property
     def lineage(self) -> list[EpochEntry]:
-        """The leader-epoch lineage: the local checkpoint, led by the remote segments' epochs
-        for offsets below it (the checkpoint may have been truncated with the local log)."""
+        """The leader-epoch lineage from the log start offset: the partition's current one (the
+        store's, or this replica's if newer), led by the readable remote segments' epochs for
+        offsets below it (a checkpoint truncated with the local log keeps none)."""
         if self._lineage is None:
-            local: list[EpochEntry] = []
-            if self.located is not None:
-                path = self.located.partition.leader_epoch_checkpoint_path
-                if path.exists():
-                    local = read_leader_epoch_checkpoint(path)
-            self._lineage = leader_epoch_lineage(local, remote_epoch_starts(self.finished), self.log_start_offset)
+            served = remote_epoch_starts(span.segment for span in self.spans)
+            self._lineage = leader_epoch_lineage(self.current_lineage, served, self.log_start_offset)
         return self._lineage
+
+    @property
+    def highest_copied_offset(self) -> int:
+        """The highest offset of the current lineage ever copied, even once retention deleted it
+        (UnifiedLog.highestOffsetInRemoteStorage): findHighestRemoteOffset over the lineage."""
+        if self.store is None or self.tip is None:
+            return self.highest_remote_offset
+        if not self.current_lineage:
+            return max(self._recorded_highest_copied, self.highest_remote_offset)
+        end = self.log_end_offset if self.located is not None else 2**63 - 1  # remote only: the lineage's newest epoch is open
+        copied = copy_start_offset(self.current_lineage, end,
+                                   lambda epoch: self.store.highest_offset_for_epoch(self.tip, epoch)) - 1
+        return max(copied, self.highest_remote_offset)
 
     def epoch_for(self, offset: int) -> int:
         epoch = epoch_for_offset(self.lineage, offset)
@@ -517,7 +536,7 @@ class PartitionReader:
                 entries = list(ri.iter_entries(ri.load_file_set(self.index_dir, b) for b in ri.file_set_offsets(self.index_dir)))
             except (OSError, ri.RemoteIndexFormatError):
                 entries = []  # damaged or being rebuilt: whole segments then
-        finished_ids = {md.segment_id.id for md in self.finished}
+        finished_ids = {span.segment.segment_id.id for span in self.spans}
         cuts: list[int] = []
         size = 0
         for e in entries:
@@ -528,7 +547,7 @@ class PartitionReader:
                     cuts.append(e.first_offset)
                     size = 0
                 size += e.data_length
-        cuts += [md.start_offset for md in self.finished] + [s.base_offset for s in self.segments]
+        cuts += [span.start_offset for span in self.spans] + [s.base_offset for s in self.segments]
         return sorted({lo, hi, *(c for c in cuts if lo < c < hi)})
 
     def read_range(self, start: int, end: int, *, chunk_bytes: int = 8 * 1024 * 1024,
@@ -724,30 +743,31 @@ class PartitionReader:
 
     # --- the remote tier ---
 
+    def _span_for(self, offset: int) -> Span | None:
+        """The span of the current lineage holding ``offset`` (its segment holds the offset in the
+        lineage's epoch, up to the span's end), or None."""
+        i = bisect.bisect_right(self._span_starts, offset) - 1
+        return self.spans[i] if i >= 0 and self.spans[i].end_offset >= offset else None
+
     def _segment_for(self, offset: int) -> RemoteLogSegmentMetadata | None:
-        """The finished segment holding ``offset``: the one starting nearest below it that also
-        reaches it. Never one that ends before it: with a segment inside another (two copiers'
-        roll points), the nearest start may belong to the inner one."""
-        i = bisect.bisect_right(self._finished_starts, offset) - 1
-        while i >= 0 and self._finished_reach[i] >= offset:
-            md = self.finished[i]
-            if offset <= md.end_offset:
-                return md
-            i -= 1
-        return None
+        span = self._span_for(offset)
+        return None if span is None else span.segment
 
     def _remote_chunk(self, offset: int, max_bytes: int) -> _RemoteChunk:
         if self.rsm is None:
             raise ReadError(f"{self.topic}-{self.partition}: offset {offset} is only in the remote tier, and no remote tier is configured")
-        md = self._segment_for(offset)
-        if md is None:
+        span = self._span_for(offset)
+        if span is None:
             raise OffsetOutOfRangeError(
                 f"{self.topic}-{self.partition}: offset {offset} is in no remote segment and below the local log start "
                 f"offset {self.local_log_start_offset}: the range is missing from both tiers")
+        md = span.segment
         entries = self._index_entries(offset, md, max_bytes)
-        if entries:
-            return self._read_entries(entries, md)
-        return self._read_by_segment_index(offset, md, max_bytes)
+        chunk = self._read_entries(entries, md) if entries else self._read_by_segment_index(offset, md, max_bytes)
+        if chunk.batches and chunk.batches[-1].header.base_offset > span.end_offset:
+            # Past the span the segment is of another lineage (or another segment serves on): not these records.
+            chunk = _RemoteChunk([b for b in chunk.batches if b.header.base_offset <= span.end_offset], chunk.requests, chunk.bytes)
+        return chunk
 
     def _loaded_file_set(self, base_offset: int) -> ri.LoadedFileSet:
         fs = self._remote_index_cache.get(base_offset)
@@ -941,10 +961,11 @@ class PartitionReader:
             return done
 
         done = False
-        for md in self.finished:
-            if md.end_offset < start or (self.local_log_start_offset >= 0 and md.start_offset >= self.local_log_start_offset):
+        for span in self.spans:
+            if span.end_offset < start or (self.local_log_start_offset >= 0 and span.start_offset >= self.local_log_start_offset):
                 continue
-            if take(self._remote_txns(md)):
+            # Only transactions whose abort marker the span serves: past it the segment may hold another lineage's.
+            if take(t for t in self._remote_txns(span.segment) if span.start_offset <= t.last_offset <= span.end_offset):
                 done = True
                 break
         if not done:
@@ -1017,12 +1038,13 @@ class PartitionReader:
     def _first_at_or_after(self, timestamp: int) -> OffsetAnswer | None:
         floor = self.log_start_offset
         # Remote segments first (RemoteLogManager.findOffsetByTimestamp), oldest first.
-        for md in self.finished:
-            if md.end_offset < floor or md.max_timestamp_ms < timestamp:
+        for span in self.spans:
+            # A segment's largest timestamp bounds its span's from above: a span below T is skipped.
+            if span.end_offset < floor or span.segment.max_timestamp_ms < timestamp:
                 continue
-            if self.local_log_start_offset >= 0 and md.start_offset >= self.local_log_start_offset:
+            if self.local_log_start_offset >= 0 and span.start_offset >= self.local_log_start_offset:
                 break  # the local log has it from here on
-            found = self._scan_for_timestamp(self._remote_batches_from_time(md, timestamp, floor), timestamp, floor)
+            found = self._scan_for_timestamp(self._remote_batches_from_time(span, timestamp, floor), timestamp, floor)
             if found is not None:
                 return found
         for seg in self.segments:
@@ -1035,10 +1057,11 @@ class PartitionReader:
                 return found
         return None
 
-    def _remote_batches_from_time(self, md: RemoteLogSegmentMetadata, timestamp: int, floor: int) -> Iterator[FetchedBatch]:
-        """A remote segment's batches from where its time could reach ``timestamp``: through the
-        remote log index's time index when it covers the segment, else from the segment's start."""
-        start = max(floor, md.start_offset)
+    def _remote_batches_from_time(self, span: Span, timestamp: int, floor: int) -> Iterator[FetchedBatch]:
+        """A span's batches from where its time could reach ``timestamp``: through the remote log
+        index's time index when it covers the span's segment, else from the span's start."""
+        md = span.segment
+        start = max(floor, span.start_offset)
         bases = ri.file_set_offsets(self.index_dir) if self.index_dir is not None else []
         k = bisect.bisect_right(bases, md.start_offset) - 1
         if k >= 0:
@@ -1054,18 +1077,30 @@ class PartitionReader:
                 if ours:
                     start = max(start, ours[0].first_offset)
         offset = start
-        while offset <= md.end_offset:
+        while offset <= span.end_offset:
             chunk = self._remote_chunk(offset, DEFAULT_MAX_BYTES)
             yield from chunk.batches
             offset = chunk.batches[-1].header.next_offset  # past ``offset``: the chunk holds it (_remote_chunk)
+
+    def _span_max_timestamp(self, span: Span) -> int:
+        largest, offset = -1, max(span.start_offset, self.log_start_offset)
+        while offset <= span.end_offset:
+            chunk = self._remote_chunk(offset, DEFAULT_MAX_BYTES)
+            largest = max([largest, *(b.header.max_timestamp for b in chunk.batches if not b.header.is_control)])
+            offset = chunk.batches[-1].header.next_offset
+        return largest
 
     def _max_timestamp(self, limit: int) -> OffsetAnswer:
         """The first record holding the largest timestamp in the log (both tiers), below ``limit``."""
         best: OffsetAnswer | None = None
         candidates: list[tuple[int, str, object]] = []
-        for md in self.finished:
-            if md.end_offset >= self.log_start_offset and (self.local_log_start_offset < 0 or md.start_offset < self.local_log_start_offset):
-                candidates.append((md.max_timestamp_ms, "remote", md))
+        for span in self.spans:
+            if self.local_log_start_offset < 0 or span.start_offset < self.local_log_start_offset:
+                md = span.segment
+                # A span serving only part of its segment: the segment's largest timestamp may lie
+                # outside it, so the span's own is read.
+                whole = span.start_offset == md.start_offset and span.end_offset == md.end_offset
+                candidates.append((md.max_timestamp_ms if whole else self._span_max_timestamp(span), "remote", span))
         if not candidates and not self.segments:
             return NO_OFFSET
         # Local segments: their largest timestamp needs a read of each (the time index's last entry is a hint only).
@@ -1079,12 +1114,12 @@ class PartitionReader:
                     for r in decode_batch(d, h):
                         if r.offset < limit and (best is None or r.timestamp > best.timestamp):
                             best = OffsetAnswer(r.offset, h.partition_leader_epoch, r.timestamp)
-        for ts, _kind, md in sorted(candidates, key=lambda c: c[0], reverse=True):
+        for ts, _kind, span in sorted(candidates, key=lambda c: c[0], reverse=True):
             if best is not None and ts <= best.timestamp:
                 # An earlier record with the same largest timestamp wins, as the first seen does in Kafka.
                 if ts < best.timestamp:
                     break
-            found = self._scan_for_timestamp(self._remote_batches_from_time(md, ts, self.log_start_offset), ts, self.log_start_offset)
+            found = self._scan_for_timestamp(self._remote_batches_from_time(span, ts, self.log_start_offset), ts, self.log_start_offset)
             if found is not None and (best is None or found.timestamp > best.timestamp
                                       or (found.timestamp == best.timestamp and found.offset < best.offset)):
                 best = found

@@ -324,6 +324,7 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
             for partition in sorted(incarnations[topic_id]):
                 tip = TopicIdPartition(topic_id, TopicPartition(name, partition))
                 _recover_partition(store, tip, incarnations[topic_id][partition], report, deleted_below.get(tip, 0))
+                _recover_lineage(store, rsm, tip, incarnations[topic_id][partition], report)
                 recovered_tips.append(tip)
                 if len(recovered_tips) % PARTITION_PROGRESS_EVERY == 0:
                     say(f"{len(recovered_tips)} partitions, {report.segments_recovered} segments recovered so far")
@@ -433,6 +434,26 @@ def _recover_partition(store: "RemoteLogMetadataStore", tip: TopicIdPartition,
             report.log_start_offsets_set += 1
         # kts watched the partition from its first copied segment on (the data-loss rule's floor).
         store.observe_first_offset(tip, min(m.metadata.start_offset for m in ordered))
+
+
+def _recover_lineage(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", tip: TopicIdPartition,
+                     manifests: list[tuple[str, SegmentManifest]], report: RecoveryReport) -> None:
+    """The partition's leader-epoch lineage, as far as the tier holds it: the leader-epoch object
+    of its newest segment (highest epoch, then highest end offset) is the lineage of the replica
+    that copied it, up to that segment's end. Newer epochs are recorded again by the next copy pass."""
+    if not manifests:
+        return
+    newest = max((m.metadata for _k, m in manifests),
+                 key=lambda md: (max(md.segment_leader_epochs, default=-1), md.end_offset, str(md.segment_id.id)))
+    stored = store.segment(newest.segment_id)
+    if stored is None or stored.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+        return
+    try:
+        lineage = parse_leader_epoch_checkpoint(rsm.fetch_index(stored, IndexType.LEADER_EPOCH))
+    except (RemoteStorageError, KafkaFormatError) as e:
+        report.skipped.append(f"{tip.topic_partition}: leader-epoch lineage not recovered: {e}")
+        return
+    store.record_lineage(tip, lineage)
 
 
 # --- segments whose manifest is lost -------------------------------------------------------------

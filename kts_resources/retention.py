@@ -11,10 +11,13 @@ first segment that is kept:
   timestamps carries its file's modification time, as Kafka's ``largestTimestamp`` does);
 * log start offset breach: a segment whose end offset < the log start offset (DeleteRecords);
 
-and, outside that walk, a lineage breach: a segment whose leader epochs all precede the earliest
-epoch of the current leader-epoch lineage (left behind by an unclean election) goes without moving
-the log start offset. Segments deleted by size or time move the log start offset past them; the
-new log start offset is recorded before any object is deleted.
+each segment weighing only the bytes of the offsets it serves on the partition's current
+leader-epoch lineage (kts_resources/lineage.py: overlapping copies count once). Outside that walk,
+segments a reader never reads go without moving the log start offset: those off the lineage (an
+old leader's records after an unclean election: Kafka's isRemoteSegmentWithinLeaderEpochs) and
+those wholly covered by others (two replicas' copies of the same offsets). Segments deleted by
+size or time move the log start offset past the last offset they served; the new log start offset
+is recorded before any object is deleted.
 
 Local (UnifiedLog.deleteOldSegments with remote storage on): ``local.retention.ms`` /
 ``local.retention.bytes`` (−2: the topic's retention.*) in three passes — time, then size, then
@@ -30,12 +33,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kts_resources.kafka.checkpoints import EpochEntry
+from kts_resources.lineage import readable_spans, unused_segments
 from kts_resources.remote_log import RemoteLogSegmentMetadata
 
 BY_SIZE = "retention.bytes"
 BY_TIME = "retention.ms"
 BY_LOG_START_OFFSET = "log start offset"
 BY_LINEAGE = "leader-epoch lineage"
+BY_COVERED = "covered by other segments"
 LOCAL_BY_TIME = "local.retention.ms"
 LOCAL_BY_SIZE = "local.retention.bytes"
 
@@ -134,51 +139,48 @@ def plan_remote_retention(
     only_local_bytes: int,
     config: RetentionConfig,
     now_ms: int,
-    remote_bytes: int | None = None,
-    left_behind: Sequence[RemoteLogSegmentMetadata] | None = None,
 ) -> RemotePlan:
     """What the remote tier should drop. ``segments``: the partition's COPY_SEGMENT_FINISHED
-    segments by start offset — read only up to the first one kept, so a lazy iterator over a
-    million rows costs what expires. ``remote_bytes`` (their total) and ``left_behind`` (those whose
-    epochs all precede the lineage) are computed from ``segments`` when not given."""
-    first_epoch = lineage[0].epoch if lineage else None
+    segments; ``lineage``: the partition's current leader-epoch lineage (kts_resources/lineage.py).
 
-    def behind(md: RemoteLogSegmentMetadata) -> bool:
-        return first_epoch is not None and bool(md.segment_leader_epochs) and max(md.segment_leader_epochs) < first_epoch
-
-    if remote_bytes is None or left_behind is None:
-        segments = sorted(segments, key=lambda md: (md.start_offset, md.end_offset))
-        remote_bytes = sum(md.segment_size_in_bytes for md in segments)
-        left_behind = [md for md in segments if behind(md)]
-    expired = [Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_LINEAGE, md) for md in left_behind]
-    skip = {segment_uuid_text(md) for md in left_behind}
+    Retention counts what a reader can read: the lineage's spans, each offset's bytes once.
+    Segments no span uses — off the lineage, or wholly covered by others — go first, without moving
+    the log start offset. Then the segments serving the spans, oldest first, by size, time and the
+    log start offset, each weighing its spans' bytes, moving the log start offset past the last
+    offset it served."""
+    segments = sorted(segments, key=lambda md: (md.start_offset, md.end_offset))
+    spans = readable_spans(segments, lineage)
+    off, covered = unused_segments(segments, spans, lineage)
+    expired = [Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_LINEAGE, md) for md in off]
+    expired += [Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_COVERED, md) for md in covered]
+    served: dict[int, list] = {}  # id(segment) → [segment, its bytes on the lineage, its last offset served]
+    for span in spans:
+        entry = served.setdefault(id(span.segment), [span.segment, 0, span.end_offset])
+        entry[1] += span.size_bytes
+        entry[2] = max(entry[2], span.end_offset)
 
     breach = None
     if config.retention_bytes >= 0:
-        in_lineage_bytes = remote_bytes - sum(md.segment_size_in_bytes for md in left_behind)
-        breach = only_local_bytes + in_lineage_bytes - config.retention_bytes
+        breach = only_local_bytes + sum(unique for _md, unique, _last in served.values()) - config.retention_bytes
     cleanup_until = now_ms - config.retention_ms if config.retention_ms >= 0 else None
     new_start = log_start_offset
     next_kept_timestamp = -1
-    for md in segments:
-        if segment_uuid_text(md) in skip:
-            continue
-        size = md.segment_size_in_bytes
-        if breach is not None and breach - size >= 0:
-            breach -= size
+    for md, unique, last_served in served.values():  # in span order: oldest first
+        if breach is not None and breach - unique >= 0:
+            breach -= unique
             reason = BY_SIZE
         elif cleanup_until is not None and md.max_timestamp_ms <= cleanup_until:
             if breach is not None:
-                breach = max(0, breach - size)
+                breach = max(0, breach - unique)
             reason = BY_TIME
-        elif md.end_offset < log_start_offset:
+        elif last_served < log_start_offset:
             reason = BY_LOG_START_OFFSET
         else:
             next_kept_timestamp = md.max_timestamp_ms
             break
-        expired.append(Expired(md.start_offset, md.end_offset, size, reason, md))
+        expired.append(Expired(md.start_offset, md.end_offset, unique, reason, md))
         if reason in (BY_SIZE, BY_TIME):
-            new_start = max(new_start, md.end_offset + 1)
+            new_start = max(new_start, last_served + 1)
     return RemotePlan(expired, new_start, next_kept_timestamp)
 
 

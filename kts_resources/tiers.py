@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from kts_resources.kafka.checkpoints import EpochEntry
+from kts_resources.lineage import current_lineage, readable_spans
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name, partition_dir_present
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
@@ -172,15 +173,21 @@ def copy_candidates(
     recovery_point: int,
     log_start_offset: int,
     highest_copied_offset: int,
+    copy_limit: int | None = None,
 ) -> list[SegmentFiles]:
-    """The eligible segments not yet copied, ascending: from the one holding max(highest copied
-    offset + 1, log start offset), but never one that begins at or below the highest copied
-    offset: it is (partly) in the remote tier already, and a second copy of it would overlap the
-    first (its end may lie before the next file's base offset: a segment that vanished between)."""
+    """The eligible segments not yet copied, ascending: those reaching max(highest copied offset
+    + 1, log start offset) by their file names. The one holding that offset is copied whole, as
+    Kafka does (after a leader change, or an unclean election, the tier holds this replica's
+    lineage only up to there); one whose last batch turns out to lie below it (a segment vanished
+    after it, so file names overstate it) is skipped by the copier once it has read it.
+
+    ``copy_limit``: the first offset not to copy (a replica behind the partition's leader-epoch
+    lineage copies only below where it diverges, ``lineage.diverges_at``); segments reaching it
+    are not candidates."""
     n = eligible_segment_count([s.base_offset for s in segments], high_watermark, recovery_point)
     from_offset = max(highest_copied_offset + 1, log_start_offset)
-    # By file names a segment reaches up to the next one's base; one wholly below from_offset is done (or deleted).
-    return [s for s in segments[:n] if s.next_base_offset - 1 >= from_offset and s.base_offset > highest_copied_offset]
+    return [s for s in segments[:n] if s.next_base_offset - 1 >= from_offset
+            and (copy_limit is None or s.next_base_offset <= copy_limit)]
 
 
 def log_start_offset(*, checkpointed: int | None, local_log_start_offset: int,
@@ -350,7 +357,10 @@ def partition_tiers(
     finished = finished_segments(tip, store) if store is not None else []
     state = store.partition_state(tip) if tip is not None else None
     highest_copied = state.highest_copied_offset if state is not None else -1
-    remote_start = min((md.start_offset for md in finished), default=-1)
+    # The tier as a reader sees it: the current lineage's offsets, each counted once
+    # (kts_resources/lineage.py); a segment off the lineage or covered by others counts nowhere.
+    spans = readable_spans(finished, current_lineage(state.lineage if state is not None else (), partition.leader_epochs()))
+    remote_start = spans[0].start_offset if spans else -1
     lagging = set(copy_lag_base_offsets([s.base_offset for s in segments], highest_copied))
     lag = [s for s in segments if s.base_offset in lagging]
     return PartitionTiers(
@@ -364,12 +374,12 @@ def partition_tiers(
         log_end_offset=log_end_offset,
         recovery_point=-1 if rp is None else rp,
         remote_log_start_offset=remote_start,
-        remote_log_end_offset=max((md.end_offset for md in finished), default=-1),
+        remote_log_end_offset=spans[-1].end_offset if spans else -1,
         highest_copied_offset=highest_copied,
         local_bytes=segment_bytes(segments),
         local_segments=len(segments),
-        remote_bytes=sum(md.segment_size_in_bytes for md in finished),
-        remote_segments=len(finished),
+        remote_bytes=sum(span.size_bytes for span in spans),
+        remote_segments=len({id(span.segment) for span in spans}),
         copy_lag_bytes=segment_bytes(lag),
         copy_lag_segments=len(lag),
     )

@@ -64,6 +64,9 @@ class Partition(Base):
     # The local log start offset when kts first looked at the partition (NULL: not yet): data
     # below it was gone before kts could copy it, so it is never counted as lost.
     first_observed_offset: Mapped[int | None] = mapped_column(sa.BigInteger)
+    # The partition's current leader-epoch lineage, [[epoch, start offset], ...] (NULL: none
+    # recorded yet): the newest any replica's kts saw (kts_resources/lineage.py, migration 0007).
+    leader_epochs: Mapped[list[Any] | None] = mapped_column(JSONB, nullable=True)
 
     __table_args__ = (
         sa.CheckConstraint("partition >= 0", name="partitions_partition_check"),

@@ -31,13 +31,15 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 
+from kts_resources.kafka.checkpoints import EpochEntry
 from kts_resources.kafka.partition import TopicPartition, topic_name_problem
+from kts_resources.lineage import current_lineage
 from kts_resources.metadata import database
 from kts_resources.metadata.models import (
     LostRange,
@@ -96,6 +98,7 @@ class EventKind:
     LOG_START_OFFSET_CHANGED = "LOG_START_OFFSET_CHANGED"
     PARTITION_DELETE_STATE_CHANGED = "PARTITION_DELETE_STATE_CHANGED"
     FIRST_OFFSET_OBSERVED = "FIRST_OFFSET_OBSERVED"
+    LINEAGE_CHANGED = "LINEAGE_CHANGED"  # a replica's newer leader-epoch lineage became the partition's
     LOST_RANGE_DETECTED = "LOST_RANGE_DETECTED"
     LOST_RANGE_ACKNOWLEDGED = "LOST_RANGE_ACKNOWLEDGED"
     SEGMENT_DAMAGE_FOUND = "SEGMENT_DAMAGE_FOUND"  # a finished segment's objects are missing or wrong in the tier
@@ -128,17 +131,8 @@ class PartitionState:
     log_start_offset: int = 0
     highest_copied_offset: int = -1
     delete_state: RemotePartitionDeleteState | None = None
-
-
-class FinishedSegmentRow(NamedTuple):
-    """A COPY_SEGMENT_FINISHED segment as retention reads it (``segment_id``: its UUID as text;
-    making a million UUID objects would cost more than the rest of the plan)."""
-
-    segment_id: str
-    start_offset: int
-    end_offset: int
-    max_timestamp_ms: int
-    segment_size_in_bytes: int
+    # The partition's current leader-epoch lineage (empty: none recorded yet; kts_resources/lineage.py).
+    lineage: tuple[EpochEntry, ...] = ()
 
 
 # Each leader epoch's first offset in the partition's offset maps ("referenced" rows are finished
@@ -761,35 +755,6 @@ class RemoteLogMetadataStore:
 
         return self._tx(work)
 
-    def iter_finished_segments(self, tip: TopicIdPartition, *, page_size: int = 20_000) -> Iterator["FinishedSegmentRow"]:
-        """The partition's COPY_SEGMENT_FINISHED segments by start offset, streamed from a
-        server-side cursor ``page_size`` rows at a time, so a caller that stops early — retention
-        stops at the first segment it keeps — reads only what it looked at. Slim rows: what
-        retention asks of a segment (the delete procedure reads the whole row afresh)."""
-        raw = self._engine.raw_connection()
-        try:
-            cursor = raw.cursor(name=f"kts_finished_{uuid.uuid4().hex[:8]}")
-            cursor.itersize = page_size
-            cursor.execute(
-                "SELECT segment_id::text, start_offset, end_offset, max_timestamp_ms, size_bytes FROM remote_segments "
-                "WHERE topic_id = %s AND partition = %s AND state = %s ORDER BY start_offset",  # the index order: no sort
-                (str(tip.topic_id), tip.partition, S.COPY_SEGMENT_FINISHED.name))
-            yield from map(FinishedSegmentRow._make, cursor)
-            cursor.close()
-        finally:
-            raw.rollback()
-            raw.close()
-
-    def finished_segments_before_epoch(self, tip: TopicIdPartition, epoch: int) -> list[RemoteLogSegmentMetadata]:
-        """COPY_SEGMENT_FINISHED segments whose leader epochs are all below ``epoch`` (left behind
-        by an unclean election when ``epoch`` is the lineage's earliest), by start offset."""
-        newer = sa.select(EPOCHS.c.segment_id).where(EPOCHS.c.segment_id == SEGMENTS.c.segment_id, EPOCHS.c.leader_epoch >= epoch)
-        stmt = (sa.select(SEGMENTS).where(*_partition_key(SEGMENTS, tip), SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name,
-                                          ~sa.exists(newer))
-                .order_by(SEGMENTS.c.start_offset, SEGMENTS.c.segment_id))
-        rows = self._tx(lambda conn, _: conn.execute(stmt).all())
-        return [_to_metadata(row, tip) for row in rows]
-
     def remote_log_size(
         self,
         tip: TopicIdPartition,
@@ -862,6 +827,37 @@ class RemoteLogMetadataStore:
             return offset
 
         return self._tx(work)
+
+    def record_lineage(self, tip: TopicIdPartition, own: Iterable[EpochEntry]) -> tuple[EpochEntry, ...]:
+        """Make a replica's leader-epoch lineage (``own``) the partition's when it is newer than
+        the recorded one (``lineage.current_lineage``: the higher newest epoch wins, so an old
+        leader that has not truncated yet never takes it back); returns the partition's lineage."""
+        own = list(own)
+
+        def work(conn: Connection, _attempt: int) -> tuple[EpochEntry, ...]:
+            part = self._partition_row(conn, tip, create=True)
+            recorded = _lineage(part.leader_epochs)
+            merged = tuple(current_lineage(recorded, own))
+            if merged != recorded:
+                conn.execute(PARTITIONS.update().where(*_partition_key(PARTITIONS, tip)).values(
+                    leader_epochs=[[e.epoch, e.start_offset] for e in merged], updated_at=sa.func.now()))
+                _event(conn, EventKind.LINEAGE_CHANGED, tip=tip, details={
+                    "old": [[e.epoch, e.start_offset] for e in recorded], "new": [[e.epoch, e.start_offset] for e in merged]})
+            return merged
+
+        return self._tx(work)
+
+    def highest_finished_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        """The highest offset of ``leader_epoch`` in a segment that is COPY_SEGMENT_FINISHED now,
+        or None: where copying that epoch goes on (``lineage.copy_start_offset``). Unlike
+        Kafka's highestOffsetForEpoch, deleted segments do not count: a segment retention took off
+        the lineage may be on it again after a later election, and then it must be copied again
+        (what retention took by time or size lies below the log start offset, never copied again)."""
+        stmt = (sa.select(sa.func.max(EPOCHS.c.end_offset))
+                .join(SEGMENTS, SEGMENTS.c.segment_id == EPOCHS.c.segment_id)
+                .where(*_partition_key(EPOCHS, tip), EPOCHS.c.leader_epoch == leader_epoch,
+                       SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name))
+        return self._tx(lambda conn, _: conn.execute(stmt).scalar())
 
     def observe_first_offset(self, tip: TopicIdPartition, local_log_start_offset: int) -> int:
         """Record ``local_log_start_offset`` as the first offset kts observed for the partition,
@@ -1191,7 +1187,11 @@ def _row_tip(row: sa.Row) -> TopicIdPartition:
 
 def _partition_state(row: sa.Row) -> PartitionState:
     delete_state = None if row.delete_state is None else RemotePartitionDeleteState[row.delete_state]
-    return PartitionState(row.log_start_offset, row.highest_copied_offset, delete_state)
+    return PartitionState(row.log_start_offset, row.highest_copied_offset, delete_state, _lineage(row.leader_epochs))
+
+
+def _lineage(stored: list | None) -> tuple[EpochEntry, ...]:
+    return tuple(EpochEntry(int(epoch), int(start)) for epoch, start in stored or ())
 
 
 def _lost_range(row: sa.Row, tip: TopicIdPartition) -> LostOffsetRange:
