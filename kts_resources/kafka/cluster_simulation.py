@@ -149,6 +149,11 @@ def _digest(data: bytes | memoryview) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
+def broker_log_dir(root: str | os.PathLike, broker: int) -> Path:
+    """Where a simulated cluster keeps broker ``broker``'s log dir."""
+    return Path(root) / f"broker-{broker}"
+
+
 def assign_replicas(brokers: int, replication_factor: int, partitions: int, rng: random.Random) -> list[tuple[int, ...]]:
     """Kafka's rack-unaware replica assignment for one topic: partition p's first replica is broker
     (start + p) mod N, the others follow at a shift that moves on every N partitions, so leaders and
@@ -268,7 +273,7 @@ class ClusterSimulation:
         return sorted(self._partitions)
 
     def log_dir_path(self, broker: int) -> Path:
-        return self.root / f"broker-{broker}"
+        return broker_log_dir(self.root, broker)
 
     def log_dir(self, broker: int) -> Path:
         """Broker ``broker``'s log dir (its meta.properties, partitions and metadata log)."""
@@ -687,4 +692,4 @@ def _validate(brokers: int, replication_factor: int, topics: tuple[str, ...], pa
         raise ValueError(f"fetch_max_bytes must be at least 1, not {fetch_max_bytes}")
 
 
-__all__ = ["ClusterSimulation", "Election", "ExpectedRecord", "HeldBatch", "Truncation", "assign_replicas"]
+__all__ = ["ClusterSimulation", "Election", "ExpectedRecord", "HeldBatch", "Truncation", "assign_replicas", "broker_log_dir"]
