@@ -105,8 +105,8 @@ def test_each_brokers_own_files_name_it_and_the_leaders_and_epochs_the_simulatio
     for b in sim.brokers:
         replicas = broker_replicas([sim.log_dir(b)])
         assert replicas.broker_id == b
-        assert {tp: (l.leader, l.leader_epoch, l.replicas, l.isr) for tp, l in replicas.leaders.items()} == {
-            tp: (sim.leader(tp), sim.leader_epoch(tp), sim.replicas(tp), sim.isr(tp)) for tp in tps}
+        assert {tp: (l.leader, l.leader_epoch, l.partition_epoch, l.replicas, l.isr) for tp, l in replicas.leaders.items()} == {
+            tp: (sim.leader(tp), sim.leader_epoch(tp), sim.partition_epoch(tp), sim.replicas(tp), sim.isr(tp)) for tp in tps}
         assert replicas.leaders[tps[0]].leader_epoch == 2 and replicas.leaders[tps[1]].isr == (sim.leader(tps[1]),)
     assert len({read_meta_properties(sim.log_dir(b) / "meta.properties").cluster_id for b in sim.brokers}) == 1
     metadata_logs = [(sim.log_dir(b) / "__cluster_metadata-0" / f"{0:020d}.log").read_bytes() for b in sim.brokers]
