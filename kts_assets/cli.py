@@ -396,8 +396,11 @@ def cmd_simulate(args) -> int:
     from kts_resources.kafka.simulate import SimulationConfig, simulate
 
     options = {f.name: getattr(args, f.name) for f in dataclasses.fields(SimulationConfig) if getattr(args, f.name, None) is not None}
+    cluster = _cluster_options(args, options)
     try:
         config = SimulationConfig(**options)
+        if cluster is not None:
+            cluster.validate()
     except ValueError as e:
         raise CommandError(f"simulate: {e}", EXIT_USAGE) from None
     log_dir = directory_to_write(args.log_dir, "--log-dir") if args.log_dir else settings.log_dirs()[0]
@@ -412,21 +415,75 @@ def cmd_simulate(args) -> int:
             last["at"], last["done"] = now, finished
             print(f"simulate: {written / 2**20:,.1f} / {total / 2**20:,.1f} MiB ({min(100.0, 100.0 * written / max(total, 1)):.0f}%)", file=sys.stderr)
 
-    summary = simulate(log_dir, config, progress=progress)
-    if args.json:
-        print_json(summary.to_json())
+    if cluster is not None:
+        end_time_ms = _simulate_cluster(log_dir, config, cluster, progress, args.json)
     else:
-        print(f"wrote {summary.bytes_written:,} bytes in {summary.batches_written:,} batches ({summary.records_written:,} records) "
-              f"to {len(summary.partitions)} partitions under {log_dir}")
-        print(f"segments rolled {summary.segments_rolled}, deleted {summary.segments_deleted}; transactions committed "
-              f"{summary.transactions_committed}, aborted {summary.transactions_aborted}; leader epoch changes {summary.leader_epoch_changes}")
+        summary = simulate(log_dir, config, progress=progress)
+        end_time_ms = summary.end_time_ms
+        if args.json:
+            print_json(summary.to_json())
+        else:
+            print(f"wrote {summary.bytes_written:,} bytes in {summary.batches_written:,} batches ({summary.records_written:,} records) "
+                  f"to {len(summary.partitions)} partitions under {log_dir}")
+            print(f"segments rolled {summary.segments_rolled}, deleted {summary.segments_deleted}; transactions committed "
+                  f"{summary.transactions_committed}, aborted {summary.transactions_aborted}; leader epoch changes {summary.leader_epoch_changes}")
     week_ms = 7 * 24 * 3600 * 1000
-    if summary.end_time_ms < time.time() * 1000 - week_ms:
+    if end_time_ms < time.time() * 1000 - week_ms:
         # Reproducible runs use a fixed clock; say what Kafka's default retention will make of it.
-        print(f"simulate: note: the records are stamped up to {summary.end_time_ms} ms since the epoch, over 7 days ago: "
+        print(f"simulate: note: the records are stamped up to {end_time_ms} ms since the epoch, over 7 days ago: "
               f"Kafka's default retention.ms (7 days) expires them in kts sync's retention step; pass --start-time-ms, or "
               f"set retention.ms (kts config set) or log.retention.ms (kts broker-config set)", file=sys.stderr)
     return 0
+
+
+# Options that belong to one broker's run only: in a cluster, broker b is node b and elections set the epochs.
+_SINGLE_BROKER_OPTIONS = ("node_id", "leader_epoch_change_ratio")
+_CLUSTER_OPTIONS = ("replication_factor", "leader_changes", "unclean_elections")
+
+
+def _cluster_options(args, options: dict):
+    """The cluster run's options when --brokers is given, else None; a usage error for options
+    that belong to the other kind of run."""
+    from kts_resources.kafka.simulate_cluster import ClusterOptions
+
+    if args.brokers is None:
+        given = [o for o in _CLUSTER_OPTIONS if getattr(args, o) is not None]
+        if given:
+            raise CommandError(f"simulate: --{given[0].replace('_', '-')} needs --brokers (a cluster)", EXIT_USAGE)
+        return None
+    given = [o for o in _SINGLE_BROKER_OPTIONS if o in options]
+    if given:
+        raise CommandError(f"simulate: --{given[0].replace('_', '-')} does not apply with --brokers "
+                           "(broker b is node b; leader epochs come from --leader-changes and --unclean-elections)", EXIT_USAGE)
+    return ClusterOptions(brokers=args.brokers, replication_factor=args.replication_factor,
+                          leader_changes=args.leader_changes or 0, unclean_elections=args.unclean_elections or 0)
+
+
+def _simulate_cluster(root: Path, config, cluster, progress, as_json: bool) -> int:
+    from kts_resources.kafka.cluster_simulation import broker_log_dir
+    from kts_resources.kafka.simulate_cluster import simulate_cluster
+
+    for b in range(cluster.brokers):
+        d = broker_log_dir(root, b)
+        if d.is_dir() and any(d.iterdir()):
+            raise CommandError(f"simulate: {shown(d)} already holds files: a cluster is written into new log dirs "
+                               "(choose another --log-dir)", EXIT_USAGE)
+    summary = simulate_cluster(root, config, cluster, progress=progress)
+    if as_json:
+        print_json(summary.to_json())
+        return summary.end_time_ms
+    replicas = sum(len(b.replicas) for b in summary.brokers)
+    print(f"wrote {summary.bytes_written:,} bytes in {summary.batches_written:,} batches ({summary.records_written:,} records) "
+          f"to {len(config.topic_partitions())} partitions × {summary.replication_factor} replicas ({replicas} in all) "
+          f"on {len(summary.brokers)} brokers under {root}")
+    print(f"leader changes {summary.leader_changes} clean, {summary.unclean_elections} unclean; {summary.truncations} replica "
+          f"truncations where a log diverged; transactions committed {summary.transactions_committed}, aborted "
+          f"{summary.transactions_aborted}; segments deleted {summary.segments_deleted}")
+    for b in summary.brokers:
+        print(f"broker {b.broker}: {b.log_dir} (leads {', '.join(b.leads) if b.leads else 'nothing'})")
+    print("run one kts beside each broker: KTS_LOG_DIRS=<its log dir> (meta.properties names its node.id; its KRaft "
+          "metadata log is __cluster_metadata-0 there), one shared KTS_DATABASE_URL and KTS_REMOTE_URI")
+    return summary.end_time_ms
 
 
 def _remote_storage():
@@ -1000,12 +1057,26 @@ def add_simulate_parser(sub) -> None:
 
     from kts_resources.kafka.simulate import OPTION_LIMITS, SimulationConfig
 
-    p = sub.add_parser("simulate", help="write (or keep appending to) broker-like partitions in a log dir",
+    p = sub.add_parser("simulate", help="write (or keep appending to) broker-like partitions in a log dir, or a replicated cluster's",
                        description="Writes broker-like partitions: batches of every codec, rolls, indexes, "
                                    "producer snapshots, leader epochs, transactions, checkpoints. Deterministic per --seed; "
-                                   "run it again on the same dir to keep appending.")
-    p.add_argument("--log-dir", metavar="D", help="the broker log dir to write (default: first of KTS_LOG_DIRS, else KTS_HOME/logs)")
+                                   "run it again on the same dir to keep appending. With --brokers N, writes a replicated "
+                                   "cluster instead: D/broker-0 … D/broker-<N-1>, each with meta.properties and the KRaft "
+                                   "metadata log; followers hold the leader's batches byte for byte with their own roll points "
+                                   "and lagging high watermarks; --leader-changes and --unclean-elections script the "
+                                   "leadership history (the other replicas truncate where an unclean election's lineage "
+                                   "diverges). A cluster is written into new log dirs only.")
+    p.add_argument("--log-dir", metavar="D", help="the broker log dir to write (default: first of KTS_LOG_DIRS, else KTS_HOME/logs); "
+                                                  "with --brokers, the directory that holds the brokers' log dirs")
     p.add_argument("--json", action="store_true", help="print the run's summary as JSON")
+    p.add_argument("--brokers", type=bounded(int, 1, 1000), metavar="N", default=None,
+                   help="simulate a cluster of N brokers (D/broker-0 … D/broker-<N-1>)")
+    p.add_argument("--replication-factor", type=bounded(int, 1, 1000), metavar="R", default=None,
+                   help="replicas per partition, at most --brokers (default min(3, N))")
+    p.add_argument("--leader-changes", type=bounded(int, 0, 10_000), metavar="K", default=None,
+                   help="clean leader elections (to an in-sync replica) spread over the run (default 0)")
+    p.add_argument("--unclean-elections", type=bounded(int, 0, 10_000), metavar="U", default=None,
+                   help="unclean elections of a lagging follower outside the ISR spread over the run (default 0)")
     for f in dataclasses.fields(SimulationConfig):
         flag = "--" + f.name.replace("_", "-")
         default = f.default

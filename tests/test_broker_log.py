@@ -348,3 +348,147 @@ def test_an_appended_batch_and_its_txn_entry_are_on_disk_when_append_returns(log
     result = log.append(marker(5, 0, commit=False), leader_epoch=0)
     assert (log.directory / f"{0:020d}.log").stat().st_size == result.position + result.size
     assert read_txn_index(log.directory / f"{0:020d}.txnindex") == [AbortedTxn(5, 0, 1, 2)]
+
+
+# --- replication (UnifiedLog.appendAsFollower / truncateTo, LeaderEpochFileCache.endOffsetFor) ----
+
+
+def log_bytes(log: PartitionLog) -> bytes:
+    return b"".join(seg_file(log, base, ".log") for base in bases(log))
+
+
+def test_a_follower_appends_the_leaders_bytes_unchanged_and_rolls_once_per_fetched_chunk(tmp_path):
+    leader = segmented_log(tmp_path / "leader" / "t-0", 8, epochs=(0, 3))
+    follower = PartitionLog.open(tmp_path / "follower" / "t-0", LogConfig(segment_bytes=1000))
+    whole = log_bytes(leader)
+    size = len(whole) // 8  # every batch is the same size
+    # Fetches of 2, 3 and 3 batches: the second does not fit behind the first, so the follower rolls
+    # before it and keeps the chunk together, where the leader rolled every 3 batches.
+    for first, last in ((0, 2), (2, 5), (5, 8)):
+        results = follower.append_as_follower(whole[first * size : last * size])
+        assert [r.base_offset for r in results] == list(range(first, last))
+    assert bases(leader) == [0, 3, 6] and bases(follower) == [0, 2, 5]
+    assert log_bytes(follower) == whole
+    assert follower.epochs.entries == leader.epochs.entries == [EpochEntry(0, 0), EpochEntry(3, 4)]
+    with pytest.raises(ValueError, match="does not start at offset 8"):
+        follower.append_as_follower(whole[:size])
+    with pytest.raises(ValueError, match="exceeds segment.bytes 1000"):
+        PartitionLog.open(tmp_path / "other" / "t-0", LogConfig(segment_bytes=1000)).append_as_follower(whole[: 4 * size])
+    leader.close()
+    follower.close()
+
+
+def test_a_follower_indexes_an_abort_with_the_last_stable_offset_after_its_whole_fetch(tmp_path):
+    leader = PartitionLog.open(tmp_path / "leader" / "t-0")
+    leader.append(data(1, 0, 0, transactional=True), leader_epoch=0)  # 0
+    leader.append(marker(1, 0, commit=False), leader_epoch=0)  # 1
+    leader.append(data(), leader_epoch=0)  # 2
+    leader.append(data(3, 0, 0, transactional=True), leader_epoch=0)  # 3: another transaction opens
+    follower = PartitionLog.open(tmp_path / "follower" / "t-0")
+    follower.append_as_follower(log_bytes(leader))
+    # The leader indexed the abort before producer 3's transaction existed: LSO = marker + 1. The
+    # follower applies the whole fetch's producer state first (UnifiedLog.append), so it sees it open.
+    assert read_txn_index(leader.directory / f"{0:020d}.txnindex") == [AbortedTxn(1, 0, 1, 2)]
+    assert read_txn_index(follower.directory / f"{0:020d}.txnindex") == [AbortedTxn(1, 0, 1, 3)]
+    assert follower.producer_state.ongoing_transactions == {3: 3}
+    leader.close()
+    follower.close()
+
+
+def test_the_epoch_end_offset_answers_as_offsets_for_leader_epoch_does(tmp_path):
+    log = segmented_log(tmp_path / "t-0", 3)
+    log.epochs.assign(2, 10)
+    log.epochs.assign(5, 20)
+    cache = log.epochs
+    assert cache.end_offset_for(5, 30) == (5, 30)  # the latest epoch ends at the log end
+    assert cache.end_offset_for(2, 30) == (2, 20)
+    assert cache.end_offset_for(3, 30) == (2, 20)  # an epoch this log never had: the one below it
+    assert cache.end_offset_for(1, 30) == (0, 10)
+    assert cache.end_offset_for(6, 30) == (-1, -1)
+    assert cache.end_offset_for(-1, 30) == (-1, -1)
+    cache.truncate_from_start(12)  # [2@12, 5@20]
+    assert cache.end_offset_for(1, 30) == (1, 12)  # below every entry: the first one's start
+    log.close()
+
+
+def test_truncating_into_a_closed_segment_deletes_the_later_ones_and_makes_it_active_with_its_entries_below_the_target(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=1000, index_interval_bytes=0))
+    for i in range(12):
+        log.append(data(7, 0, i, ts=T0 + i * 1000, value=b"v" * 250), leader_epoch=0 if i < 4 else 1)
+    log.update_high_watermark(12)
+    assert bases(log) == [0, 3, 6, 9] and sorted(list_producer_snapshots(log.directory)) == [3, 6, 9]
+    size = len(seg_file(log, 0, ".log")) // 3
+
+    assert log.truncate_to(5)
+
+    assert bases(log) == [0, 3] and log.log_end_offset == 5 and log.high_watermark == 5
+    assert not any((log.directory / f"{6:020d}{suffix}").exists() for suffix in (".log", ".index", ".timeindex", ".snapshot"))
+    assert len(seg_file(log, 3, ".log")) == 2 * size
+    # The index entries below the target stay, the files are preallocated again (the active segment's).
+    assert seg_file(log, 3, ".index") == struct.pack(">ii", 1, size) + bytes(10 * 1024 * 1024 - 8)
+    assert seg_file(log, 3, ".timeindex")[:12] == struct.pack(">qi", T0 + 4000, 1)  # relative offsets
+    assert len(seg_file(log, 3, ".timeindex")) == 10 * 1024 * 1024 // 12 * 12
+    assert log.epochs.entries == [EpochEntry(0, 0), EpochEntry(1, 4)]
+    assert read_leader_epoch_checkpoint(log.directory / "leader-epoch-checkpoint") == log.epochs.entries
+    # Producer state is rebuilt to the target and snapshotted there (UnifiedLog.rebuildProducerState).
+    assert sorted(list_producer_snapshots(log.directory)) == [3, 5]
+    assert read_producer_snapshot(log.directory / f"{5:020d}.snapshot")[0].last_sequence == 4
+    with pytest.raises(ValueError, match="out-of-order sequence 12, expected 5"):
+        log.append(data(7, 0, 12), leader_epoch=1)
+    # Appending goes on in the segment that was cut, indexing from a fresh byte count.
+    log.append(data(7, 0, 5, ts=T0 + 5000, value=b"v" * 250), leader_epoch=1)
+    assert bases(log) == [0, 3] and log.log_end_offset == 6
+    log.close()
+
+
+def test_truncating_cuts_the_txn_index_at_the_first_entry_ending_at_or_past_the_target(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0")
+    for producer_id, first in ((1, 0), (2, 2), (3, 4)):
+        log.append(data(producer_id, 0, 0, transactional=True), leader_epoch=0)  # first
+        log.append(marker(producer_id, 0, commit=False), leader_epoch=0)  # first + 1
+    assert [t.last_offset for t in read_txn_index(log.directory / f"{0:020d}.txnindex")] == [1, 3, 5]
+    log.truncate_to(3)
+    assert read_txn_index(log.directory / f"{0:020d}.txnindex") == [AbortedTxn(1, 0, 1, 2)]
+    assert log.producer_state.ongoing_transactions == {2: 2}  # producer 2's marker is gone
+    log.close()
+
+
+def test_truncating_at_the_log_end_drops_only_an_epoch_the_log_has_no_batch_of(tmp_path):
+    # A leader that took epoch 1 and lost the leadership before appending holds 1@3 at its log end.
+    log = segmented_log(tmp_path / "t-0", 3)
+    log.epochs.assign(1, 3)
+    assert not log.truncate_to(3) and not log.truncate_to(7)
+    assert log.epochs.entries == [EpochEntry(0, 0)] and log.log_end_offset == 3
+    log.close()
+
+
+def test_truncating_below_the_first_segment_empties_the_log_and_starts_it_at_the_target(tmp_path):
+    log = segmented_log(tmp_path / "t-0", 9)
+    log.update_high_watermark(9)
+    log.maybe_increment_log_start_offset(6)
+    log.delete_old_segments(T0)
+    assert bases(log) == [6]
+    assert log.truncate_to(2)
+    assert bases(log) == [2] and log.log_end_offset == log.log_start_offset == log.high_watermark == 2
+    assert log.epochs.entries == [] and list_producer_snapshots(log.directory) == {}
+    assert [p.name for p in log.directory.glob("*.log")] == [f"{2:020d}.log"]
+    log.close()
+
+
+def test_a_truncation_inside_a_batch_is_refused_and_changes_nothing(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0")
+    log.append(data(records=4), leader_epoch=0)
+    with pytest.raises(ValueError, match="offset 2 is inside the batch 0..3"):
+        log.truncate_to(2)
+    assert log.log_end_offset == 4 and len(seg_file(log, 0, ".log")) == len(data(records=4))
+    log.close()
+
+
+def test_the_log_start_offset_moves_up_to_the_high_watermark_and_no_further(tmp_path):
+    log = segmented_log(tmp_path / "t-0", 6)
+    log.update_high_watermark(4)
+    assert log.maybe_increment_log_start_offset(4) and not log.maybe_increment_log_start_offset(3)
+    with pytest.raises(ValueError, match="past the high watermark 4"):
+        log.maybe_increment_log_start_offset(5)
+    assert log.log_start_offset == 4 and log.epochs.entries == [EpochEntry(0, 4)]
+    log.close()

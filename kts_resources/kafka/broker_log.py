@@ -67,11 +67,13 @@ from .indexes import (
     DEFAULT_SEGMENT_INDEX_BYTES,
     OFFSET_ENTRY_SIZE,
     TIME_ENTRY_SIZE,
+    OffsetPosition,
     SegmentIndexer,
     TimestampOffset,
     encode_offset_index,
     encode_time_index,
     preallocated_size,
+    read_offset_index,
     read_time_index,
 )
 from .logdir import (
@@ -102,10 +104,12 @@ from .records import (
 )
 from .snapshots import (
     NO_TXN_FIRST_OFFSET,
+    TXN_INDEX_ENTRY_SIZE,
     AbortedTxn,
     ProducerSnapshotEntry,
     encode_aborted_txns,
     read_producer_snapshot,
+    read_txn_index,
     write_producer_snapshot,
 )
 
@@ -122,6 +126,8 @@ PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 10 * 60 * 1000  # producer.id.expirat
 
 NO_SEQUENCE = -1
 NO_PRODUCER_EPOCH = -1
+UNDEFINED_EPOCH = -1  # OffsetsForLeaderEpoch's "no such epoch"
+UNDEFINED_EPOCH_OFFSET = -1
 _INT32_MAX = 2**31 - 1
 _SEQUENCE_MODULUS = 2**31  # sequences wrap from Integer.MAX_VALUE to 0
 
@@ -482,6 +488,29 @@ class LeaderEpochCache:
         self.write()
         return True
 
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """LeaderEpochFileCache.endOffsetFor: (the largest epoch at or below ``requested_epoch``, the
+        offset where the next higher epoch starts, or the log end offset for the latest epoch).
+
+        The answer to OffsetsForLeaderEpoch, which a follower uses to find where its log diverges.
+        An epoch below every entry answers itself with the first entry's start offset; one above
+        every entry, or UNDEFINED_EPOCH, answers (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET).
+        """
+        if requested_epoch == UNDEFINED_EPOCH:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if self._entries and self._entries[-1].epoch == requested_epoch:
+            return requested_epoch, log_end_offset
+        higher = next((e for e in self._entries if e.epoch > requested_epoch), None)
+        if higher is None:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        floor = [e for e in self._entries if e.epoch <= requested_epoch]
+        return (floor[-1].epoch if floor else requested_epoch), higher.start_offset
+
+    def clear(self) -> None:
+        """Forget every entry (a log truncated fully: UnifiedLog.truncateFullyAndStartAt)."""
+        self._entries = []
+        self.write()
+
     def truncate_from_end(self, end_offset: int) -> None:
         """The log ends at ``end_offset``: entries starting at or after it go (no batch has them)."""
         kept = [e for e in self._entries if e.start_offset < end_offset]
@@ -610,6 +639,56 @@ class _ActiveSegment:
         if valid < total:
             os.truncate(log_path, valid)
         seg.size = valid
+        seg._open_files()
+        seg._write_indexes()
+        return seg
+
+    @classmethod
+    def truncated(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        target: int,
+        offset_entries: list[OffsetPosition],
+        time_entries: list[TimestampOffset],
+    ) -> _ActiveSegment:
+        """The segment holding ``target`` cut there, to be the active one (LogSegment.truncateTo).
+
+        Its index entries are the ones it had (``offset_entries`` / ``time_entries``) below the
+        target, not a rebuild: the broker cuts its index files, it does not re-derive them. The
+        indexes are preallocated again, the byte count towards the next index entry restarts at
+        0, the largest timestamp is the remaining batches' largest, and ``.txnindex`` entries
+        whose last offset is at or past the target go. ValueError when the target falls inside
+        a batch: a replica truncates only at batch boundaries (epoch starts, log end offsets).
+        """
+        seg = cls(directory, base_offset, config)
+        log_path = seg.path(LOG_SUFFIX)
+        with mapped(log_path) as view:
+            for b in scan_batches(view, verify_crc=False).batches:
+                if b.base_offset >= target:
+                    break
+                if b.last_offset >= target:
+                    raise ValueError(f"{log_path}: offset {target} is inside the batch {b.base_offset}..{b.last_offset}")
+                seg.size = b.position + b.size
+                seg.next_offset = b.next_offset
+                if seg.first_batch_timestamp is None:
+                    seg.first_batch_timestamp = b.max_timestamp
+                if b.max_timestamp > seg.indexer.max_timestamp_so_far:
+                    seg.indexer.max_timestamp_so_far = b.max_timestamp
+                    seg.indexer.offset_of_max_timestamp_so_far = b.last_offset
+        os.truncate(log_path, seg.size)
+        seg.indexer.offset_entries = [e for e in offset_entries if e.offset < target]
+        seg.indexer.time_entries = [e for e in time_entries if e.offset < target]
+        txn_path = seg.path(TXN_INDEX_SUFFIX)
+        if txn_path.exists():
+            # TransactionIndex.truncateTo: cut at the first entry ending at or past the target.
+            kept = 0
+            for txn in read_txn_index(txn_path):
+                if txn.last_offset >= target:
+                    break
+                kept += 1
+            os.truncate(txn_path, kept * TXN_INDEX_ENTRY_SIZE)
         seg._open_files()
         seg._write_indexes()
         return seg
@@ -823,7 +902,9 @@ class PartitionLog:
             break
         if start is None:
             self.producer_state.load([])
-            start = self._closed[0].base_offset if self._closed else self.active_segment_base_offset
+            # From the log start offset (0 while opening: it is not set yet), as ProducerStateManager does.
+            first = self._closed[0].base_offset if self._closed else self.active_segment_base_offset
+            start = max(first, self._log_start_offset)
         bases = [s.base_offset for s in self._closed] + [self.active_segment_base_offset]
         for i, base in enumerate(bases):
             end = bases[i + 1] if i + 1 < len(bases) else leo
@@ -995,6 +1076,172 @@ class PartitionLog:
             self._snapshot_offsets.append(new_base)
         self._active = _ActiveSegment.create(self.directory, new_base, self.config)
         return self._active
+
+    def append_as_follower(self, records: bytes) -> list[AppendResult]:
+        """Append what a fetch from the leader returned, as a follower does (UnifiedLog.appendAsFollower).
+
+        ``records`` is one or more whole magic-2 batches exactly as the leader holds them: offsets,
+        leader epochs and timestamps are kept, byte for byte. The first must start at the log end
+        offset and each follow the one before. As on the broker, the chunk goes into one segment:
+        the roll check runs once, for the chunk's size, so a follower rolls at its own points.
+        Each batch's leader epoch enters the epoch cache; producer state follows the batches
+        without the leader's checks (AppendOrigin.REPLICATION); an ABORT marker gets its
+        ``.txnindex`` entry, with the last stable offset computed once the whole chunk's producer
+        state is applied, as Kafka computes it. Returns one AppendResult per batch. Raises
+        ValueError, writing nothing, for bytes that are not such a chunk, and for a chunk larger
+        than segment.bytes (Kafka's RecordBatchTooLargeException, which a follower hits too).
+        """
+        active = self._active
+        assert active is not None
+        scan = scan_batches(records, verify_crc=True)
+        if scan.invalid is not None or not scan.batches:
+            raise ValueError("a follower appends whole record batches only")
+        headers = scan.batches
+        expected = active.next_offset
+        for h in headers:
+            if h.magic != 2:
+                raise ValueError(f"the batch at offset {h.base_offset} is magic {h.magic}, not 2")
+            if h.crc_ok is False:
+                raise ValueError(f"the batch at offset {h.base_offset} is corrupt: its CRC does not match")
+            if h.base_offset != expected:
+                raise ValueError(f"the batch at offset {h.base_offset} does not start at offset {expected}, where the log continues")
+            expected = h.next_offset
+        if len(records) > self.config.segment_bytes:
+            raise ValueError(f"a {len(records)}-byte fetch exceeds segment.bytes {self.config.segment_bytes}")
+
+        for h in headers:
+            if h.partition_leader_epoch >= 0:
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+        rolled = False
+        if active.should_roll(len(records), max(h.max_timestamp for h in headers), headers[-1].last_offset):
+            active = self._roll()
+            rolled = True
+        positions = []
+        completed: list[CompletedTxn] = []
+        for h in headers:
+            positions.append(active.append(bytes(records[h.position : h.position + h.size]), h.last_offset, h.max_timestamp))
+            if h.producer_id >= 0:
+                marker = _transaction_marker(records, h) if h.is_control else None
+                done = self.producer_state.update(h, marker)
+                if done is not None:
+                    completed.append(done)
+        aborted: dict[int, AbortedTxn] = {}
+        for done in completed:
+            if done.is_aborted:
+                txn = AbortedTxn(done.producer_id, done.first_offset, done.last_offset, self.producer_state.last_stable_offset(done))
+                active.append_aborted_txn(txn)
+                aborted[done.last_offset] = txn
+            self.producer_state.complete(done)
+        return [
+            AppendResult(h.base_offset, h.last_offset, position, h.size, active.base_offset, rolled and i == 0,
+                         h.max_timestamp, aborted.get(h.base_offset))
+            for i, (h, position) in enumerate(zip(headers, positions))
+        ]
+
+    # -- truncation --
+
+    def truncate_to(self, target: int) -> bool:
+        """Cut the log so it ends just before ``target`` (UnifiedLog.truncateTo): what a follower
+        does where its log diverged from the leader's. False when the log already ends there.
+
+        Segments starting after the target go (with their producer snapshots); the one holding
+        it is cut there and becomes the active segment again (see :meth:`_ActiveSegment.truncated`);
+        the epoch cache loses the entries at or past the target; producer state is rebuilt from
+        the newest snapshot left and a snapshot is taken at the target; the log start offset and
+        high watermark come down to the target if they were above. A target below the first
+        segment empties the log (:meth:`truncate_fully_and_start_at`). Even with nothing to cut,
+        the epoch cache loses an entry at the log end offset: a leader that assigned its epoch
+        and lost the leadership before appending holds one. ValueError for a target inside a
+        batch (nothing is changed then).
+        """
+        if target < 0:
+            raise ValueError(f"cannot truncate to a negative offset ({target})")
+        active = self._active
+        assert active is not None
+        if target >= active.next_offset:
+            self.epochs.truncate_from_end(active.next_offset)
+            return False
+        segments = self.segments()
+        if segments[0].base_offset > target:
+            self.truncate_fully_and_start_at(target)
+            return True
+        kept = [s for s in segments if s.base_offset <= target]
+        doomed = segments[len(kept):]
+        last = kept[-1]
+        if last.active:
+            offset_entries, time_entries = list(active.indexer.offset_entries), list(active.indexer.time_entries)
+        else:
+            offset_entries = read_offset_index(self.directory / offset_file_name(last.base_offset, INDEX_SUFFIX), last.base_offset)
+            time_entries = read_time_index(self.directory / offset_file_name(last.base_offset, TIME_INDEX_SUFFIX), last.base_offset)
+        truncated = _ActiveSegment.truncated(self.directory, last.base_offset, self.config, target, offset_entries, time_entries)
+        active.close()
+        self._delete_segment_files(doomed)
+        self._closed = self._closed[: len(kept) - 1]
+        self._active = truncated
+        self.epochs.truncate_from_end(target)
+        self._log_start_offset = min(target, self._log_start_offset)
+        self._rebuild_producer_state(target)
+        if self._high_watermark >= target:
+            self._high_watermark = target
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset`` (UnifiedLog.truncateFullyAndStartAt):
+        a follower whose log end is below the leader's log start offset. The epoch cache and the
+        producer state are emptied, every producer snapshot goes, and the log start offset and
+        high watermark move to ``offset``."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at a negative offset ({offset})")
+        assert self._active is not None
+        self._active.close()
+        self._delete_segment_files(self.segments())
+        for path in list_producer_snapshots(self.directory).values():
+            _rename_deleted(path).unlink()
+        self._closed = []
+        self._active = _ActiveSegment.create(self.directory, offset, self.config)
+        self.epochs.clear()
+        self.producer_state.load([])
+        self._snapshot_offsets = []
+        self._log_start_offset = offset
+        self._high_watermark = offset
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to ``offset`` (UnifiedLog.maybeIncrementLogStartOffset), as a
+        follower does with the leader's; the segments wholly below it go at the next
+        :meth:`delete_old_segments`. ValueError past the high watermark, as Kafka refuses it."""
+        if offset > self._high_watermark:
+            raise ValueError(f"cannot move the log start offset to {offset}, past the high watermark {self._high_watermark}")
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self.epochs.truncate_from_start(offset)
+        return True
+
+    def _delete_segment_files(self, segments: list[LocalSegment]) -> None:
+        """A truncation's segment deletion: each file renamed ``.deleted`` and removed, and the
+        producer snapshots at their base offsets (UnifiedLog.deleteProducerSnapshots)."""
+        renamed = []
+        for s in segments:
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, PRODUCER_SNAPSHOT_SUFFIX):
+                path = self.directory / offset_file_name(s.base_offset, suffix)
+                if path.exists():
+                    renamed.append(_rename_deleted(path))
+        for path in renamed:
+            path.unlink()
+
+    def _rebuild_producer_state(self, end_offset: int) -> None:
+        """UnifiedLog.rebuildProducerState after a truncation: snapshots past the new end, or at or
+        below the log start offset, go (ProducerStateManager.truncateAndReload); the state is
+        reloaded from the newest snapshot left plus the batches after it; then a snapshot is
+        taken at the new end unless one is there already."""
+        for offset, path in list_producer_snapshots(self.directory).items():
+            if offset > end_offset or offset <= self._log_start_offset:
+                _rename_deleted(path).unlink()
+        self._load_producer_state()
+        latest = self._snapshot_offsets[-1] if self._snapshot_offsets else self._log_start_offset
+        if end_offset > latest:
+            write_producer_snapshot(self.directory / offset_file_name(end_offset, PRODUCER_SNAPSHOT_SUFFIX), self.producer_state.entries())
+            self._snapshot_offsets.append(end_offset)
 
     def remove_expired_producers(self, now_ms: int) -> list[int]:
         """The broker's periodic producer-id expiration (every 10 minutes on its clock)."""

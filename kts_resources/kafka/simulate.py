@@ -39,7 +39,7 @@ import hashlib
 import random
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 
 from .broker_log import (
@@ -412,27 +412,37 @@ def _derived_seed(*parts: object) -> int:
 
 
 class _Simulation:
+    """One run of the workload over one broker's log dir. The cluster run (``simulate_cluster.py``)
+    overrides where batches go (:meth:`_append_to_leader`), how a producer's next sequence is
+    found (:meth:`_next_sequence`), what happens after each step (:meth:`_maybe_change_leader`)
+    and how the run ends (:meth:`_settle`, :meth:`_apply_retention`, :meth:`_close`, the summary)."""
+
     def __init__(self, log_dir: Path, config: SimulationConfig, progress: ProgressCallback | None):
-        self.config = config
-        self.progress = progress
         self.broker = BrokerLogDir(
             log_dir, config.log_config(), seed=config.seed, node_id=config.node_id, created_ms=config.start_time_ms,
         )
         self.tps = config.topic_partitions()
         self.logs: dict[TopicPartition, PartitionLog] = {tp: self.broker.partition(tp.topic, tp.partition) for tp in self.tps}
-        every = self.broker.logs
+        self.epochs: dict[TopicPartition, int] = {}
+        for tp, log in self.logs.items():
+            latest_epoch = log.epochs.latest_epoch
+            # A restarted broker is elected leader again: the epoch moves on.
+            self.epochs[tp] = 0 if latest_epoch is None else latest_epoch + 1
+        self._start_workload(config, progress, self.broker.logs)
+
+    def _start_workload(self, config: SimulationConfig, progress: ProgressCallback | None,
+                        every: dict[TopicPartition, PartitionLog], templates_config: SimulationConfig | None = None) -> None:
+        """The clock, random stream, batch templates, producers and totals, continuing from what
+        ``every`` (the partitions already written) holds."""
+        self.config = config
+        self.progress = progress
         latest = max((log.max_timestamp for log in every.values()), default=-1)
         self.start_ms = max(config.start_time_ms, latest + 1)
         self.clock = float(self.start_ms)
         self.interval = 1000.0 / config.messages_per_second
         # A second run on the same dir continues with different data, still reproducibly.
         self.rng = random.Random(_derived_seed("workload", config.seed, sorted((str(tp), log.log_end_offset) for tp, log in every.items())))
-        self.templates = TemplatePool(config, random.Random(_derived_seed("templates", config.seed)))
-        self.epochs: dict[TopicPartition, int] = {}
-        for tp, log in self.logs.items():
-            latest_epoch = log.epochs.latest_epoch
-            # A restarted broker is elected leader again: the epoch moves on.
-            self.epochs[tp] = 0 if latest_epoch is None else latest_epoch + 1
+        self.templates = TemplatePool(templates_config or config, random.Random(_derived_seed("templates", config.seed)))
         self._init_producers(every)
         self.next_expiration_check = self.clock + PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
         # Totals.
@@ -471,8 +481,14 @@ class _Simulation:
 
     # -- appending --
 
+    def _append_to_leader(self, tp: TopicPartition, batch: bytes, log_append_time: int | None) -> AppendResult:
+        return self.logs[tp].append(batch, leader_epoch=self.epochs[tp], log_append_time=log_append_time)
+
+    def _next_sequence(self, producer: _Producer, tp: TopicPartition) -> int:
+        return producer.sequences.get(tp, 0)
+
     def _append(self, tp: TopicPartition, batch: bytes, log_append_time: int | None = None) -> AppendResult:
-        result = self.logs[tp].append(batch, leader_epoch=self.epochs[tp], log_append_time=log_append_time)
+        result = self._append_to_leader(tp, batch, log_append_time)
         self.bytes_written += result.size
         self.written[tp] += result.size
         self.batches += 1
@@ -497,7 +513,7 @@ class _Simulation:
         if producer is None:
             batch = template.stamp(base_timestamp, NO_PRODUCER_ID, -1, -1, False)
         else:
-            sequence = producer.sequences.get(tp, 0)
+            sequence = self._next_sequence(producer, tp)
             producer.sequences[tp] = next_sequence(sequence, template.record_count)
             batch = template.stamp(base_timestamp, producer.producer_id, producer.epoch, sequence, producer.transactional)
         log_append_time = int(self.clock) if rng.random() < c.log_append_time_ratio else None
@@ -562,9 +578,12 @@ class _Simulation:
 
     def _maybe_expire_producers(self) -> None:
         if self.clock >= self.next_expiration_check:
-            for log in self.broker.logs.values():
+            for log in self._every_log():
                 log.remove_expired_producers(int(self.clock))
             self.next_expiration_check = self.clock + PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
+
+    def _every_log(self) -> Iterable[PartitionLog]:
+        return self.broker.logs.values()
 
     # -- the run --
 
@@ -581,22 +600,35 @@ class _Simulation:
         for producer in self.transactional:
             if producer.txn is not None:
                 self._end_transaction(producer, commit=rng.random() >= c.abort_ratio)
-        for tp in self.tps:
-            log = self.logs[tp]
-            lag_start = log.log_end_offset
-            for _ in range(c.high_watermark_lag_batches):
-                self._write_data(tp, self.idempotent[rng.randrange(len(self.idempotent))] if self.idempotent else None)
-            log.update_high_watermark(max(log.active_segment_base_offset, lag_start))
+        self._settle()
         deleted: dict[TopicPartition, int] = {}
         if c.retention_ms >= 0 or c.retention_bytes >= 0:
-            now = int(self.clock)
-            for tp, log in self.broker.logs.items():
-                deleted[tp] = len(log.delete_old_segments(now, retention_ms=c.retention_ms, retention_bytes=c.retention_bytes))
-        self.broker.checkpoint()
-        self.broker.close()
+            deleted = self._apply_retention(int(self.clock))
+        self._close()
         if self.progress is not None:
             self.progress(self.bytes_written, c.total_bytes)
         return self._summary(deleted)
+
+    def _settle(self) -> None:
+        """End each partition with ``high_watermark_lag_batches`` batches above its high watermark."""
+        for tp in self.tps:
+            log = self.logs[tp]
+            lag_start = log.log_end_offset
+            self._lag_batches(tp)
+            log.update_high_watermark(max(log.active_segment_base_offset, lag_start))
+
+    def _lag_batches(self, tp: TopicPartition) -> None:
+        for _ in range(self.config.high_watermark_lag_batches):
+            self._write_data(tp, self.idempotent[self.rng.randrange(len(self.idempotent))] if self.idempotent else None)
+
+    def _apply_retention(self, now: int) -> dict:
+        c = self.config
+        return {tp: len(log.delete_old_segments(now, retention_ms=c.retention_ms, retention_bytes=c.retention_bytes))
+                for tp, log in self.broker.logs.items()}
+
+    def _close(self) -> None:
+        self.broker.checkpoint()
+        self.broker.close()
 
     def _summary(self, deleted: dict[TopicPartition, int]) -> SimulationSummary:
         partitions = []
