@@ -609,14 +609,17 @@ class ClusterSimulation:
 
     # -- the oracle --
 
-    def expected_batches(self, tp: TopicPartition) -> list[tuple[HeldBatch, bytes]]:
-        """The current leader's batches below its high watermark (what a consumer may read), with
-        their bytes, each checked against the digest taken when it was appended or fetched."""
+    def expected_batches(self, tp: TopicPartition, *, below: int | None = None) -> list[tuple[HeldBatch, bytes]]:
+        """The current leader's batches below its high watermark (what a consumer may read), or
+        below ``below`` (a new leader's high watermark lags what the old one committed until its
+        followers fetch), with their bytes, each checked against the digest taken when it was
+        appended or fetched."""
         state = self._state(tp)
         log = self.log(tp, state.leader)
+        bound = log.high_watermark if below is None else below
         out = []
         for h in self._held[tp][state.leader]:
-            if h.last_offset >= log.high_watermark:
+            if h.last_offset >= bound:
                 break
             if h.last_offset < log.log_start_offset:
                 continue
@@ -626,13 +629,14 @@ class ClusterSimulation:
             out.append((h, data))
         return out
 
-    def expected_records(self, tp: TopicPartition) -> list[ExpectedRecord]:
+    def expected_records(self, tp: TopicPartition, *, below: int | None = None) -> list[ExpectedRecord]:
         """For each offset of the current lineage from the leader's log start offset to its high
-        watermark: the record there, its batch's leader epoch and base offset (control records
-        included, flagged), so a test can assert a reader returns exactly this lineage's record."""
+        watermark (or ``below``, see :meth:`expected_batches`): the record there, its batch's leader
+        epoch and base offset (control records included, flagged), so a test can assert a reader
+        returns exactly this lineage's record."""
         start = self.log(tp, self.leader(tp)).log_start_offset
         out = []
-        for h, data in self.expected_batches(tp):
+        for h, data in self.expected_batches(tp, below=below):
             [header] = scan_batches(data, verify_crc=True).batches
             for r in decode_batch(data, header):
                 if r.offset >= start:

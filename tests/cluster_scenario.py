@@ -1,0 +1,176 @@
+"""A replicated cluster with a kts beside each broker, one store and one tier (issue 30's acceptance):
+the driver the cluster scenario and the property test share.
+
+A broker's kts pass is what `kts sync` does to the tier, without Dagster and Spark around it: the
+copy procedure over the broker's partitions (refused where the broker's KRaft metadata log says
+another broker leads, when ``leaders_from_metadata_log``), then expiry. The oracle is the
+simulator's: the current leader's records up to its high watermark.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+
+from kts_resources.copier import copy_partition
+from kts_resources.expiry import expire_partition
+from kts_resources.kafka.cluster_simulation import ClusterSimulation
+from kts_resources.kafka.logdir import LogDir
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.kafka.records import NewRecord, build_batch
+from kts_resources.leadership import broker_replicas
+from kts_resources.lineage import copy_start_offset
+from kts_resources.quotas import ManualClock
+from kts_resources.reader import OffsetOutOfRangeError, PartitionReader
+from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
+from kts_resources.tiers import LocatedPartition, topic_id_partition
+
+T0 = 1_700_000_000_000
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+@dataclass
+class KtsBesideEachBroker:
+    cluster: ClusterSimulation
+    store: object
+    storage: object
+    leaders_from_metadata_log: bool = True
+    clock: ManualClock = field(default_factory=lambda: ManualClock(T0))
+    produced: int = 0
+    copied_bytes: int = 0
+
+    # --- the cluster ---
+
+    def produce(self, tp: TopicPartition, batches: int, rng: random.Random) -> None:
+        out = []
+        for _ in range(batches):
+            self.produced += 1
+            n = rng.randint(1, 4)
+            # Timestamps grow with every batch produced, so along any lineage they ascend.
+            stamp = T0 + self.produced * 1000
+            out.append(build_batch([NewRecord(stamp + i, f"{tp}-{self.produced}-{i}".encode(),
+                                              f"{tp} batch {self.produced} record {i} ".encode() * rng.randint(2, 8))
+                                    for i in range(n)], base_offset=0))
+        self.cluster.append(tp, out)
+        self.clock.sleep(1000)
+
+    # --- kts ---
+
+    def sync(self, broker: int) -> None:
+        """One pass of the kts beside ``broker``: copy, then expiry, as `kts sync` runs them."""
+        log_dir = LogDir(self.cluster.log_dir(broker))
+        replicas = broker_replicas([log_dir.path]) if self.leaders_from_metadata_log else None
+        for partition in log_dir.partitions():
+            tp = partition.topic_partition
+            refusal = replicas.copy_refusal(tp) if replicas is not None else None
+            result = copy_partition(partition, log_dir, self.store, self.storage, broker_id=broker, clock=self.clock,
+                                    not_leader=refusal)
+            assert result.stopped is None, result.stopped
+            self.copied_bytes += result.copied_bytes
+        for partition in log_dir.partitions():
+            located = LocatedPartition(partition.path.name, log_dir, partition, owned=False)
+            expire_partition(located, topic_id_partition(partition, self.store), self.store, self.storage, clock=self.clock)
+
+    def sync_two_at_once(self, a: int, b: int) -> None:
+        errors: list[BaseException] = []
+
+        def run(broker: int) -> None:
+            try:
+                self.sync(broker)
+            except BaseException as e:  # noqa: BLE001 — surfaced below
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(x,)) for x in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+
+    def reader(self, tp: TopicPartition) -> PartitionReader:
+        """A remote-only reader: no log dir, the shared store and tier."""
+        return PartitionReader(tp.topic, tp.partition, located=None, store=self.store, rsm=self.storage, index_dir=None)
+
+    # --- the invariant ---
+
+    def check_reads(self, tp: TopicPartition) -> int:
+        """Every offset from the log start offset to the latest tiered one reads exactly the current
+        leader lineage's record; ListOffsets by timestamp and latest-tiered agree. Returns how
+        many offsets were read."""
+        # Committed: below a high watermark some replica of the lineage reached. A new leader's own
+        # lags the old one's until its followers fetch, but what the old one committed stays committed.
+        leader = self.cluster.leader(tp)
+        committed = max(self.cluster.high_watermark(tp, b) for b in self.cluster.replicas(tp)
+                        if self._agrees_with_leader(tp, b))
+        expected = {r.offset: r for r in self.cluster.expected_records(tp, below=min(committed, self.cluster.log_end_offset(tp, leader)))}
+        tip = self.store_tip(tp)
+        if tip is None or not self.store.list_remote_log_segments(tip, states={FINISHED}):
+            return 0  # nothing of the partition tiered yet
+        reader = self.reader(tp)
+        if reader.highest_remote_offset < 0:
+            return 0
+        latest = reader.offsets("latest-tiered")
+        assert latest.offset in expected, f"{tp}: latest tiered {latest.offset} is not a committed offset of the lineage"
+        assert latest.leader_epoch == expected[latest.offset].leader_epoch, f"{tp}: latest tiered's epoch"
+        offset, read = reader.log_start_offset, 0
+        while offset <= reader.highest_remote_offset:
+            try:
+                result = reader.fetch(offset, 8192)
+            except OffsetOutOfRangeError as e:
+                raise AssertionError(f"{tp}: offset {offset} is committed and tiered, yet: {e}") from None
+            assert result.records, f"{tp}: an empty fetch at {offset}"
+            for record in result.records:
+                if record.offset > reader.highest_remote_offset:
+                    break
+                want = expected.get(record.offset)
+                assert want is not None, f"{tp}: offset {record.offset} read from the tier is not a committed offset"
+                assert (record.key, record.value, record.leader_epoch) == (want.key, want.value, want.leader_epoch), (
+                    f"{tp}: offset {record.offset} read {record.value!r} in epoch {record.leader_epoch}, "
+                    f"the lineage holds {want.value!r} in epoch {want.leader_epoch}")
+                read += 1
+            offset = result.next_offset
+        tiered = [r for o, r in sorted(expected.items()) if reader.log_start_offset <= o <= reader.highest_remote_offset]
+        for r in tiered[:: max(1, len(tiered) // 5)]:
+            found = reader.offsets(r.timestamp)
+            first = next(x for x in tiered if x.timestamp >= r.timestamp)
+            assert found.offset == first.offset, f"{tp}: ListOffsets({r.timestamp}) gave {found.offset}, the lineage's is {first.offset}"
+        return read
+
+    def _agrees_with_leader(self, tp: TopicPartition, broker: int) -> bool:
+        """Whether ``broker``'s lineage is a prefix of the leader's, up to its high watermark."""
+        from kts_resources.lineage import diverges_at
+
+        point = diverges_at(self.cluster.lineage(tp, broker), self.cluster.lineage(tp))
+        return point is None or point >= self.cluster.high_watermark(tp, broker)
+
+    def store_tip(self, tp: TopicPartition) -> TopicIdPartition | None:
+        topic_id = self.store.topic_id(tp.topic)
+        return None if topic_id is None else TopicIdPartition(topic_id, tp)
+
+    def unique_tiered_bytes(self) -> int:
+        """The bytes of the current lineages' batches up to the latest tiered offset, each once
+        (retention's deletions included: they were tiered)."""
+        total = 0
+        for tp in self.cluster.topic_partitions:
+            tip = self.store_tip(tp)
+            if tip is None or self.store.partition_state(tip).highest_copied_offset < 0:
+                continue
+            state = self.store.partition_state(tip)
+            # The lineage's highest offset ever tiered (findHighestRemoteOffset, deletions included).
+            latest = copy_start_offset(state.lineage, 2**63 - 1, lambda epoch: self.store.highest_offset_for_epoch(tip, epoch)) - 1
+            total += sum(len(data) for held, data in self.cluster.expected_batches(tp) if held.last_offset <= latest)
+        return total
+
+    def only_local_bytes(self, tp: TopicPartition) -> int:
+        """The leader's bytes past what the tier holds (its active segment included)."""
+        spans = self.spans(tp)
+        highest = spans[-1].end_offset if spans else -1
+        return sum(s.size for s in self.cluster.log(tp, self.cluster.leader(tp)).segments() if s.base_offset > highest)
+
+    def spans(self, tp: TopicPartition) -> list:
+        tip = self.store_tip(tp)
+        if tip is None or not self.store.list_remote_log_segments(tip, states={FINISHED}):
+            return []
+        return self.reader(tp).spans

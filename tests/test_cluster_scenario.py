@@ -1,0 +1,84 @@
+"""The cluster scenario (issue 30's acceptance): 3 brokers, replication factor 3, 4 partitions, a kts
+beside each sharing one store and one tier. Rounds of appends, follower fetches, syncs on brokers in
+random order (and two at once), clean leader changes, one unclean election, and retention by time
+and by bytes. After every round a remote-only reader gets exactly the current leader lineage's
+record for every offset from the log start offset to the latest tiered one."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kts_resources.kafka.cluster_simulation import ClusterSimulation
+
+from .cluster_scenario import KtsBesideEachBroker
+
+ROUNDS = 10
+RETENTION_BYTES = 20_000
+MAX_SEGMENT_BYTES = 3300  # segment.bytes 3000, jittered by up to 10% per broker
+
+
+def _round(kts: KtsBesideEachBroker, rng: random.Random, n: int, unclean_round: int) -> None:
+    cluster = kts.cluster
+    for tp in cluster.topic_partitions:
+        kts.produce(tp, rng.randint(15, 30), rng)
+        for follower in cluster.followers(tp):
+            if rng.random() < 0.8:
+                cluster.replicate(tp, follower, max_batches=rng.choice([None, 3, 8]))
+    tp = rng.choice(cluster.topic_partitions)
+    if n == unclean_round:
+        # A follower falls out of the ISR, the leader goes on alone, and the follower is elected.
+        lagging = cluster.followers(tp)[0]
+        cluster.shrink_isr(tp, [b for b in cluster.followers(tp)])
+        kts.produce(tp, 6, rng)
+        cluster.elect(tp, lagging, unclean=True)
+        kts.produce(tp, 4, rng)
+    elif rng.random() < 0.5:
+        in_sync = [b for b in cluster.isr(tp) if b != cluster.leader(tp)]
+        if in_sync:
+            cluster.elect(tp, rng.choice(in_sync))
+            kts.produce(tp, 3, rng)
+    order = list(cluster.brokers)
+    rng.shuffle(order)
+    if n % 3 == 1:
+        kts.sync_two_at_once(order[0], order[1])
+        kts.sync(order[2])
+    else:
+        for broker in order:
+            kts.sync(broker)
+
+
+def _check_retention_bytes(kts: KtsBesideEachBroker) -> None:
+    """retention.bytes counted each offset once (Kafka's rule: delete the oldest while what stays,
+    the leader's local-only bytes included, is at least the limit): the tier keeps the limit less
+    the local-only bytes, give or take the one segment that would cross it."""
+    for tp in kts.cluster.topic_partitions:
+        spans = kts.spans(tp)  # none left: the leader's uncopied bytes alone reach the limit
+        kept = sum(span.size_bytes for span in spans)
+        biggest = max((span.segment.segment_size_in_bytes for span in spans), default=MAX_SEGMENT_BYTES)
+        assert kept <= RETENTION_BYTES + biggest, (tp, kept)
+        assert kept + kts.only_local_bytes(tp) >= RETENTION_BYTES - biggest, (tp, kept, kts.only_local_bytes(tp))
+
+
+@pytest.mark.parametrize("leaders_from_metadata_log", [True, False], ids=["metadata-log", "every-replica-copies"])
+def test_every_round_reads_the_current_lineage_from_the_shared_tier(tmp_path, metadata_store, remote_storage, leaders_from_metadata_log):
+    rng = random.Random(30)
+    cluster = ClusterSimulation(tmp_path / "cluster", brokers=3, replication_factor=3, partitions=4, segment_bytes=3000, seed=30)
+    kts = KtsBesideEachBroker(cluster, metadata_store, remote_storage, leaders_from_metadata_log=leaders_from_metadata_log)
+    unclean_round = 5
+    for n in range(ROUNDS):
+        if n == 6:
+            metadata_store.set_topic_config("orders", "retention.bytes", str(RETENTION_BYTES))
+        if n == 8:
+            metadata_store.set_topic_config("orders", "retention.bytes", "-1")
+            metadata_store.set_topic_config("orders", "retention.ms", str(60_000))  # by time: the oldest go
+        _round(kts, rng, n, unclean_round)
+        read = sum(kts.check_reads(tp) for tp in cluster.topic_partitions)
+        assert read > 0 or n == 0
+        if n == 7:
+            _check_retention_bytes(kts)
+    assert any(e.unclean for e in cluster.elections)
+    if leaders_from_metadata_log:
+        # Only leaders copy: what went up is the unique data, bar a segment per leader change.
+        assert kts.copied_bytes <= 1.05 * kts.unique_tiered_bytes(), (kts.copied_bytes, kts.unique_tiered_bytes())
