@@ -5,6 +5,8 @@ would differ from those it imported."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kts_assets.broker_scope import BrokerScope, BrokerScopeError, scope_from_environment
@@ -54,8 +56,6 @@ def test_a_switch_kts_cannot_honour_is_one_line_and_exit_1(tmp_path, command):
     env_on = {"KTS_HOME": str(tmp_path / "home"), "KTS_LOG_DIRS": str(tmp_path / "logs"), "KTS_DAGSTER_PER_BROKER": "on",
               "KTS_REMOTE_URI": (tmp_path / "remote").as_uri(), "DAGSTER_HOME": str(tmp_path)}
     (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    import os
-
     for value, says in (("on", "KTS_DAGSTER_PER_BROKER is on, but no meta.properties in"),
                         ("maybe", "KTS_DAGSTER_PER_BROKER='maybe': must be on or off")):
         result = kts({**os.environ, **env_on, "KTS_DAGSTER_PER_BROKER": value}, *command, timeout=300)

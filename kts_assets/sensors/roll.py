@@ -374,7 +374,8 @@ def _advanced(cursor: str | None, copied: Mapping[str, int]) -> str | None:
 def _roll_sensor_origin():
     """The origin `dagster dev` gives the sensor when it loads workspace.yaml (a managed gRPC
     server on this interpreter running ``kts_assets.definitions``); the daemon finds the state by
-    its selector (location, repository and sensor name), which this origin carries."""
+    its selector (location, repository and sensor name), which this origin carries — so a broker's
+    location, served by `kts code-server` beside a cluster, finds it too."""
     import sys
 
     from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
