@@ -25,6 +25,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from kts_assets.batching import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 from kts_assets.broker_scope import BrokerScope
 from kts_assets.jobs import COPY_JOB_NAME
 from kts_assets.run_hygiene import launch_tags
@@ -66,8 +67,8 @@ class Cluster:
     instance: dg.DagsterInstance
     holder: dg.DagsterRun  # broker 1's run that holds broker 1's one pool slot until released
 
-    def graphql(self, query: str) -> dict:
-        payload = _post_graphql(self.url, query)
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        payload = _post_graphql(self.url, query, variables)
         assert not payload.get("errors"), f"GraphQL errors: {payload['errors']}\n{_tail(self.log)}"
         return payload["data"]
 
@@ -177,20 +178,41 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, module_pg_url: str) -> Ite
     assert _processes_mentioning(str(root)) == []  # nothing of the servers or their run workers is left
 
 
-def test_a_run_of_broker_2_finishes_while_broker_1s_runs_wait_for_broker_1s_own_held_slot(cluster: Cluster):
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchPipelineExecution(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on InvalidSubsetError { message }
+  }
+}
+"""
+
+
+def test_a_run_of_broker_2_finishes_while_broker_1s_run_waits_for_broker_1s_held_slot(cluster: Cluster):
     b1, b2 = cluster.brokers[1], cluster.brokers[2]
-
-    done = _wait_for("a finished copy run of broker 2", lambda: [r for r in cluster.copy_runs(b2)
-                                                                  if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS],
-                     cluster)
+    # Broker 1's roll sensor asked for a copy: its run waits for broker 1's slot.
     waiting = _wait_for("a copy run of broker 1", lambda: cluster.copy_runs(b1), cluster)
+    # Then broker 2's copy over its partitions, launched as the UI's "Materialize" launches it.
+    params = {"selector": {"repositoryLocationName": b2.scope.location_name, "repositoryName": "__repository__",
+                           "pipelineName": COPY_JOB_NAME},
+              "executionMetadata": {"tags": [{"key": PARTITION_RANGE_START_TAG, "value": b2.keys[0]},
+                                             {"key": PARTITION_RANGE_END_TAG, "value": b2.keys[-1]}]}}
+    launched = cluster.graphql(LAUNCH, {"params": params})["launchPipelineExecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
 
-    assert all(not r.dagster_run.is_finished for r in waiting), [r.dagster_run.status for r in waiting]
-    # In flight at once: broker 1's run was waiting before broker 2's ended, and still is.
-    assert min(r.create_timestamp.timestamp() for r in waiting) < max(r.end_time for r in done)
+    finished = _wait_for("broker 2's run to end", lambda: (run := cluster.instance.get_run_by_id(run_id)).is_finished and run,
+                         cluster)
+
+    assert finished.status == dg.DagsterRunStatus.SUCCESS, finished.status
+    # Broker 1's run was waiting before broker 2's started, and still is: in flight at once.
+    assert all(not cluster.instance.get_run_by_id(r.dagster_run.run_id).is_finished for r in waiting)
     held = cluster.instance.event_log_storage.get_concurrency_info(b1.scope.pool)
     assert {slot.run_id for slot in held.claimed_slots} == {cluster.holder.run_id}
-    # Broker 2's run read broker 2's log dir on broker 2's side: its inventory is under its KTS_HOME.
+    # Broker 2's run read broker 2's log dir, beside broker 2's code server: its inventory is under
+    # broker 2's KTS_HOME, and broker 1's has none yet.
     assert sorted(p.name for p in (b2.home / "inventory" / "local_segments").glob("*.parquet")) == \
         [f"{key}.parquet" for key in b2.keys]
     assert not (b1.home / "inventory").exists()
