@@ -1,17 +1,21 @@
 """The keys of kts's assets, named once: the assets take their names from here, and the checks
 (``kts_assets.checks``, whose specs the assets carry) refer to them without importing the assets.
-Also the kind the UI labels the remote tier with."""
+Plain names, or under ``broker_<id>/`` beside a cluster (``kts_assets.broker_scope``). Also the kind
+the UI labels the remote tier with."""
 
 from urllib.parse import urlsplit
 
 import dagster as dg
 
+from kts_assets import broker_scope
 from kts_resources import settings
 
-LOCAL_SEGMENTS = dg.AssetKey("local_segments")
-REMOTE_SEGMENTS = dg.AssetKey("remote_segments")
-RETENTION_STATE = dg.AssetKey("retention_state")
-REMOTE_LOG_INDEX = dg.AssetKey("remote_log_index")
+_scope = broker_scope.current()
+LOCAL_SEGMENTS = _scope.asset_key("local_segments")
+REMOTE_SEGMENTS = _scope.asset_key("remote_segments")
+RETENTION_STATE = _scope.asset_key("retention_state")
+REMOTE_LOG_INDEX = _scope.asset_key("remote_log_index")
+HOURLY_RECORD_COUNTS = _scope.asset_key("hourly_record_counts")
 
 
 def tier_kind() -> str:

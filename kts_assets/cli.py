@@ -725,67 +725,6 @@ def dagster_instance():
     return dg.DagsterInstance.get()
 
 
-# How long `kts ui` waits for dagster dev to stop its servers after SIGINT/SIGTERM before killing them.
-UI_STOP_GRACE_S = 20
-
-
-def cmd_ui(args) -> int:
-    """`dagster dev` (webserver + daemon) on loopback, on the instance and the environment the CLI
-    uses: the same DAGSTER_HOME, and KTS_HOME / KTS_LOG_DIRS resolved as the CLI resolves them, so
-    the code location never falls back to other defaults. Stops on SIGINT/SIGTERM."""
-    import signal
-    import subprocess
-    import time
-
-    from kts_resources import settings
-
-    env = {**settings.resolved_environment(), "DAGSTER_HOME": str(dagster_home())}
-    workspace = REPO_ROOT / "workspace.yaml"
-    if not workspace.is_file():  # an installed kts: the same one code location, written beside the instance
-        workspace = Path(env["DAGSTER_HOME"]) / "workspace.yaml"
-        workspace.write_text("load_from:\n  - python_module:\n      module_name: kts_assets.definitions\n      location_name: kts\n")
-    dagster = Path(sys.executable).with_name("dagster")
-    command = [str(dagster), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)]
-    print(f"kts ui: http://127.0.0.1:{args.port} (DAGSTER_HOME={env['DAGSTER_HOME']}, "
-          f"{settings.HOME}={env[settings.HOME]}, {settings.LOG_DIRS}={env[settings.LOG_DIRS]}); Ctrl-C stops it",
-          file=sys.stderr, flush=True)
-    stopping = {"signal": None}
-    started: list = []
-
-    def forward(signum, _frame) -> None:
-        stopping["signal"] = signum
-        if started:
-            started[0].send_signal(signal.SIGTERM)  # dagster dev stops its webserver, daemon and code servers
-
-    # Handlers first: a signal caught here is default again in the child, while one this process
-    # was started ignoring (SIGINT under `nohup` or a script's `&`) would stay ignored in dagster dev
-    # and its webserver and daemon, which dagster dev stops with SIGINT: they would never stop.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, forward)
-    server = subprocess.Popen(command, env=env, cwd=REPO_ROOT if REPO_ROOT.is_dir() else None, start_new_session=True)
-    started.append(server)
-    if stopping["signal"] is not None:  # asked to stop while it was starting
-        server.send_signal(signal.SIGTERM)
-    give_up_at = None
-    while True:
-        try:
-            status = server.wait(timeout=1.0)
-            break
-        except subprocess.TimeoutExpired:
-            if stopping["signal"] is not None:
-                give_up_at = give_up_at or time.monotonic() + UI_STOP_GRACE_S
-                if time.monotonic() > give_up_at:
-                    break  # asked to stop and still not gone: the group is killed below
-    if stopping["signal"] is not None:
-        try:
-            os.killpg(server.pid, signal.SIGKILL)  # anything of its group that outlived it
-        except ProcessLookupError:
-            pass
-        server.wait()
-        return 0
-    return status
-
-
 def _quiet_dagster_warnings() -> None:
     """Dagster's notices about the beta/preview APIs kts uses on purpose are not the user's business."""
     import warnings
@@ -844,6 +783,9 @@ def _sync(args) -> int:
         if path.is_dir():
             keys += [p.topic_partition.dir_name for p in LogDir(path).partitions()]
     _remote_uri()  # a tier URI kts would not open is a usage error, before any check
+    from kts_assets import broker_scope
+
+    broker_scope.current()  # so is a KTS_DAGSTER_PER_BROKER kts cannot honour (BrokerScopeError)
     problems = _preflight()
     if problems:
         report(problems)
@@ -1136,6 +1078,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulate_parser(sub)
     add_config_parser(sub)
     from kts_assets.cli_admin import add_admin_parsers
+    from kts_assets.cli_dagster import add_dagster_parsers
     from kts_assets.cli_read import add_read_parsers
 
     add_read_parsers(sub)
@@ -1143,9 +1086,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_services_parser(sub)
     p = sub.add_parser("sync", help="one full pass of the pipeline through Dagster: discover, inventory (Spark), copy")
     p.set_defaults(func=cmd_sync)
-    p = sub.add_parser("ui", help="the Dagster UI (webserver + daemon) on the instance and environment the CLI uses, loopback only")
-    p.add_argument("--port", type=bounded(int, 1, 65535), default=3000, metavar="P", help="the port on 127.0.0.1 (default 3000)")
-    p.set_defaults(func=cmd_ui)
+    add_dagster_parsers(sub)
     p = sub.add_parser("status", help="per partition: offsets, bytes and segments per tier, copy lag, open lost ranges")
     p.add_argument("--json", action="store_true", help="print JSON (one object per partition)")
     p.set_defaults(func=cmd_status)
@@ -1244,10 +1185,11 @@ def _store_location() -> str:
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
     """Errors a user meets through no bug of kts (a store down, a lock held, a bad setting): one line."""
+    from kts_assets.broker_scope import BrokerScopeError
     from kts_resources.metadata.store import PartitionLockTimeout
     from kts_resources.remote_storage.base import RemoteStorageError
 
-    return (RemoteStorageError, PartitionLockTimeout, TimeoutError)
+    return (RemoteStorageError, PartitionLockTimeout, TimeoutError, BrokerScopeError)
 
 
 # Set by a finished `kts sync`: the process leaves without the interpreter's teardown (the Spark

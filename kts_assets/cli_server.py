@@ -81,13 +81,17 @@ def state_dir(kts_home: Path) -> Path:
 
 def code_fingerprint() -> str:
     """What the code this process would run is: the interpreter, the installed packages (pip
-    touches site-packages), and every file of kts's two packages (path, size, modification time).
-    Stat calls only: a client computes it in a few milliseconds before every command."""
+    touches site-packages), every file of kts's two packages (path, size, modification time), and
+    what names its Definitions take (a broker's, with KTS_DAGSTER_PER_BROKER: the server imported
+    them under its first client's environment). Stat calls only: a client computes it in a few
+    milliseconds before every command."""
     import kts_assets
     import kts_resources
+    from kts_resources import settings
 
     digest = hashlib.sha256()
     digest.update(f"{sys.executable}\0{sys.version}\0{os.environ.get('PYTHONPATH', '')}\0".encode())
+    digest.update(f"{settings.dagster_scope_inputs()!r}\0".encode())
     for entry in sys.path:
         if entry.endswith("site-packages"):
             try:

@@ -22,6 +22,7 @@ SPARK_MASTER = "KTS_SPARK_MASTER"
 SPARK_REMOTE = "KTS_SPARK_REMOTE"
 LOG_LEVEL = "KTS_LOG_LEVEL"
 CLI_SERVER = "KTS_CLI_SERVER"
+DAGSTER_PER_BROKER = "KTS_DAGSTER_PER_BROKER"
 IDLE_CHECK = "KTS_IDLE_CHECK_S"
 
 DEFAULT_SPARK_MASTER = "local[*]"
@@ -112,16 +113,41 @@ def log_level(default: str) -> str:
     return level
 
 
-def cli_server_enabled() -> bool:
-    """``KTS_CLI_SERVER``: ``on`` (the default) runs ``kts sync`` in the standing CLI server of
-    ``KTS_HOME`` (``kts_assets.cli_server``), started by the first sync that needs it; ``off`` runs
-    it in its own process. Any other value is an error (ValueError naming it)."""
-    value = (_get(CLI_SERVER) or "on").lower()
+def _on_or_off(name: str, default: str) -> bool:
+    """A switch: on/1/true/yes or off/0/false/no (any case), ``default`` when unset; else ValueError."""
+    value = (_get(name) or default).lower()
     if value in ("on", "1", "true", "yes"):
         return True
     if value in ("off", "0", "false", "no"):
         return False
-    raise ValueError(f"{CLI_SERVER}={_get(CLI_SERVER)!r}: must be on or off")
+    raise ValueError(f"{name}={_get(name)!r}: must be on or off")
+
+
+def cli_server_enabled() -> bool:
+    """``KTS_CLI_SERVER``: ``on`` (the default) runs ``kts sync`` in the standing CLI server of
+    ``KTS_HOME`` (``kts_assets.cli_server``), started by the first sync that needs it; ``off`` runs
+    it in its own process. Any other value is an error (ValueError naming it)."""
+    return _on_or_off(CLI_SERVER, "on")
+
+
+def dagster_per_broker() -> bool:
+    """``KTS_DAGSTER_PER_BROKER``: ``on`` names this kts's Dagster code location, asset keys,
+    partitions and pool after its broker's id (``kts_assets/broker_scope.py``), for brokers whose kts
+    share one Dagster instance; ``off`` (the default) keeps the plain names. Any other value is an
+    error (ValueError naming it)."""
+    return _on_or_off(DAGSTER_PER_BROKER, "off")
+
+
+def dagster_scope_inputs() -> tuple[str, ...]:
+    """What the names of a process's Dagster objects depend on, never an error: ``("off",)``, or
+    ``KTS_DAGSTER_PER_BROKER`` as configured and where the broker's id is read from. The CLI server
+    compares them to tell a client whose Definitions would differ from those it imported."""
+    try:
+        if not dagster_per_broker():
+            return ("off",)
+    except ValueError:
+        pass  # malformed: compared as configured (the command itself says what is wrong)
+    return tuple(_get(name) or "" for name in (DAGSTER_PER_BROKER, LOG_DIRS, METADATA_LOG_DIR))
 
 
 def idle_check_s() -> float:

@@ -7,6 +7,8 @@ replay or a historical aggregate. Not part of the tiering jobs: it runs in ``bac
 
 import dagster as dg
 
+from kts_assets import broker_scope
+from kts_assets.asset_keys import HOURLY_RECORD_COUNTS
 from kts_assets.assets.reporting import OWNERS
 from kts_assets.assets.segments import table_schema
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
@@ -22,9 +24,10 @@ HOUR_MS = 3_600_000
 
 
 @dg.asset(
+    key=HOURLY_RECORD_COUNTS,
     partitions_def=topic_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
-    pool="spark",
+    pool=broker_scope.current().pool,
     kinds={"spark", "parquet"},
     group_name="backfills",
     owners=OWNERS,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import dagster as dg
 
+from kts_assets import broker_scope
 from kts_assets.assets import remote_segments
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, KeyRangeBatch, batch_key_ranges, range_run_request
 from kts_assets.jobs import COPY_JOB_NAME
@@ -311,9 +312,10 @@ def _observe_copy_lag(context: dg.SensorEvaluationContext, metadata_store: Metad
 
 # --- `kts sync` moves the cursor for what it copied -------------------------------------------------
 
-# The code location's name, as workspace.yaml and `kts ui` name it: a sensor's stored state is
-# found by (location, repository, sensor name).
-CODE_LOCATION_NAME = "kts"
+# The code location's name, as workspace.yaml, `kts ui` and `kts code-server` name it (the
+# broker's beside a cluster, kts_assets.broker_scope): a sensor's stored state is found by
+# (location, repository, sensor name).
+CODE_LOCATION_NAME = broker_scope.current().location_name
 
 
 def advance_roll_cursor(instance: dg.DagsterInstance, copied: Mapping[str, int]) -> int:
@@ -372,7 +374,8 @@ def _advanced(cursor: str | None, copied: Mapping[str, int]) -> str | None:
 def _roll_sensor_origin():
     """The origin `dagster dev` gives the sensor when it loads workspace.yaml (a managed gRPC
     server on this interpreter running ``kts_assets.definitions``); the daemon finds the state by
-    its selector (location, repository and sensor name), which this origin carries."""
+    its selector (location, repository and sensor name), which this origin carries — so a broker's
+    location, served by `kts code-server` beside a cluster, finds it too."""
     import sys
 
     from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
