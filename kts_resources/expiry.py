@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_leader_epoch_checkpoint, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import SegmentFiles
-from kts_resources.lineage import current_lineage, readable_spans
+from kts_resources.lineage import current_lineage, diverges_at, last_epoch, readable_spans
 from kts_resources.lost_ranges import uncovered
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.manifest import put_log_start_offset
@@ -169,8 +169,12 @@ def plan_partition(
     # What a reader can read from the tier (the lineage's, not an old leader's copy): the bound
     # for local retention, and where the local-only bytes begin.
     highest_copied = spans[-1].end_offset if spans else -1
-    # UnifiedLog.onlyLocalLogSegmentsSize: segments from the highest copied offset on, the active one included.
-    only_local = sum(s.size_bytes for s in closed if s.base_offset >= highest_copied) + active_size
+    # UnifiedLog.onlyLocalLogSegmentsSize: segments from the highest copied offset on, the active one
+    # included — of the partition's log: a replica behind the lineage (an old leader not truncated
+    # yet) counts only what lies below where it diverged, its other records being no longer the log's.
+    diverged = diverges_at(local_epochs, lineage) if last_epoch(local_epochs) < last_epoch(lineage) else None
+    only_local = sum(s.size_bytes for s in closed if s.base_offset >= highest_copied and (diverged is None or s.end_offset < diverged))
+    only_local += active_size if diverged is None else 0
     remote = plan_remote_retention(finished, log_start_offset=start, lineage=lineage,
                                    only_local_bytes=only_local, config=config, now_ms=now_ms)
     local = plan_local_retention(closed, active_size_bytes=active_size, high_watermark=-1 if hw is None else hw,

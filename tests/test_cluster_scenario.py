@@ -29,9 +29,10 @@ def _round(kts: KtsBesideEachBroker, rng: random.Random, n: int, unclean_round: 
     tp = rng.choice(cluster.topic_partitions)
     if n == unclean_round:
         # A follower falls out of the ISR, the leader goes on alone, and the follower is elected.
-        lagging = cluster.followers(tp)[0]
+        lagging, old_leader = cluster.followers(tp)[0], cluster.leader(tp)
         cluster.shrink_isr(tp, [b for b in cluster.followers(tp)])
-        kts.produce(tp, 6, rng)
+        kts.produce(tp, 30, rng)
+        kts.sync(old_leader)  # its records past the divergence point reach the tier before the election
         cluster.elect(tp, lagging, unclean=True)
         kts.produce(tp, 4, rng)
     elif rng.random() < 0.5:
@@ -76,7 +77,9 @@ def test_every_round_reads_the_current_lineage_from_the_shared_tier(tmp_path, me
         _round(kts, rng, n, unclean_round)
         read = sum(kts.check_reads(tp) for tp in cluster.topic_partitions)
         assert read > 0 or n == 0
-        if n == 7:
+        if n == 7 and leaders_from_metadata_log:
+            # (Where every replica copies, every replica's expiry also counts its own uncopied bytes
+            # as the log's, a lagging follower's the most: the tier may keep less. Kafka runs it on the leader.)
             _check_retention_bytes(kts)
     assert any(e.unclean for e in cluster.elections)
     if leaders_from_metadata_log:
