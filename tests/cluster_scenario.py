@@ -145,6 +145,30 @@ class KtsBesideEachBroker:
         point = diverges_at(self.cluster.lineage(tp, broker), self.cluster.lineage(tp))
         return point is None or point >= self.cluster.high_watermark(tp, broker)
 
+    def answers(self) -> dict:
+        """What a remote-only reader answers for each partition: its log start offset, latest
+        tiered offset and epoch, and every tiered record."""
+        out = {}
+        for tp in self.cluster.topic_partitions:
+            if not self.spans(tp):
+                out[str(tp)] = None
+                continue
+            reader = self.reader(tp)
+            records, offset = {}, reader.log_start_offset
+            while offset <= reader.highest_remote_offset:
+                result = reader.fetch(offset, 65536)
+                records.update((r.offset, (r.leader_epoch, r.key, r.value)) for r in result.records)
+                offset = result.next_offset
+            latest = reader.offsets("latest-tiered")
+            out[str(tp)] = (reader.log_start_offset, latest.offset, latest.leader_epoch, records)
+        return out
+
+    def scrub_is_clean(self) -> None:
+        from kts_resources.scrub import scrub
+
+        report = scrub(self.store, self.storage, deep=True)
+        assert report.clean, report.problems
+
     def store_tip(self, tp: TopicPartition) -> TopicIdPartition | None:
         topic_id = self.store.topic_id(tp.topic)
         return None if topic_id is None else TopicIdPartition(topic_id, tp)

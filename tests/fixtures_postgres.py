@@ -18,6 +18,8 @@ A subprocess reaches the same database with ``KTS_DATABASE_URL=<pg_url>`` in its
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import uuid
 from typing import Iterator
@@ -84,6 +86,8 @@ def pg_template(pg_admin_url: str) -> Iterator[str]:
 
 
 def _fresh_database(admin_url: str, template: str) -> Iterator[str]:
+    """A new database from ``template``, dropped afterwards (also :func:`fresh_database`, for a
+    test that needs a second one: a store rebuilt from the tier beside the first)."""
     name = f"kts_test_{uuid.uuid4().hex[:12]}"
     admin = _admin_engine(admin_url)
     with admin.connect() as conn:
@@ -94,6 +98,9 @@ def _fresh_database(admin_url: str, template: str) -> Iterator[str]:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
+
+
+fresh_database = contextlib.contextmanager(_fresh_database)
 
 
 @pytest.fixture

@@ -11,8 +11,11 @@ import random
 import pytest
 
 from kts_resources.kafka.cluster_simulation import ClusterSimulation
+from kts_resources.metadata.store import RemoteLogMetadataStore
+from kts_resources.recovery import recover
 
 from .cluster_scenario import KtsBesideEachBroker
+from .fixtures_postgres import fresh_database
 
 ROUNDS = 10
 RETENTION_BYTES = 20_000
@@ -63,7 +66,8 @@ def _check_retention_bytes(kts: KtsBesideEachBroker) -> None:
 
 
 @pytest.mark.parametrize("leaders_from_metadata_log", [True, False], ids=["metadata-log", "every-replica-copies"])
-def test_every_round_reads_the_current_lineage_from_the_shared_tier(tmp_path, metadata_store, remote_storage, leaders_from_metadata_log):
+def test_every_round_reads_the_current_lineage_from_the_shared_tier(tmp_path, metadata_store, remote_storage, leaders_from_metadata_log,
+                                                                     pg_admin_url, pg_template):
     rng = random.Random(30)
     cluster = ClusterSimulation(tmp_path / "cluster", brokers=3, replication_factor=3, partitions=4, segment_bytes=3000, seed=30)
     kts = KtsBesideEachBroker(cluster, metadata_store, remote_storage, leaders_from_metadata_log=leaders_from_metadata_log)
@@ -77,11 +81,26 @@ def test_every_round_reads_the_current_lineage_from_the_shared_tier(tmp_path, me
         _round(kts, rng, n, unclean_round)
         read = sum(kts.check_reads(tp) for tp in cluster.topic_partitions)
         assert read > 0 or n == 0
+        kts.scrub_is_clean()
         if n == 7 and leaders_from_metadata_log:
             # (Where every replica copies, every replica's expiry also counts its own uncopied bytes
             # as the log's, a lagging follower's the most: the tier may keep less. Kafka runs it on the leader.)
             _check_retention_bytes(kts)
     assert any(e.unclean for e in cluster.elections)
+    # The store lost: `kts recover` into a fresh database answers every read the same way, the log
+    # start offsets retention moved included.
+    answers = kts.answers()
+    with fresh_database(pg_admin_url, pg_template) as url:
+        recovered = RemoteLogMetadataStore.from_url(url)
+        try:
+            report = recover(recovered, remote_storage, None)
+            assert report.incomplete_segments == [] and report.skipped == []
+            again = KtsBesideEachBroker(cluster, recovered, remote_storage)
+            assert again.answers() == answers
+            for tp in cluster.topic_partitions:
+                again.check_reads(tp)
+        finally:
+            recovered.close()
     if leaders_from_metadata_log:
         # Only leaders copy: what went up is the unique data, bar a segment per leader change.
         assert kts.copied_bytes <= 1.05 * kts.unique_tiered_bytes(), (kts.copied_bytes, kts.unique_tiered_bytes())
