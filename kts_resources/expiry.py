@@ -19,6 +19,7 @@ In broker-owned log dirs nothing local is touched: the plan reports what the bro
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import struct
@@ -204,8 +205,13 @@ def expire_partition(
     *,
     clock: "Clock",
     lock_timeout_s: float | None = None,
+    remote: bool = True,
 ) -> ExpiryResult:
-    """Carry out the partition's retention plan (see the module docstring)."""
+    """Carry out the partition's retention plan (see the module docstring).
+
+    ``remote=False``: only the local part (a follower's kts in a cluster whose leadership is known:
+    the remote tier's retention is the leader's kts's, as Kafka runs RemoteLogManager's expiration
+    on the leader only — a follower counts its own uncopied bytes, which lag, as the log's)."""
     from kts_resources.copier import delete_remote_log_segment
 
     with store.partition_lock(tip, timeout_s=lock_timeout_s):
@@ -215,6 +221,8 @@ def expire_partition(
         for md in store.list_remote_log_segments(tip, states={RemoteLogSegmentState.DELETE_SEGMENT_STARTED}):
             delete_remote_log_segment(store, storage, md, clock)
         plan = plan_partition(located, tip, store, now_ms=clock.now_ms())
+        if not remote:
+            plan = dataclasses.replace(plan, remote=RemotePlan(log_start_offset=plan.log_start_offset))
         result = ExpiryResult(tip, plan.new_log_start_offset)
         if plan.new_log_start_offset > plan.log_start_offset or plan.remote.expired:
             # First: the data below it is unreadable from now on, whatever happens next; the tier

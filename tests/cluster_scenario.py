@@ -58,7 +58,8 @@ class KtsBesideEachBroker:
     # --- kts ---
 
     def sync(self, broker: int) -> None:
-        """One pass of the kts beside ``broker``: copy, then expiry, as `kts sync` runs them."""
+        """One pass of the kts beside ``broker``: copy, then expiry (the remote part on the leader
+        only, where leadership is known), as `kts sync` runs them."""
         log_dir = LogDir(self.cluster.log_dir(broker))
         replicas = broker_replicas([log_dir.path]) if self.leaders_from_metadata_log else None
         for partition in log_dir.partitions():
@@ -70,7 +71,9 @@ class KtsBesideEachBroker:
             self.copied_bytes += result.copied_bytes
         for partition in log_dir.partitions():
             located = LocatedPartition(partition.path.name, log_dir, partition, owned=False)
-            expire_partition(located, topic_id_partition(partition, self.store), self.store, self.storage, clock=self.clock)
+            leads = replicas is None or replicas.copy_refusal(partition.topic_partition) is None
+            expire_partition(located, topic_id_partition(partition, self.store), self.store, self.storage, clock=self.clock,
+                             remote=leads)
 
     def sync_two_at_once(self, a: int, b: int) -> None:
         errors: list[BaseException] = []

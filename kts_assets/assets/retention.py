@@ -21,6 +21,8 @@ from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
 from kts_resources import settings
 from kts_resources.expiry import expire_partition
+from kts_resources.kafka.errors import KafkaFormatError
+from kts_resources.leadership import broker_replicas
 from kts_resources.partition_admin import delete_on_disable_applies, delete_partition_remote_data
 from kts_resources.quotas import SystemClock
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
@@ -83,6 +85,12 @@ def retention_state(
                                 owned_log_dirs=[str(p) for p in owned], database_url=metadata_store.url(),
                                 now_ms=clock.now_ms(), spark_min_partitions=config.spark_plan_min_partitions)
     storage = remote_tier.storage()
+    # The remote tier's retention is the leader's kts's (Kafka runs it on the leader only); without
+    # a metadata log every replica's kts runs it. An unreadable metadata log stops the run.
+    try:
+        replicas = broker_replicas(log_dirs, settings.metadata_log_dir())
+    except (KafkaFormatError, ValueError) as e:
+        raise dg.Failure(f"who leads each partition is unknown: {e}; nothing was expired") from None
     failed: list[str] = []
     totals = {"remote_segments_deleted": 0, "local_segments_deleted": 0}
     changed_by = f"retention_state run {context.run.run_id}"  # on the partitions it reports again
@@ -122,7 +130,10 @@ def retention_state(
             try:
                 if tip is None:
                     raise RuntimeError("the partition's topic id is no longer known")
-                result = expire_partition(loc, tip, store, storage, clock=clock)
+                leads = replicas.copy_refusal(loc.partition.topic_partition) is None
+                result = expire_partition(loc, tip, store, storage, clock=clock, remote=leads)
+                if not leads:
+                    metadata["note"] = f"{replicas.role(loc.partition.topic_partition)}: the leader's kts expires the remote tier"
             except Exception as e:  # noqa: BLE001 - one partition's failure is its own
                 failed.append(key)
                 context.log.error(f"{key}: expiry failed: {e}")
