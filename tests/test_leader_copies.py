@@ -84,3 +84,42 @@ def test_a_replica_that_does_not_copy_still_keeps_its_topic_from_looking_deleted
 
     assert result.skipped.startswith("no leader") and result.copied == []
     assert metadata_store.topics_unseen_since(week_ago) == []
+
+
+@pytest.mark.spark  # on the session's Spark Connect server (tests/fixtures_spark.py)
+def test_after_a_leader_change_the_new_leaders_sync_copies_on_and_the_old_leaders_sync_passes_as_a_follower(tmp_path, pg_url):
+    """Two brokers' `kts sync`, one store and one tier: broker 0 leads and copies; leadership moves
+    to broker 1 (clean); both syncs exit 0 — the old leader's as a follower whose high watermark is
+    below what its kts copied — and the new leader's copies from where the tier's lineage ends."""
+    from kts_resources.kafka.cluster_simulation import ClusterSimulation
+    from kts_resources.kafka.records import NewRecord, build_batch
+
+    cluster = ClusterSimulation(tmp_path / "cluster", brokers=2, replication_factor=2, partitions=1, segment_bytes=4000, seed=8)
+    [tp] = cluster.topic_partitions
+
+    def produce(n: int) -> None:
+        cluster.append(tp, [build_batch([NewRecord(1_700_000_000_000 + i, b"k", b"value %d " % i * 20)], base_offset=0)
+                            for i in range(n)])
+        for _ in range(2):  # the follower fetches, then the leader's high watermark follows it
+            for follower in cluster.followers(tp):
+                cluster.replicate(tp, follower)
+
+    produce(60)
+    for b in (0, 1):
+        (tmp_path / f"kts-{b}").mkdir()
+    env = {b: sync_env(tmp_path / f"kts-{b}", cluster.log_dir(b), pg_url, session_spark=True,
+                       KTS_REMOTE_URI=(tmp_path / "remote").as_uri()) for b in (0, 1)}
+    first = kts(env[0], "sync")
+    assert first.returncode == 0, first.stderr[-3000:]
+    cluster.elect(tp, 1)
+    produce(60)
+
+    for b in (0, 1):
+        synced = kts(env[b], "sync")
+        assert synced.returncode == 0, synced.stderr[-3000:]
+    rows = {b: json.loads(kts(env[b], "status", "--json").stdout)[0] for b in (0, 1)}
+    assert rows[0]["replica"] == "follower of broker 1" and rows[1]["replica"] == "leader"
+    assert rows[1]["copy_lag_segments"] == 0
+    # One lineage in the tier: the new leader's copies went on where the old leader's ended.
+    offsets = json.loads(kts(env[1], "offsets", tp.topic, str(tp.partition), "--latest-tiered", "--json").stdout)
+    assert offsets["leader_epoch"] == 1 and offsets["offset"] > 60
