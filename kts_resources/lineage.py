@@ -85,9 +85,12 @@ def copy_start_offset(lineage: Sequence[EpochEntry], log_end_offset: int,
 
 
 def epoch_ranges(segment: LineageSegment) -> list[tuple[int, int, int]]:
-    """(epoch, first offset, last offset) of each epoch in ``segment``, ascending."""
+    """(epoch, first offset, last offset) of each epoch in ``segment``, ascending. The first epoch
+    reaches down to the segment's start offset: offsets before its first batch (a segment whose
+    file name is below its first batch's base offset) hold no record of any other epoch."""
     starts = sorted(segment.segment_leader_epochs.items(), key=lambda kv: kv[1])
-    return [(epoch, start, (starts[i + 1][1] - 1) if i + 1 < len(starts) else segment.end_offset)
+    return [(epoch, segment.start_offset if i == 0 else start,
+             (starts[i + 1][1] - 1) if i + 1 < len(starts) else segment.end_offset)
             for i, (epoch, start) in enumerate(starts)]
 
 

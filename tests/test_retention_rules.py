@@ -79,10 +79,11 @@ def test_segments_below_the_log_start_offset_go_without_moving_it():
 
 def test_segments_of_epochs_before_the_lineage_go_without_moving_the_log_start_offset():
     # An unclean election: the new leader's lineage starts at epoch 3; the old leader's epoch 1 and 2
-    # segments are left behind, even above the log start offset.
+    # segment above the log start offset is off the lineage. (Below the lineage's first offset an
+    # older epoch is history it does not contradict: that segment goes as below the log start offset.)
     segments = [remote(0, 9, NOW, epochs={1: 0}), remote(10, 19, NOW, epochs={1: 10, 2: 15}), remote(10, 14, NOW, epochs={3: 10})]
     p = plan(segments, lineage=[EpochEntry(3, 10)], log_start=10)
-    assert sorted((e.start_offset, e.end_offset, e.reason) for e in p.expired) == [(0, 9, BY_LINEAGE), (10, 19, BY_LINEAGE)]
+    assert sorted((e.start_offset, e.end_offset, e.reason) for e in p.expired) == [(0, 9, BY_LOG_START_OFFSET), (10, 19, BY_LINEAGE)]
     assert p.log_start_offset == 10
 
 
