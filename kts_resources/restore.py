@@ -46,6 +46,7 @@ from kts_resources.kafka.logdir import (
     offset_file_name,
 )
 from kts_resources.kafka.partition import TopicPartition
+from kts_resources.lineage import readable_spans
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.base import RemoteStorageManager, StoredObject, stored_objects
 
@@ -81,11 +82,15 @@ def restore_partition(store, rsm: RemoteStorageManager, topic: str, partition: i
     if topic_id is None:
         raise RestoreError(f"topic {topic!r} is not known to the metadata store")
     tip = TopicIdPartition(topic_id, TopicPartition(topic, partition))
-    finished = sorted(store.list_remote_log_segments(tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED}),
-                      key=lambda md: md.start_offset)
+    state = store.partition_state(tip)
+    # The partition's log is its current leader-epoch lineage's: the segments a reader reads, in
+    # order — never an old leader's segment after an unclean election, nor one others cover.
+    spans = readable_spans(store.list_remote_log_segments(tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED}),
+                           list(state.lineage))
+    finished = list({id(span.segment): span.segment for span in spans}.values())
     if not finished:
         raise RestoreError(f"{topic}-{partition}: nothing of it is in the remote tier")
-    log_start = max(store.partition_state(tip).log_start_offset, finished[0].start_offset)
+    log_start = max(state.log_start_offset, finished[0].start_offset)
     start = log_start if from_offset is None else max(from_offset, log_start)
     chosen = [md for md in finished if md.end_offset >= start]
     if not chosen:
@@ -122,6 +127,10 @@ def restore_partition(store, rsm: RemoteStorageManager, topic: str, partition: i
 
 def _check_contiguous(topic: str, partition: int, chosen: list[RemoteLogSegmentMetadata]) -> None:
     for a, b in zip(chosen, chosen[1:]):
+        if b.start_offset <= a.end_offset:
+            raise RestoreError(f"{topic}-{partition}: offsets {b.start_offset}..{a.end_offset} are in two remote segments "
+                               "(replicas that rolled at other points, or a leader change): a log dir is restored from "
+                               "whole segments, and these overlap")
         if b.start_offset != a.end_offset + 1:
             raise RestoreError(f"{topic}-{partition}: the remote tier has no segment for offsets {a.end_offset + 1}..{b.start_offset - 1} "
                                "(a lost range, see kts status): a log dir with a hole is not restored")

@@ -109,3 +109,22 @@ def test_retention_deletes_the_old_leaders_divergent_segments_and_counts_overlap
     assert _every_record(reader) == NEW_LINEAGE
     # What a reader can read, each offset's bytes once: no more than the segments it reads from.
     assert sum(span.size_bytes for span in reader.spans) <= sum(md.segment_size_in_bytes for md in kept)
+
+
+def test_restore_across_the_election_refuses_the_overlapping_segments_by_their_offsets(replicas, metadata_store, remote_storage, tmp_path):
+    """The old leader's last segment before the divergence point (48..59) and the new leader's
+    segment holding it (51..66, copied whole) overlap: whole segments cannot make one log dir, and
+    restore says which offsets, writing nothing (an old leader's segment past it is never chosen)."""
+    from kts_resources.restore import RestoreError, restore_partition
+
+    old_leader, new_leader = replicas
+    [old_dir], [new_dir] = old_leader.partitions(), new_leader.partitions()
+    copy_partition(old_dir, old_leader, metadata_store, remote_storage, broker_id=0)
+    copy_partition(new_dir, new_leader, metadata_store, remote_storage, broker_id=1)
+    spans = _remote_only(metadata_store, remote_storage).spans
+    served = [(span.segment.start_offset, span.segment.end_offset) for span in spans]
+    assert (48, 59) in served and (51, 66) in served
+
+    with pytest.raises(RestoreError, match=r"offsets 51\.\.59 are in two remote segments"):
+        restore_partition(metadata_store, remote_storage, TOPIC, 0, tmp_path / "restored")
+    assert not (tmp_path / "restored").exists() or not any((tmp_path / "restored").rglob("*.log"))
