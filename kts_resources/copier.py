@@ -27,6 +27,7 @@ from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.errors import FileChangedError
 from kts_resources.kafka.segment import verify_segment_file
 from kts_resources.lineage import copy_start_offset, diverges_at, last_epoch
+from kts_resources.segment_slice import SegmentSlice, SliceError, slice_segment
 from kts_resources.lost_ranges import LOST_CAUSE, detect_lost_ranges
 from kts_resources.metadata.store import RemoteLogMetadataStore, StaleTopicIdError
 from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
@@ -291,13 +292,13 @@ def copy_partition(
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-copy-prepare") as prepare:
             def prepared(i: int) -> Future:
                 return prepare.submit(_prepare, partition, candidates[i], tip, lineage, broker_id, clock,
-                                      ri.DEFAULT_CHUNK_BYTES if index_cache_home is not None else None)
+                                      ri.DEFAULT_CHUNK_BYTES if index_cache_home is not None else None, from_offset)
 
             pending = prepared(0) if candidates else None
             for i, segment in enumerate(candidates):
                 lock.assert_held()  # a lost lock means another run may be copying now: stop
                 try:
-                    md, data, chunks = pending.result()
+                    md, data, chunks, cut = pending.result()
                 except EmptySegment as e:
                     log.warning("%s: %s", tp, e)
                     pending = prepared(i + 1) if i + 1 < len(candidates) else None
@@ -312,6 +313,9 @@ def copy_partition(
                     # it (a segment vanished after it) and it is in the tier already.
                     pending = prepared(i + 1) if i + 1 < len(candidates) else None
                     continue
+                if cut is not None:
+                    log.info("%s: segment %d copied from offset %d on (its part below is in the tier already)",
+                             tp, segment.base_offset, cut.base_offset)
                 if quota is not None:
                     allowance = quota.window_allowance_bytes
                     if allowance is not None and md.segment_size_in_bytes > allowance:
@@ -326,6 +330,9 @@ def copy_partition(
                     result.stopped = e.describe(f"copy of {segment.log}")
                     log.error("%s: %s", tp, result.stopped)
                     break
+                finally:
+                    if cut is not None:
+                        cut.remove()
                 result.copied.append(finished)
                 if index_cache_home is not None and chunks is not None:
                     _cache_index_entries(index_cache_home, tip, storage, finished, chunks)
@@ -393,21 +400,29 @@ def recopy_damaged(
         if md.segment_id not in still_damaged:  # whole in this tier: the damage was seen elsewhere
             store.clear_segment_damage(md.segment_id, f"found whole in {storage.location()} before a re-copy")
             continue
-        local = by_base.get(md.start_offset)
+        # The local segment holding its start (a remote segment copied from inside one, after a
+        # leader change, is cut from it again the same way).
+        local = by_base.get(md.start_offset) or next(
+            (s for s in by_base.values() if s.base_offset < md.start_offset and s.next_base_offset is not None
+             and md.start_offset < s.next_base_offset), None)
         if local is None or local.next_base_offset is None or local.next_base_offset <= md.end_offset:
             result.damaged_left.append(f"segment {md.start_offset}..{md.end_offset} ({problem}): "
                                        "its local segment is gone, so it cannot be re-copied")
             continue
-        replacement, data, _chunks = _prepare(partition, local, tip, lineage, broker_id, clock)
-        if (replacement.segment_size_in_bytes, replacement.end_offset) != (md.segment_size_in_bytes, md.end_offset):
-            result.damaged_left.append(f"segment {md.start_offset}..{md.end_offset} ({problem}): the local segment is "
-                                       f"{replacement.segment_size_in_bytes} bytes ending at offset {replacement.end_offset}, "
-                                       f"the remote one was {md.segment_size_in_bytes} bytes; not re-copied")
-            continue
-        if quota is not None:
-            result.throttle_ms += quota.acquire(replacement.segment_size_in_bytes)
-        store.add_remote_log_segment_metadata(replacement)
-        finished = _upload_and_finish(store, storage, replacement, data, clock, manifest_context)
+        replacement, data, _chunks, cut = _prepare(partition, local, tip, lineage, broker_id, clock, from_offset=md.start_offset)
+        try:
+            if (replacement.segment_size_in_bytes, replacement.end_offset) != (md.segment_size_in_bytes, md.end_offset):
+                result.damaged_left.append(f"segment {md.start_offset}..{md.end_offset} ({problem}): the local segment is "
+                                           f"{replacement.segment_size_in_bytes} bytes ending at offset {replacement.end_offset}, "
+                                           f"the remote one was {md.segment_size_in_bytes} bytes; not re-copied")
+                continue
+            if quota is not None:
+                result.throttle_ms += quota.acquire(replacement.segment_size_in_bytes)
+            store.add_remote_log_segment_metadata(replacement)
+            finished = _upload_and_finish(store, storage, replacement, data, clock, manifest_context)
+        finally:
+            if cut is not None:
+                cut.remove()
         delete_remote_log_segment(store, storage, md, clock)
         result.recopied.append(finished)
         log.warning("%s: re-copied damaged remote segment %d..%d (%s) as %s", tip.topic_partition, md.start_offset,
@@ -461,7 +476,8 @@ def _prepare(
     broker_id: int,
     clock: Clock,
     index_chunk_bytes: int | None = None,
-) -> tuple[RemoteLogSegmentMetadata, LogSegmentData, list | None]:
+    from_offset: int = 0,
+) -> tuple[RemoteLogSegmentMetadata, LogSegmentData, list | None, SegmentSlice | None]:
     """Check every batch of the segment, then describe it for the metadata store and the upload;
     with ``index_chunk_bytes``, also its remote log index chunks (``SegmentVerification.chunks``).
 
@@ -483,6 +499,8 @@ def _prepare(
             f"{segment.base_offset}..{segment.next_base_offset - 1} (its base offset to the next segment's)"
         )
     end_offset = found.last_offset
+    if segment.base_offset < from_offset <= end_offset:
+        return _prepare_slice(partition, segment, tip, lineage, broker_id, clock, from_offset, end_offset, st.st_mtime_ns)
     metadata = RemoteLogSegmentMetadata(
         segment_id=RemoteLogSegmentId.generate(tip),
         start_offset=segment.base_offset,
@@ -505,7 +523,40 @@ def _prepare(
         leader_epoch_index=format_leader_epoch_checkpoint(epochs_up_to(lineage, end_offset)),
         log_segment_checksum=VerifiedChecksum(found.crc32c, found.size, st.st_mtime_ns),
     )
-    return metadata, data, found.chunks
+    return metadata, data, found.chunks, None
+
+
+def _prepare_slice(partition: PartitionDir, segment: SegmentFiles, tip: TopicIdPartition, lineage: Sequence[EpochEntry],
+                   broker_id: int, clock: Clock, from_offset: int, end_offset: int, mtime_ns: int,
+                   ) -> tuple[RemoteLogSegmentMetadata, LogSegmentData, None, SegmentSlice]:
+    """:func:`_prepare` for a segment the copy starts inside (after a leader change: the tier holds
+    its first part already): its part from the first batch reaching ``from_offset``, as a segment of
+    its own (kts_resources/segment_slice.py), so no offset goes up twice."""
+    try:
+        cut = slice_segment(segment, from_offset)
+    except SliceError as e:
+        raise CorruptSegmentError(f"{e}; the segment is not copied") from None
+    metadata = RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId.generate(tip),
+        start_offset=cut.base_offset,
+        end_offset=end_offset,
+        max_timestamp_ms=cut.max_timestamp if cut.max_timestamp >= 0 else mtime_ns // 1_000_000,
+        broker_id=broker_id,
+        event_timestamp_ms=clock.now_ms(),
+        segment_size_in_bytes=cut.size,
+        segment_leader_epochs=segment_leader_epochs(lineage, cut.epochs, cut.base_offset, end_offset),
+    )
+    snapshot = partition.producer_snapshot_path(end_offset + 1)
+    data = LogSegmentData(
+        log_segment=cut.files.log,
+        offset_index=cut.files.offset_index,
+        time_index=cut.files.time_index,
+        transaction_index=cut.files.txn_index,
+        producer_snapshot=snapshot if snapshot.exists() else None,
+        leader_epoch_index=format_leader_epoch_checkpoint(epochs_up_to(lineage, end_offset)),
+        log_segment_checksum=VerifiedChecksum(cut.crc32c, cut.size, cut.mtime_ns),
+    )
+    return metadata, data, None, cut
 
 
 def _cache_index_entries(home: Path, tip: TopicIdPartition, storage: RemoteStorageManager,

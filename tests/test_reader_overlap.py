@@ -47,7 +47,7 @@ def nested(tmp_path, metadata_store):
     tip = topic_id_partition(partition, metadata_store)
     [other] = LogDir(second).partitions()
     inner = next(s for s in other.segments() if s.base_offset == 15)
-    md, data, _chunks = _prepare(other, inner, tip, other.leader_epochs(), 1, SystemClock())
+    md, data, _chunks, _cut = _prepare(other, inner, tip, other.leader_epochs(), 1, SystemClock())
     metadata_store.add_remote_log_segment_metadata(md)
     _upload_and_finish(metadata_store, storage, md, data, SystemClock(), manifest_context_for(metadata_store, tip))
     spans = sorted((m.start_offset, m.end_offset) for m in metadata_store.list_remote_log_segments(tip, states={FINISHED}))

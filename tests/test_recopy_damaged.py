@@ -118,7 +118,7 @@ def test_a_crash_after_the_replacement_finished_is_completed_by_the_next_pass(lo
     _find_and_record(store, storage, tip)
     # The re-copy up to the replacement's COPY_SEGMENT_FINISHED, then the process died.
     local = next(s for s in partition.segments() if s.base_offset == victim.start_offset)
-    md, data, _chunks = _prepare(partition, local, tip, partition.leader_epochs(), 0, SystemClock())
+    md, data, _chunks, _cut = _prepare(partition, local, tip, partition.leader_epochs(), 0, SystemClock())
     store.add_remote_log_segment_metadata(md)
     replacement = _upload_and_finish(store, storage, md, data, SystemClock())
 

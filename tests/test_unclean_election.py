@@ -15,7 +15,8 @@ from kts_resources.copier import copy_partition
 from kts_resources.expiry import expire_partition
 from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.records import NewRecord, build_batch
+from kts_resources.kafka.indexes import verify_segment_indexes
+from kts_resources.kafka.records import NewRecord, build_batch, read_records
 from kts_resources.quotas import SystemClock
 from kts_resources.reader import PartitionReader
 
@@ -48,6 +49,11 @@ def replicas(tmp_path):
     return old_leader, new_leader
 
 
+def verify_segment_indexes_of(partition) -> list:
+    """Every finding of kts's index check over the partition's segments (none: Kafka would load them as they are)."""
+    return [f for s in partition.segments() for f in verify_segment_indexes(s.log)]
+
+
 def _remote_only(store, storage) -> PartitionReader:
     return PartitionReader(TOPIC, 0, located=None, store=store, rsm=storage, index_dir=None)
 
@@ -76,8 +82,8 @@ def test_after_an_unclean_election_the_tier_serves_the_new_leaders_records(repli
                                                                            {**NEW_LINEAGE, **{i: f"old-leader-{i}" for i in range(60, 90)}}.items() if i < 90}
 
     copied = copy_partition(new_dir, new_leader, metadata_store, remote_storage, broker_id=1)
-    # From its divergence point on (the segment holding offset 60 whole), not from the highest offset copied.
-    assert copied.copied and copied.copied[0].start_offset <= 60 < copied.copied[0].end_offset
+    # From its divergence point on (the part of the segment holding offset 60 from there), not from the highest offset copied.
+    assert copied.copied and copied.copied[0].start_offset == 60 < copied.copied[0].end_offset
     reader = _remote_only(metadata_store, remote_storage)
     assert _every_record(reader) == NEW_LINEAGE
     assert reader.offsets("latest-tiered").offset == 139 and reader.offsets("latest-tiered").leader_epoch == 1
@@ -111,20 +117,23 @@ def test_retention_deletes_the_old_leaders_divergent_segments_and_counts_overlap
     assert sum(span.size_bytes for span in reader.spans) <= sum(md.segment_size_in_bytes for md in kept)
 
 
-def test_restore_across_the_election_refuses_the_overlapping_segments_by_their_offsets(replicas, metadata_store, remote_storage, tmp_path):
-    """The old leader's last segment before the divergence point (48..59) and the new leader's
-    segment holding it (51..66, copied whole) overlap: whole segments cannot make one log dir, and
-    restore says which offsets, writing nothing (an old leader's segment past it is never chosen)."""
-    from kts_resources.restore import RestoreError, restore_partition
+def test_restore_after_the_election_rebuilds_the_new_leaders_log(replicas, metadata_store, remote_storage, tmp_path):
+    """The new leader's segment holding the divergence point went up from there on (its part below
+    was in the tier: no offset twice), so the tier's lineage is whole segments end to end and a
+    restore rebuilds exactly the new leader's records, none of the old leader's."""
+    from kts_resources.restore import restore_partition
 
     old_leader, new_leader = replicas
     [old_dir], [new_dir] = old_leader.partitions(), new_leader.partitions()
     copy_partition(old_dir, old_leader, metadata_store, remote_storage, broker_id=0)
-    copy_partition(new_dir, new_leader, metadata_store, remote_storage, broker_id=1)
+    copied = copy_partition(new_dir, new_leader, metadata_store, remote_storage, broker_id=1)
+    assert copied.copied[0].start_offset == 60  # cut at the divergence point, not the whole segment holding it
     spans = _remote_only(metadata_store, remote_storage).spans
-    served = [(span.segment.start_offset, span.segment.end_offset) for span in spans]
-    assert (48, 59) in served and (51, 66) in served
+    assert all(span.start_offset == span.segment.start_offset and span.end_offset == span.segment.end_offset for span in spans)
 
-    with pytest.raises(RestoreError, match=r"offsets 51\.\.59 are in two remote segments"):
-        restore_partition(metadata_store, remote_storage, TOPIC, 0, tmp_path / "restored")
-    assert not (tmp_path / "restored").exists() or not any((tmp_path / "restored").rglob("*.log"))
+    restore_partition(metadata_store, remote_storage, TOPIC, 0, tmp_path / "restored")
+
+    [restored] = LogDir(tmp_path / "restored").partitions()
+    records = {r.offset: r.value.decode() for s in restored.segments() for _h, rs in read_records(s.log.read_bytes()) for r in rs}
+    assert records == NEW_LINEAGE
+    assert not verify_segment_indexes_of(restored)
