@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.copier import copy_log_dir, copy_partition
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import read_records
@@ -386,10 +387,8 @@ def test_recover_on_a_new_machine_takes_the_remote_log_index_from_the_tier(log_d
     _copy_and_age(log_dir, store, storage)
     home = tmp_path / "home"
     for tip in _tips(log_dir):
-        directory = index_cache.cache_directory(home, tip)
-        finished = store.list_remote_log_segments(tip, states={FINISHED})
-        build = index_cache.build_partition_index(directory, finished, lambda md: index_cache.read_segment_entries(storage, md))
-        index_cache.publish(directory, storage, tip, build)
+        index_tier.update_partition_index(store, storage, index_cache.cache_directory(home, tip), tip,
+                                          lambda md: index_cache.read_segment_entries(storage, md))
     store.close()
     before = _answers(env, log_dir)
     shipped = {k: storage.fetch_object(k) for k in _listing(storage) if "/remote-log-index/" in k}
@@ -403,8 +402,9 @@ def test_recover_on_a_new_machine_takes_the_remote_log_index_from_the_tier(log_d
     for tip in _tips(log_dir):
         directory = index_cache.cache_directory(home, tip)
         for key, data in shipped.items():
-            if key.startswith(storage.keys.partition_prefix(tip)):
-                assert (directory / key.rsplit("/", 1)[1]).read_bytes() == data  # the same files as shipped
+            parsed = storage.keys.parse_remote_index_key(key)
+            if parsed.topic_id_partition == tip and not parsed.pointer:
+                assert (directory / parsed.file_name).read_bytes() == data  # the same files as shipped
     assert _answers(env, log_dir) == before
 
 
