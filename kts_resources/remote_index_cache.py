@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 CACHE_DIR = "remote-log-index"
 SEGMENTS_DIR = "segments"
 ENTRIES_SUFFIX = ".entries"
-LOCK_FILE = ".lock"
 
 
 def cache_directory(home: Path, tip: TopicIdPartition) -> Path:
@@ -197,7 +196,7 @@ def cache_lock(directory: Path) -> Iterator[None]:
     from the tier on one machine write the same files, one at a time (readers of the files take
     no lock: each file is replaced whole)."""
     directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)  # the directory itself: no lock file among the index files
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
