@@ -100,8 +100,8 @@ def test_a_damaged_index_file_fails_the_check_naming_file_and_position(log_dir, 
     assert str(log_index) in check.description and "byte 0: remoteLogIndex entry CRC" in check.description
 
 
-def test_a_reader_beside_another_broker_fetches_what_this_kts_indexed_with_one_ranged_get(log_dir, pg_url, tmp_path, kts_home,  # noqa: F811
-                                                                                         instance):
+def test_a_reader_beside_another_broker_fetches_what_this_kts_indexed_with_one_ranged_get(
+        log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
     """The asset run is broker A's kts; a reader with another KTS_HOME and no log dir (broker B's
     kts, remote-only) takes the tier's current file sets and serves a fetch from the middle of a
     remote segment with one ranged GET."""
