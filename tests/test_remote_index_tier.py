@@ -282,3 +282,31 @@ def test_a_damaged_pointer_leaves_a_reader_on_kafkas_two_requests_with_a_warning
     assert broker_a.index().published is not None
     with _broker_b_reader(tmp_path, broker_a) as reader:
         assert reader.fetch(TOPIC, 0, _middle(md), FETCH_BYTES).remote_requests == 1
+
+
+def test_the_index_step_reads_a_local_segment_only_when_it_holds_the_uploaded_bytes(broker_a, tmp_path):
+    """Beside another replica, a local file at a remote segment's base offset may have the same size
+    and other bytes (its own roll points, a diverged log): the entries every broker reads then come
+    from the object, never from that file. (One Spark task's work, called as the task calls it.)"""
+    from kts_resources.remote_storage.base import stored_objects
+    from kts_resources.spark_index import EntriesTask, _entries_of
+
+    if hasattr(broker_a.storage, "bucket"):
+        pytest.skip("the task opens the tier from its URI; the filesystem tier's shows the rule")
+    remote_uri = (tmp_path / "remote").as_uri()
+    broker_a.copy()
+    md = broker_a.finished()[0]
+    uploaded = stored_objects(md.custom_metadata)["log"]
+    other = tmp_path / "other-replica.log"
+    other.write_bytes(bytes(md.segment_size_in_bytes))  # the same size, not the uploaded bytes
+
+    def task(crc: int | None) -> EntriesTask:
+        return EntriesTask(str(md.segment_id.id), md.start_offset, md.end_offset, md.segment_size_in_bytes, uploaded.key,
+                           str(other), crc)
+
+    entries, error = _entries_of(task(uploaded.crc32c), remote_uri, None, ri.DEFAULT_CHUNK_BYTES)
+    assert error is None
+    assert index_cache.decode_segment_entries(entries) == index_cache.read_segment_entries(broker_a.storage, md)
+    # Without a recorded CRC the size alone decides, as before: the zeros are read, and refused.
+    _entries, error = _entries_of(task(None), remote_uri, None, ri.DEFAULT_CHUNK_BYTES)
+    assert error is not None and str(other) in error

@@ -26,6 +26,7 @@ from kts_resources import remote_index_cache as index_cache
 from kts_resources import remote_index_tier as index_tier
 from kts_resources import settings
 from kts_resources.remote_log import RemoteStorageError
+from kts_resources.remote_storage.base import stored_objects
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import finished_segments, locate_partitions, topic_id_partition
 
@@ -111,7 +112,8 @@ def remote_log_index(
             if md.segment_id.id not in cached:
                 tasks.append(EntriesTask(str(md.segment_id.id), md.start_offset, md.end_offset, md.segment_size_in_bytes,
                                          storage.segment_object_keys(md)["log"],
-                                         str(local[md.start_offset]) if md.start_offset in local else None))
+                                         str(local[md.start_offset]) if md.start_offset in local else None,
+                                         _recorded_log_crc32c(md)))
                 owner.append(key)
         work[key] = (tip, finished, directory)
     for key in missing:
@@ -175,3 +177,10 @@ def remote_log_index(
     yield dg.MaterializeResult(asset_key=REMOTE_LOG_INDEX)
     yield from checks  # judged once the index is reported
 
+
+def _recorded_log_crc32c(md) -> int | None:
+    try:
+        recorded = stored_objects(md.custom_metadata).get("log")
+    except ValueError:
+        return None
+    return recorded.crc32c if recorded is not None else None
