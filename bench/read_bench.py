@@ -38,6 +38,7 @@ from benchlib import add_json_argument, bench_database, format_rows, git_state, 
 from crc32c import crc32c
 
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
@@ -62,9 +63,8 @@ def prepare(tmp: Path, store: RemoteLogMetadataStore, storage, mib: int, topic: 
     tip = next(t for t in store.partitions() if t.topic == topic)
     finished = sorted(store.list_remote_log_segments(tip, states={FINISHED}), key=lambda m: m.start_offset)
     home = tmp / "home"
-    directory = index_cache.cache_directory(home, tip)
-    build = index_cache.build_partition_index(directory, finished, lambda md: index_cache.read_segment_entries(storage, md))
-    index_cache.publish(directory, storage, tip, build)
+    index_tier.update_partition_index(store, storage, index_cache.cache_directory(home, tip), tip,
+                                      lambda md: index_cache.read_segment_entries(storage, md))
     for md in finished:
         for f in (logs / f"{topic}-0").glob(f"{md.start_offset:020d}.*"):
             f.unlink()

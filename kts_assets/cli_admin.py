@@ -198,7 +198,8 @@ def cmd_scrub(args) -> int:
     else:
         verb = "would delete" if outcome.dry_run else "deleted"
         print(f"scrubbed {counted(outcome.objects_listed, 'object')} and {counted(outcome.segments_checked, 'finished segment')}"
-              f"{' (deep)' if args.deep else ''}: {verb} {counted(len(outcome.orphans_deleted), 'orphaned object')}, finished "
+              f"{' (deep)' if args.deep else ''}: {verb} {counted(len(outcome.orphans_deleted), 'orphaned object')} and "
+              f"{counted(len(outcome.index_files_deleted), 'superseded remote log index file')}, finished "
               f"{counted(outcome.deletes_finished, 'interrupted delete')}, aborted {counted(outcome.uploads_aborted, 'stale upload')}; "
               f"{counted(len(outcome.damaged), 'damaged segment')}")
     if outcome.problems:

@@ -34,6 +34,7 @@ def remote_tier_scrubbed(context: dg.AssetCheckExecutionContext, config: ScrubCo
                 "orphans_deleted": len(report.orphans_deleted), "deletes_finished": report.deletes_finished,
                 "uploads_aborted": report.uploads_aborted, "damaged_segments": len(report.damaged),
                 "unrecorded_segments": len(report.unrecorded), "manifests_missing_or_wrong": len(report.manifests),
+                "index_files_deleted": len(report.index_files_deleted), "index_pointers_damaged": len(report.index_pointers),
                 "deep": config.deep}
     for line in report.problems:
         context.log.error(line)

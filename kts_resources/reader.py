@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.kafka.checkpoints import EpochEntry, epoch_for_offset, read_leader_epoch_checkpoint
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.files import keep_large_buffers_in_the_heap
@@ -58,6 +59,7 @@ from kts_resources.remote_log import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemoteResourceNotFoundError,
+    RemoteStorageError,
     TopicIdPartition,
 )
 from kts_resources.tiers import (
@@ -296,6 +298,7 @@ class PartitionReader:
         self.tip: TopicIdPartition | None = None
         self.remote_requests = 0
         self._remote_index_cache: dict[int, ri.LoadedFileSet] = {}
+        self._index_refreshed = False
         self._txn_cache: dict[uuid.UUID, list[AbortedTxn]] = {}
         self._offset_index_cache: dict[uuid.UUID, list[OffsetPosition]] = {}
 
@@ -530,13 +533,11 @@ class PartitionReader:
         whole remote log index entries (a remote segment the index does not cover stays whole),
         the local part along local segments. Sorted, from ``lo`` to ``hi``. What a replay prefetches
         and ``read_tiered``'s tasks are cut by."""
-        entries = []
-        if self.index_dir is not None:
-            try:
-                entries = list(ri.iter_entries(ri.load_file_set(self.index_dir, b) for b in ri.file_set_offsets(self.index_dir)))
-            except (OSError, ri.RemoteIndexFormatError):
-                entries = []  # damaged or being rebuilt: whole segments then
+        entries = self._all_index_entries()
         finished_ids = {span.segment.segment_id.id for span in self.spans}
+        wanted = {span.segment.segment_id.id for span in self.spans if span.end_offset >= lo and span.start_offset < hi}
+        if not wanted <= {e.segment_id for e in entries} and self._refresh_index():
+            entries = self._all_index_entries()
         cuts: list[int] = []
         size = 0
         for e in entries:
@@ -549,6 +550,14 @@ class PartitionReader:
                 size += e.data_length
         cuts += [span.start_offset for span in self.spans] + [s.base_offset for s in self.segments]
         return sorted({lo, hi, *(c for c in cuts if lo < c < hi)})
+
+    def _all_index_entries(self) -> list[ri.RemoteLogIndexEntry]:
+        if self.index_dir is None:
+            return []
+        try:
+            return list(ri.iter_entries(ri.load_file_set(self.index_dir, b) for b in ri.file_set_offsets(self.index_dir)))
+        except (OSError, ri.RemoteIndexFormatError):
+            return []  # damaged or being rebuilt: whole segments then
 
     def read_range(self, start: int, end: int, *, chunk_bytes: int = 8 * 1024 * 1024,
                    isolation: str = READ_UNCOMMITTED, throttled_wait: bool = True) -> list[FetchedBatch]:
@@ -779,7 +788,31 @@ class PartitionReader:
     def _index_entries(self, offset: int, md: RemoteLogSegmentMetadata, max_bytes: int) -> list[ri.RemoteLogIndexEntry]:
         """The remote log index entries to read for ``offset``: the one holding it, then the
         following entries of the same object and contiguous bytes while ``max_bytes`` allows.
-        Empty when the index does not cover it (not built yet, or an entry of another copy)."""
+        Empty when the index does not cover it (not built yet, or an entry of another copy). A
+        cache without the finished segment ``md`` is refreshed from the tier's current file sets
+        first (another broker's kts may have indexed it)."""
+        entries = self._cached_index_entries(offset, md, max_bytes)
+        if not entries and self._refresh_index():
+            entries = self._cached_index_entries(offset, md, max_bytes)
+        return entries
+
+    def _refresh_index(self) -> bool:
+        """Bring the index cache up to the tier's current file sets, once per reader; True when a
+        file changed. A failure leaves the cache as it was: reads go on (Kafka's two requests)."""
+        if self._index_refreshed or self.index_dir is None or self.rsm is None:
+            return False
+        self._index_refreshed = True
+        try:
+            changed = index_tier.sync_cache(self.index_dir, self.rsm, self.tip).changed
+        except (OSError, RemoteStorageError, index_tier.IndexPointerError) as e:
+            log.warning("%s: remote log index not refreshed from the tier under %s: %s", self.tip.topic_partition,
+                        self.index_dir, getattr(e, "strerror", None) or e)
+            return False
+        if changed:
+            self._remote_index_cache.clear()
+        return changed
+
+    def _cached_index_entries(self, offset: int, md: RemoteLogSegmentMetadata, max_bytes: int) -> list[ri.RemoteLogIndexEntry]:
         if self.index_dir is None:
             return []
         bases = ri.file_set_offsets(self.index_dir)
@@ -1200,16 +1233,8 @@ class TieredLogReader:
         reader = PartitionReader(topic, partition, located=located.get(key), store=self.store, rsm=self.rsm,
                                  index_dir=None, fetch_quota=self.fetch_quota, chunk_cache=self.chunk_cache)
         if reader.tip is not None and self.home is not None:
+            # Refreshed from the tier when a read finds it lacking (PartitionReader._refresh_index).
             reader.index_dir = index_cache.cache_directory(self.home, reader.tip)
-            if self.rsm is not None and reader.finished:
-                try:
-                    index_cache.ensure_cached(reader.index_dir, self.rsm, reader.tip)
-                except OSError as e:
-                    # KTS_HOME full or read-only: read without the local copy of the index (Kafka's
-                    # two requests per fetch) rather than fail a read the tier can answer.
-                    log.warning("%s: remote log index not cached under %s (%s); reading without it",
-                                reader.tip.topic_partition, reader.index_dir, e.strerror or e)
-                    reader.index_dir = None
         return reader
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_MAX_BYTES,

@@ -15,8 +15,9 @@ Rules it keeps:
   scan, or a segment that cannot be described whole, is reported with why and kept. A manifest
   whose objects are not all listed (with their sizes) is reported, not recorded.
 - A damaged manifest stops recovery before anything is written: one error naming the object.
-- Never deletes or overwrites a remote object: it only lists and reads, and writes remote log
-  index files and lost manifests under names the tier does not have yet.
+- Never deletes or overwrites a remote object: it only lists and reads, and writes lost manifests
+  and remote log index files under names the tier does not have yet — and, when the partition's
+  index had to change, its pointer (``remote-log-index/current``), which then names them.
 - Idempotent: segments already in the store (any state) are left as they are, each segment is
   recorded straight in COPY_SEGMENT_FINISHED (never STARTED, which a copy pass would clean up),
   and each batch is one transaction, so a rerun — also after a SIGKILL half-way — converges.
@@ -29,12 +30,13 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from crc32c import crc32c
 
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.kafka.checkpoints import parse_leader_epoch_checkpoint
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.partition import TopicPartition
@@ -47,7 +49,6 @@ from kts_resources.remote_storage.keys import (
     LOG_SUFFIX,
     MANIFEST_SUFFIX,
     MAX_TOPIC_IN_KEY,
-    REMOTE_INDEX_DIR,
     suffix_for_index,
 )
 from kts_resources.remote_storage.manifest import (
@@ -91,7 +92,7 @@ class TierSurvey:
     modified: dict[str, float] = field(default_factory=dict)  # segment object or manifest key → when it was written (epoch s)
     manifests: list[str] = field(default_factory=list)  # manifest keys
     segment_objects: dict[str, list[str]] = field(default_factory=dict)  # key stem → its objects' keys
-    index_files: dict[str, set[str]] = field(default_factory=dict)  # partition prefix → its remote log index file names
+    index_objects: int = 0  # remote log index files and pointers
     log_start_offsets: dict[str, str] = field(default_factory=dict)  # partition prefix → key of its log start offset record
     other: list[str] = field(default_factory=list)  # keys of no kts layout
 
@@ -175,9 +176,8 @@ def survey_tier(rsm: "RemoteStorageManager", progress: Progress | None = None) -
 def _classify(survey: TierSurvey, rsm: "RemoteStorageManager", root: str, info: "ObjectInfo") -> None:
     parsed = rsm.keys.parse(info.key)
     if parsed is None:
-        head, sep, name = info.key.rpartition(f"/{REMOTE_INDEX_DIR}/")
-        if sep and ri.file_base_offset(name) is not None and "/" not in name:
-            survey.index_files.setdefault(head + "/", set()).add(name)
+        if rsm.keys.parse_remote_index_key(info.key) is not None:
+            survey.index_objects += 1
         elif info.key.endswith(f"/{LOG_START_OFFSET_NAME}"):
             survey.log_start_offsets[info.key[: -len(LOG_START_OFFSET_NAME)]] = info.key
         else:
@@ -191,10 +191,6 @@ def _classify(survey: TierSurvey, rsm: "RemoteStorageManager", root: str, info: 
     else:
         stem = info.key[: -len(parsed.suffix) - 1]
         survey.segment_objects.setdefault(stem, []).append(info.key)
-
-
-def _index_names(survey: TierSurvey, rsm: "RemoteStorageManager", tip: TopicIdPartition) -> set[str]:
-    return survey.index_files.get(rsm.keys.partition_prefix(tip), set())
 
 
 # --- manifests -----------------------------------------------------------------------------------
@@ -338,7 +334,7 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
     report.lost_ranges_closed = _close_lost_ranges_the_tier_holds(store, recovered_tips)
 
     if home is not None:
-        rebuild_indexes(store, rsm, home, recovered_tips, survey, report, progress=progress)
+        rebuild_indexes(store, rsm, home, recovered_tips, report, progress=progress)
     return report
 
 
@@ -610,12 +606,12 @@ class _IndexOutcome:
 
 
 def rebuild_indexes(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: Path, tips: Sequence[TopicIdPartition],
-                    survey: TierSurvey, report: RecoveryReport, *, progress: Progress | None = None,
+                    report: RecoveryReport, *, progress: Progress | None = None,
                     workers: int = INDEX_WORKERS) -> None:
     """Each partition's remote log index, ``workers`` partitions side by side (reading segments
     and writing the cache wait on I/O, not on the GIL)."""
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kts-recover-index") as pool:
-        outcomes = pool.map(lambda tip: _rebuild_index(store, rsm, home, tip, survey), tips)
+        outcomes = pool.map(lambda tip: _rebuild_index(store, rsm, home, tip), tips)
         for n, (tip, outcome) in enumerate(zip(tips, outcomes), start=1):
             if outcome is None:
                 continue
@@ -630,64 +626,23 @@ def rebuild_indexes(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager"
                 progress(f"remote log index of {n} of {len(tips)} partitions rebuilt")
 
 
-def _rebuild_index(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: Path, tip: TopicIdPartition,
-                   survey: TierSurvey) -> _IndexOutcome | None:
-    """Bring the partition's remote log index under ``home`` up to its finished segments: the
-    files shipped to the tier first (fetched when this machine has none), each segment's entries
-    taken from them where they are whole, read from its .log object otherwise. Ships only files
-    the tier does not have (never replaces one). None: nothing finished to index."""
-    finished = store.list_remote_log_segments(tip, states={FINISHED})
-    if not finished:
+def _rebuild_index(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: Path, tip: TopicIdPartition) -> _IndexOutcome | None:
+    """Bring the partition's remote log index, in the tier and under ``home``, up to its finished
+    segments (``remote_index_tier.update_partition_index``, under the partition lock): the tier's
+    current file sets fetched (or the flat layout of earlier versions, when no pointer names any),
+    each segment's entries taken from them where they cover it whole, read from its .log object
+    otherwise; only what changed published, under new keys. None: nothing finished to index."""
+    if not store.list_remote_log_segments(tip, states={FINISHED}):
         return None
-    directory = index_cache.cache_directory(home, tip)
     read = 0
+
+    def entries_for(md: RemoteLogSegmentMetadata) -> list[ri.RemoteLogIndexEntry]:
+        nonlocal read
+        read += 1
+        return index_cache.read_segment_entries(rsm, md)
+
     try:
-        index_cache.ensure_cached(directory, rsm, tip)
-        seed_entries_from_files(directory, finished, rsm)
-
-        def entries_for(md: RemoteLogSegmentMetadata) -> list[ri.RemoteLogIndexEntry]:
-            nonlocal read
-            read += 1
-            return index_cache.read_segment_entries(rsm, md)
-
-        build = index_cache.build_partition_index(directory, finished, entries_for)
-        shipped = _index_names(survey, rsm, tip)
-        new = [name for name in build.written if name not in shipped]
-        for name in new:
-            rsm.put_object(rsm.keys.remote_index_key(tip, name), directory / name)
+        update = index_tier.update_partition_index(store, rsm, index_cache.cache_directory(home, tip), tip, entries_for)
     except Exception as e:  # noqa: BLE001 — one partition's index is its own; the store rows stand
         return _IndexOutcome(error=" ".join(str(e).split()) or type(e).__name__)
-    return _IndexOutcome(written=len(build.written), published=len(new), read=read)
-
-
-def seed_entries_from_files(directory: Path, finished: Iterable[RemoteLogSegmentMetadata], rsm: "RemoteStorageManager") -> int:
-    """Cache each finished segment's entries from the partition's index files in ``directory``
-    when they cover the whole segment (positions from 0 to its size, its .log key, within its
-    offsets), so a rebuild does not read the segment again. Returns how many were cached."""
-    have = index_cache.cached_segment_ids(directory)
-    wanted = {md.segment_id.id: md for md in finished if md.segment_id.id not in have}
-    if not wanted:
-        return 0
-    grouped: dict[uuid.UUID, list[ri.RemoteLogIndexEntry]] = defaultdict(list)
-    for base in ri.file_set_offsets(directory):
-        try:
-            entries = ri.decode_entries((directory / f"{base:020d}{ri.LOG_INDEX_SUFFIX}").read_bytes())
-        except (OSError, ri.RemoteIndexFormatError):
-            continue  # a damaged file: its segments are read again
-        for _position, entry in entries:
-            if entry.segment_id in wanted:
-                grouped[entry.segment_id].append(entry)
-    cached = 0
-    for segment_id, entries in grouped.items():
-        md = wanted[segment_id]
-        key = rsm.segment_object_keys(md)["log"]
-        entries.sort(key=lambda e: e.rdi.position)
-        position = 0
-        whole = entries[0].first_offset >= md.start_offset and entries[-1].last_offset <= md.end_offset
-        for entry in entries:
-            whole = whole and entry.rdi.key == key and entry.rdi.position == position
-            position += entry.data_length
-        if whole and position == md.segment_size_in_bytes:
-            index_cache.store_segment_entries(directory, segment_id, index_cache.encode_segment_entries(entries))
-            cached += 1
-    return cached
+    return _IndexOutcome(written=len(update.build.written), published=update.uploaded, read=read)

@@ -1,17 +1,20 @@
-"""A partition's remote log index on disk under ``KTS_HOME`` and in the remote tier.
+"""A partition's remote log index on this machine, under ``KTS_HOME``.
 
 The files (:mod:`kts_resources.remote_index`) live in
-``KTS_HOME/remote-log-index/<topic>-<topic id>/<partition>/`` and are shipped beside the segments
-under ``<partition prefix>remote-log-index/``, so any node can fetch its copy. Each remote segment's
-entries are also kept on their own (``segments/<segment id>.entries``), so an incremental build
-reads only the segments that are new since the last one.
+``KTS_HOME/remote-log-index/<topic>-<topic id>/<partition>/``: a copy of the file sets the remote
+tier names as current (:mod:`kts_resources.remote_index_tier` ships and fetches them). Each remote
+segment's entries are also kept on their own (``segments/<segment id>.entries``), so an incremental
+build reads only the segments that are new since the last one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,7 +80,7 @@ def decode_segment_entries(data: bytes, *, path: str | os.PathLike | None = None
     return [e for _p, e in ri.decode_entries(data, path=path)]
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
@@ -120,7 +123,7 @@ def cached_segment_ids(directory: Path) -> set[uuid.UUID]:
 
 
 def store_segment_entries(directory: Path, segment_id: uuid.UUID, encoded: bytes) -> None:
-    _write_atomically(directory / SEGMENTS_DIR / f"{segment_id}{ENTRIES_SUFFIX}", encoded)
+    write_atomically(directory / SEGMENTS_DIR / f"{segment_id}{ENTRIES_SUFFIX}", encoded)
 
 
 def build_partition_index(
@@ -184,29 +187,54 @@ def _last_offset_of(directory: Path, base_offset: int) -> int:
     return entries[-1][1].last_offset if entries else -1
 
 
-# --- shipping -----------------------------------------------------------------------------------
+# --- the cache directory's lock ----------------------------------------------------------------
 
 
-def publish(directory: Path, rsm: "RemoteStorageManager", tip: TopicIdPartition, build: IndexBuild) -> None:
-    """Ship what the build wrote and remove what it removed, so the tier holds the same files.
-    New files go up before old ones are deleted: a reader of the tier never finds a gap."""
-    for name in build.written:
-        rsm.put_object(rsm.keys.remote_index_key(tip, name), directory / name)
-    if build.removed:
-        rsm.delete_objects(rsm.keys.remote_index_key(tip, name) for name in build.removed)
+@contextlib.contextmanager
+def cache_lock(directory: Path) -> Iterator[None]:
+    """Hold this machine's lock on the partition's cache directory: a build and a reader's refresh
+    from the tier on one machine write the same files, one at a time (readers of the files take
+    no lock: each file is replaced whole)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)  # the directory itself: no lock file among the index files
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
-def ensure_cached(directory: Path, rsm: "RemoteStorageManager", tip: TopicIdPartition) -> int:
-    """When this machine has none of the partition's index files, fetch them from the tier (as
-    shipped by whichever node built them). Returns how many files were fetched."""
-    if ri.file_set_offsets(directory):
+# --- entries from the partition's files ----------------------------------------------------------
+
+
+def seed_entries_from_files(directory: Path, finished: Iterable[RemoteLogSegmentMetadata], rsm: "RemoteStorageManager") -> int:
+    """Cache each finished segment's entries from the partition's index files in ``directory``
+    when they cover the whole segment (positions from 0 to its size, its .log key, within its
+    offsets), so a build does not read the segment again. Returns how many were cached."""
+    have = cached_segment_ids(directory)
+    wanted = {md.segment_id.id: md for md in finished if md.segment_id.id not in have}
+    if not wanted:
         return 0
-    prefix = rsm.keys.remote_index_prefix(tip)
-    fetched = 0
-    for obj in rsm.list_objects(prefix):
-        name = obj.key[len(prefix):]
-        if ri.file_base_offset(name) is None or "/" in name:
-            continue
-        _write_atomically(directory / name, rsm.fetch_object(obj.key))
-        fetched += 1
-    return fetched
+    grouped: dict[uuid.UUID, list[ri.RemoteLogIndexEntry]] = defaultdict(list)
+    for base in ri.file_set_offsets(directory):
+        try:
+            entries = ri.decode_entries((directory / f"{base:020d}{ri.LOG_INDEX_SUFFIX}").read_bytes())
+        except (OSError, ri.RemoteIndexFormatError):
+            continue  # a damaged file: its segments are read again
+        for _position, entry in entries:
+            if entry.segment_id in wanted:
+                grouped[entry.segment_id].append(entry)
+    cached = 0
+    for segment_id, entries in grouped.items():
+        md = wanted[segment_id]
+        key = rsm.segment_object_keys(md)["log"]
+        entries.sort(key=lambda e: e.rdi.position)
+        position = 0
+        whole = entries[0].first_offset >= md.start_offset and entries[-1].last_offset <= md.end_offset
+        for entry in entries:
+            whole = whole and entry.rdi.key == key and entry.rdi.position == position
+            position += entry.data_length
+        if whole and position == md.segment_size_in_bytes:
+            store_segment_entries(directory, segment_id, encode_segment_entries(entries))
+            cached += 1
+    return cached

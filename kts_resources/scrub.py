@@ -2,7 +2,8 @@
 
 The whole tier is listed first; a listing that fails half-way raises before anything is touched.
 Then, per segment the listed keys name (``keys.parse``; every other object — remote log index
-files, log-start-offset records, another tool's keys — is never touched):
+files, which follow their own rule below, log-start-offset records, another tool's keys — is never
+touched):
 
 - a segment id the store does not know, whose objects are all older than the grace period: deleted
   only when provably redundant — it has no .log object (no records), its .log holds no batch, every
@@ -26,6 +27,13 @@ files, log-start-offset records, another tool's keys — is never touched):
   not damage: reported, and then the scrub records, writes and deletes nothing (the finished
   segments are checked first, before any object is deleted).
 
+Remote log index files (``remote_index_tier``): the files of a file set the partition's pointer
+does not name — superseded by a later build, or left by one that crashed before naming them — are
+deleted once older than the grace period (a reader that read the previous pointer may still be
+fetching them); so are the flat layout's files of earlier kts versions once a pointer exists. The
+pointer and every file it names are never touched; a pointer that does not decode is reported, and
+then none of its partition's index files is deleted.
+
 Multipart uploads (S3) and temporary files (directory tier) older than the grace period are
 aborted. ``dry_run`` reports what would be done and changes nothing.
 """
@@ -36,6 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.copier import delete_remote_log_segment, manifest_context_for, write_manifest
 from kts_resources.lost_ranges import uncovered
 from kts_resources.quotas import SystemClock
@@ -65,11 +74,14 @@ class ScrubReport:
     # One line per partition none of whose finished segments has an object in the tier: another
     # tier than the store's (a wrong KTS_REMOTE_URI); then nothing is recorded or deleted.
     wrong_tier: list[str] = field(default_factory=list)
+    index_files_deleted: list[str] = field(default_factory=list)  # keys of remote log index files no pointer names
+    index_files_young: int = 0  # ... within the grace period
+    index_pointers: list[str] = field(default_factory=list)  # one line per damaged remote log index pointer
     dry_run: bool = False
 
     @property
     def problems(self) -> list[str]:
-        return self.wrong_tier + self.damaged + self.unrecorded + self.manifests
+        return self.wrong_tier + self.damaged + self.unrecorded + self.manifests + self.index_pointers
 
     @property
     def clean(self) -> bool:
@@ -80,7 +92,8 @@ class ScrubReport:
                 "orphans_deleted": len(self.orphans_deleted), "deletes_finished": self.deletes_finished,
                 "uploads_aborted": self.uploads_aborted, "young_left": self.young_left, "locked_left": self.locked_left,
                 "damaged": self.damaged, "unrecorded_segments": self.unrecorded, "manifests": self.manifests,
-                "wrong_tier": self.wrong_tier, "dry_run": self.dry_run}
+                "wrong_tier": self.wrong_tier, "index_files_deleted": len(self.index_files_deleted),
+                "index_files_young": self.index_files_young, "index_pointers": self.index_pointers, "dry_run": self.dry_run}
 
 
 def scrub(store, rsm: RemoteStorageManager, *, deep: bool = False, grace_s: float = DEFAULT_GRACE_S,
@@ -155,9 +168,26 @@ def scrub(store, rsm: RemoteStorageManager, *, deep: bool = False, grace_s: floa
                 report.deletes_finished += 1
         elif md.state is S.COPY_SEGMENT_STARTED:
             report.young_left += len(objects)
+    _scrub_index_files(rsm, listing, report, now=now, grace_s=grace_s, dry_run=dry_run)
     if not dry_run:
         report.uploads_aborted = rsm.abort_incomplete_uploads(grace_s)
     return report
+
+
+def _scrub_index_files(rsm: RemoteStorageManager, listing: list[ObjectInfo], report: ScrubReport, *, now: float,
+                       grace_s: float, dry_run: bool) -> None:
+    """Each partition's remote log index files that no pointer names, past the grace period."""
+    for tip, objects in index_tier.index_objects_by_partition(rsm, listing).items():
+        try:
+            unnamed = index_tier.unnamed_index_objects(rsm, tip, objects, now=now, grace_s=grace_s)
+        except (index_tier.IndexPointerError, RemoteStorageError) as e:
+            report.index_pointers.append(f"{e}; none of {tip.topic_partition}'s remote log index files deleted "
+                                         "(the next index build writes the pointer again)")
+            continue
+        report.index_files_young += unnamed.young
+        if unnamed.removable and not dry_run:
+            rsm.delete_objects(unnamed.removable)
+        report.index_files_deleted += unnamed.removable
 
 
 # --- segments the store does not know ------------------------------------------------------------

@@ -25,6 +25,10 @@ class EntriesTask:
     size_bytes: int
     key: str  # the .log object's key
     local_log: str | None  # the local copy, if the segment is still in a log dir
+    # The .log object's CRC-32C as the store records it: a local file at the segment's base offset
+    # is read instead only when it has these bytes (another replica's file, rolled or diverged
+    # differently, must not describe the object every broker's readers use).
+    log_crc32c: int | None = None
 
 
 def _schema():
@@ -37,6 +41,8 @@ def _schema():
 def _entries_of(task: EntriesTask, remote_uri: str, endpoint_url: str | None, chunk_bytes: int) -> tuple[bytes | None, str | None]:
     import uuid
     from pathlib import Path
+
+    from crc32c import crc32c
 
     from kts_resources.kafka.partition import TopicPartition
     from kts_resources.remote_index_cache import encode_segment_entries, segment_entries_from_bytes
@@ -55,10 +61,12 @@ def _entries_of(task: EntriesTask, remote_uri: str, endpoint_url: str | None, ch
             path = Path(task.local_log)
             try:
                 if path.stat().st_size == task.size_bytes:
-                    entries = segment_entries_from_bytes(path.read_bytes(), md, task.key, chunk_bytes=chunk_bytes, where=str(path))
-                    return encode_segment_entries(entries), None
+                    data = path.read_bytes()
+                    if task.log_crc32c is None or crc32c(data) == task.log_crc32c:
+                        entries = segment_entries_from_bytes(data, md, task.key, chunk_bytes=chunk_bytes, where=str(path))
+                        return encode_segment_entries(entries), None
             except OSError:
-                pass  # gone since listed: the remote copy has the same bytes
+                pass  # gone since listed: the remote copy has the bytes
         data = storage.fetch_range(task.key, 0, None)
         entries = segment_entries_from_bytes(data, md, task.key, chunk_bytes=chunk_bytes, where=storage.location(task.key))
         return encode_segment_entries(entries), None

@@ -554,7 +554,8 @@ def kafka_uuid(value: uuid.UUID) -> str:
 
 
 _SEGMENT_OBJECT = re.compile(r"(?P<dir>[^/]+)/(?P<partition>\d+)/(?P<start>\d{20})-(?P<segment_id>[A-Za-z0-9_-]{22})\.(?P<suffix>[a-z-]+)")
-_OTHER_OBJECT = re.compile(r"[^/]+/\d+/(log-start-offset|remote-log-index/\d{20}\.remote(Log|Offset|Time)Index)")
+# The log start offset record, and the remote log index: its pointer and its versioned file sets.
+_OTHER_OBJECT = re.compile(r"[^/]+/\d+/(log-start-offset|remote-log-index/(current|\d{12}-[0-9a-f]{8}/\d{20}\.remote(Log|Offset|Time)Index))")
 
 
 class Tier:

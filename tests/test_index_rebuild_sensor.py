@@ -18,11 +18,13 @@ from kts_assets.sensors import index_rebuild as index_rebuild_module
 from kts_assets.sensors.index_rebuild import index_rebuild_sensor
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.kafka.indexes import rebuild_segment_indexes
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
+from kts_resources.remote_storage.manifest import INDEX_FILE_KINDS
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 
 from .test_assets import instance, kts_home, pipeline_resources  # noqa: F401
@@ -94,9 +96,11 @@ def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_
         fresh = tmp_path / "fresh" / key
         index_cache.build_partition_index(fresh, finished, lambda md: index_cache.read_segment_entries(storage, md), fresh=True)
         assert _index_files(directories[key]) == _index_files(fresh), key
-        # What the tier holds is what the cache holds.
-        shipped = {o.key.rsplit("/", 1)[-1] for o in storage.list_objects(storage.keys.remote_index_prefix(tips[key]))}
-        assert shipped == {p.name for p in directories[key].iterdir() if p.is_file()}, key
+        # What the tier names as current is what the cache holds.
+        pointer = index_tier.read_pointer(storage, tips[key])
+        current = {f"{ref.base_offset:020d}.{kind}": storage.fetch_object(storage.keys.remote_index_key(
+            tips[key], f"{ref.base_offset:020d}.{kind}", ref.version)) for ref in pointer.file_sets for kind in INDEX_FILE_KINDS}
+        assert current == {p.name: p.read_bytes() for p in directories[key].iterdir() if p.is_file()}, key
     again = _tick(instance, log_dir, pg_url, cursor=found.cursor)
     assert again.run_requests == []
     store.close()

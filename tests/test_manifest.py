@@ -113,3 +113,46 @@ def test_a_log_start_offset_record_reads_back_and_a_flipped_byte_is_damage():
             decode_log_start_offset(bytes(damaged), where=WHERE)
     with pytest.raises(ManifestError, match="not a kts-log-start-offset record"):
         decode_log_start_offset(encode_manifest(_manifest()), where=WHERE)
+
+
+def _pointer():
+    from kts_resources.remote_storage.manifest import INDEX_FILE_KINDS, IndexFileSetRef, IndexPointer
+
+    sets = (IndexFileSetRef(0, "000000000003-0a1b2c3d", {k: (100 + i, 0xCAFE0000 + i) for i, k in enumerate(INDEX_FILE_KINDS)}),
+            IndexFileSetRef(4211, "000000000007-deadbeef", {k: (7 + i, i) for i, k in enumerate(INDEX_FILE_KINDS)}))
+    return IndexPointer(TIP, 7, sets)
+
+
+def test_a_remote_log_index_pointer_reads_back_and_a_flipped_byte_is_damage():
+    from kts_resources.remote_storage.manifest import decode_index_pointer, encode_index_pointer
+
+    data = encode_index_pointer(_pointer())
+    assert decode_index_pointer(data, where=WHERE) == _pointer()
+    assert json.loads(data)["file_sets"][1]["version"] == "000000000007-deadbeef"
+    for position in range(0, len(data) - 1, 3):
+        damaged = bytearray(data)
+        damaged[position] ^= 0x04
+        with pytest.raises(ManifestError, match=f"^{WHERE}: damaged remote log index pointer"):
+            decode_index_pointer(bytes(damaged), where=WHERE)
+    with pytest.raises(ManifestError, match="not a kts-remote-log-index record"):
+        decode_index_pointer(encode_manifest(_manifest()), where=WHERE)
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda b: b["file_sets"].reverse(), "does not follow"),
+    (lambda b: b["file_sets"][0].update(version="3-0a1b2c3d"), "not <12-digit generation>-<8 hex digits>"),
+    (lambda b: b["file_sets"][0]["files"].pop("remoteTimeIndex"), "files are not"),
+    (lambda b: b["file_sets"][0]["files"]["remoteLogIndex"].update(size=-1), "size is -1"),
+])
+def test_a_pointer_whose_file_sets_do_not_make_an_index_is_damage(edit, problem):
+    """Sealed with a matching CRC, but not what a build writes: still one error naming the object."""
+    from kts_resources.remote_storage.base import crc32c_hex
+    from kts_resources.remote_storage.manifest import decode_index_pointer, encode_index_pointer
+
+    body = json.loads(encode_index_pointer(_pointer()))
+    del body["crc32c"]
+    edit(body)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    body["crc32c"] = crc32c_hex(crc32c(canonical))
+    with pytest.raises(ManifestError, match=problem):
+        decode_index_pointer(json.dumps(body).encode(), where=WHERE)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.copier import copy_log_dir, copy_partition
 from kts_resources.expiry import expire_partition
 from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
@@ -91,10 +92,9 @@ def test_delete_topic_removes_every_remote_object_and_index_and_stops_copies(two
     root, storage, tip, finished, reader = two_epochs
     home = tmp_path / "home"
     directory = index_cache.cache_directory(home, tip)
-    build = index_cache.build_partition_index(directory, finished, lambda md: index_cache.read_segment_entries(storage, md))
-    index_cache.publish(directory, storage, tip, build)
+    index_tier.update_partition_index(metadata_store, storage, directory, tip, lambda md: index_cache.read_segment_entries(storage, md))
     [done] = delete_topic_remote_data("topicA", metadata_store, storage, clock=SystemClock(), home=home)
-    assert done.segments_deleted == 4 and done.index_files_deleted == 3
+    assert done.segments_deleted == 4 and done.index_files_deleted == 4  # one file set and its pointer
     assert list(storage.list_objects()) == [] and not directory.exists()
     assert metadata_store.partition_state(tip).delete_state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
     assert [e.new_state for e in metadata_store.events(tip) if e.kind == "PARTITION_DELETE_STATE_CHANGED"] == [

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import CONTROL_ABORT, parse_control_record, read_records, scan_batches
@@ -78,9 +79,8 @@ def tiered(tmp_path, metadata_store, storage):
     assert len(finished) >= 6
     home = tmp_path / "home"
     index_dir = index_cache.cache_directory(home, tip)
-    build = index_cache.build_partition_index(index_dir, finished, lambda md: index_cache.read_segment_entries(storage, md),
-                                              rotate_bytes=2048)
-    index_cache.publish(index_dir, storage, tip, build)
+    index_tier.update_partition_index(metadata_store, storage, index_dir, tip, lambda md: index_cache.read_segment_entries(storage, md),
+                                      rotate_bytes=2048)
     # Local retention: the oldest two thirds of the copied segments leave the local log.
     gone = sorted(finished, key=lambda md: md.start_offset)[: len(finished) * 2 // 3]
     for md in gone:

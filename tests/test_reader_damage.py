@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import read_records, scan_batches
@@ -238,10 +239,8 @@ def remote_only(request, tmp_path, metadata_store, storage):
     finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
     home = tmp_path / "home"
     if request.param == "remote log index":
-        index_dir = index_cache.cache_directory(home, tip)
-        build = index_cache.build_partition_index(index_dir, finished, lambda md: index_cache.read_segment_entries(storage, md),
-                                                  rotate_bytes=2048)
-        index_cache.publish(index_dir, storage, tip, build)
+        index_tier.update_partition_index(metadata_store, storage, index_cache.cache_directory(home, tip), tip,
+                                          lambda md: index_cache.read_segment_entries(storage, md), rotate_bytes=2048)
     for md in finished[:3]:
         for f in (root / f"{TOPIC}-0").glob(f"{md.start_offset:020d}.*"):
             f.unlink()

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources.copier import copy_log_dir, copy_partition
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import read_records
@@ -386,10 +387,8 @@ def test_recover_on_a_new_machine_takes_the_remote_log_index_from_the_tier(log_d
     _copy_and_age(log_dir, store, storage)
     home = tmp_path / "home"
     for tip in _tips(log_dir):
-        directory = index_cache.cache_directory(home, tip)
-        finished = store.list_remote_log_segments(tip, states={FINISHED})
-        build = index_cache.build_partition_index(directory, finished, lambda md: index_cache.read_segment_entries(storage, md))
-        index_cache.publish(directory, storage, tip, build)
+        index_tier.update_partition_index(store, storage, index_cache.cache_directory(home, tip), tip,
+                                          lambda md: index_cache.read_segment_entries(storage, md))
     store.close()
     before = _answers(env, log_dir)
     shipped = {k: storage.fetch_object(k) for k in _listing(storage) if "/remote-log-index/" in k}
@@ -403,8 +402,9 @@ def test_recover_on_a_new_machine_takes_the_remote_log_index_from_the_tier(log_d
     for tip in _tips(log_dir):
         directory = index_cache.cache_directory(home, tip)
         for key, data in shipped.items():
-            if key.startswith(storage.keys.partition_prefix(tip)):
-                assert (directory / key.rsplit("/", 1)[1]).read_bytes() == data  # the same files as shipped
+            parsed = storage.keys.parse_remote_index_key(key)
+            if parsed.topic_id_partition == tip and not parsed.pointer:
+                assert (directory / parsed.file_name).read_bytes() == data  # the same files as shipped
     assert _answers(env, log_dir) == before
 
 
@@ -731,3 +731,41 @@ def test_a_lost_range_the_recovered_segments_hold_is_closed_by_recover(log_dir, 
         assert recover(store, storage, None).lost_ranges_closed == []  # once
     finally:
         store.close()
+
+
+def test_recover_reads_the_flat_index_layout_of_earlier_versions_and_publishes_it_as_versioned_sets(
+        log_dir, pg_url, pg_admin_url, pg_template, tmp_path, tier):
+    """A tier written by an earlier kts: index files straight under remote-log-index/, no pointer.
+    Recover on a new machine takes every segment's entries from them (no segment read) and publishes
+    the same bytes as versioned file sets named by a pointer; the flat files stay (the scrub removes
+    them after its grace period)."""
+    storage, tier_env = tier
+    env = _env(pg_url, tmp_path, log_dir, tier_env)
+    store = _store(pg_url)
+    _copy_and_age(log_dir, store, storage)
+    home = tmp_path / "home"
+    flat: dict[str, bytes] = {}
+    for tip in _tips(log_dir):
+        directory = index_cache.cache_directory(home, tip)
+        finished = store.list_remote_log_segments(tip, states={FINISHED})
+        built = index_cache.build_partition_index(directory, finished, lambda md: index_cache.read_segment_entries(storage, md))
+        for name in built.written:  # as earlier versions shipped them
+            storage.put_object(storage.keys.remote_index_key(tip, name), directory / name)
+            flat[storage.keys.remote_index_key(tip, name)] = (directory / name).read_bytes()
+    store.close()
+    before = _answers(env, log_dir)
+
+    _drop_and_recreate(pg_url, pg_admin_url, pg_template)
+    shutil.rmtree(home)
+    recovered = json.loads(kts(env, "recover", "--json").stdout)
+    assert recovered["index_partitions"] == 4 and recovered["index_segments_read"] == 0 and recovered["index_errors"] == []
+    assert recovered["unrecognised_objects"] == 0
+    for tip in _tips(log_dir):
+        pointer = index_tier.read_pointer(storage, tip)
+        assert pointer is not None and pointer.generation == 1
+        for ref in pointer.file_sets:
+            for kind in ("remoteLogIndex", "remoteOffsetIndex", "remoteTimeIndex"):
+                name = f"{ref.base_offset:020d}.{kind}"
+                assert storage.fetch_object(storage.keys.remote_index_key(tip, name, ref.version)) == flat[storage.keys.remote_index_key(tip, name)]
+    assert {k: storage.fetch_object(k) for k in flat} == flat  # nothing replaced or deleted
+    assert _answers(env, log_dir) == before

@@ -12,11 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.copier import copy_log_dir, copy_partition
+from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
+from kts_resources.copier import copy_log_dir, copy_partition, delete_remote_log_segment
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentState, TopicIdPartition
+from kts_resources.quotas import SystemClock
 from kts_resources.remote_storage.base import RemoteStorageError, recorded_manifest, stored_objects
+from kts_resources.remote_storage.manifest import INDEX_FILE_KINDS
 from kts_resources.scrub import scrub
 
 S = RemoteLogSegmentState
@@ -156,6 +160,91 @@ def test_only_a_deep_scrub_finds_a_flipped_byte_and_names_the_object(copied, met
     assert scrub(metadata_store, remote_storage).clean  # same size: the listing cannot tell
     deep = scrub(metadata_store, remote_storage, deep=True)
     assert len(deep.damaged) == 1 and remote_storage.location(log.key) in deep.damaged[0] and "CRC-32C" in deep.damaged[0]
+
+
+def _index(store, storage, home: Path, tip):
+    """What the remote_log_index step does for the partition (its Spark reads aside)."""
+    return index_tier.update_partition_index(store, storage, index_cache.cache_directory(home, tip), tip,
+                                             lambda md: index_cache.read_segment_entries(storage, md))
+
+
+def _index_keys(storage, tip) -> set[str]:
+    return {o.key for o in storage.list_objects(storage.keys.remote_index_prefix(tip))}
+
+
+def _named_keys(storage, tip) -> set[str]:
+    """The pointer and every file it names."""
+    pointer = index_tier.read_pointer(storage, tip)
+    return {storage.keys.remote_index_pointer_key(tip)} | {
+        storage.keys.remote_index_key(tip, f"{ref.base_offset:020d}.{kind}", ref.version)
+        for ref in pointer.file_sets for kind in INDEX_FILE_KINDS}
+
+
+def test_index_file_sets_nothing_names_go_after_the_grace_period_and_named_ones_never(copied, metadata_store, remote_storage,
+                                                                                     tmp_path):
+    _root, tip, segments = copied
+    home = tmp_path / "home"
+    _index(metadata_store, remote_storage, home, tip)
+    first = _index_keys(remote_storage, tip)
+    # Retention takes the oldest segment: the next build rewrites the file set that held it, under a new version.
+    delete_remote_log_segment(metadata_store, remote_storage, segments[0], SystemClock())
+    assert _index(metadata_store, remote_storage, home, tip).published is not None
+    superseded = first - _named_keys(remote_storage, tip)
+    # ... and a build beside another broker crashed before naming what it uploaded.
+    crashed = {remote_storage.keys.remote_index_key(tip, f"{segments[1].start_offset:020d}.{kind}", "000000000007-0badcafe")
+               for kind in INDEX_FILE_KINDS}
+    for key in crashed:
+        remote_storage.put_object(key, b"never named")
+    named = _named_keys(remote_storage, tip)
+    assert superseded and _index_keys(remote_storage, tip) == named | superseded | crashed
+
+    young = scrub(metadata_store, remote_storage)
+    assert young.index_files_deleted == [] and young.index_files_young == len(superseded | crashed) and young.clean
+    dry = scrub(metadata_store, remote_storage, now=time.time() + LATER, dry_run=True)
+    assert set(dry.index_files_deleted) == superseded | crashed and _index_keys(remote_storage, tip) == named | superseded | crashed
+    done = scrub(metadata_store, remote_storage, now=time.time() + LATER)
+    assert set(done.index_files_deleted) == superseded | crashed and done.clean
+    assert _index_keys(remote_storage, tip) == named  # the pointer and what it names, however old
+    assert scrub(metadata_store, remote_storage, deep=True, now=time.time() + LATER).clean
+
+
+def test_the_flat_layout_of_earlier_versions_stays_until_a_pointer_names_the_index(copied, metadata_store, remote_storage, tmp_path):
+    _root, tip, _segments = copied
+    home = tmp_path / "home"
+    directory = index_cache.cache_directory(home, tip)
+    built = index_cache.build_partition_index(directory, metadata_store.list_remote_log_segments(tip, states={S.COPY_SEGMENT_FINISHED}),
+                                              lambda md: index_cache.read_segment_entries(remote_storage, md))
+    flat = {remote_storage.keys.remote_index_key(tip, name) for name in built.written}
+    for name in built.written:  # as earlier kts versions shipped them
+        remote_storage.put_object(remote_storage.keys.remote_index_key(tip, name), directory / name)
+    kept = scrub(metadata_store, remote_storage, now=time.time() + LATER)
+    assert kept.index_files_deleted == [] and _index_keys(remote_storage, tip) == flat  # still the partition's index
+
+    _index(metadata_store, remote_storage, home, tip)
+    done = scrub(metadata_store, remote_storage, now=time.time() + LATER)
+    assert set(done.index_files_deleted) == flat and _index_keys(remote_storage, tip) == _named_keys(remote_storage, tip)
+
+
+def test_a_damaged_index_pointer_is_reported_and_none_of_its_partitions_index_files_go(copied, metadata_store, remote_storage,
+                                                                                    tmp_path):
+    _root, tip, segments = copied
+    home = tmp_path / "home"
+    _index(metadata_store, remote_storage, home, tip)
+    delete_remote_log_segment(metadata_store, remote_storage, segments[0], SystemClock())
+    _index(metadata_store, remote_storage, home, tip)  # a superseded set the scrub could remove
+    pointer_key = remote_storage.keys.remote_index_pointer_key(tip)
+    data = bytearray(remote_storage.fetch_object(pointer_key))
+    data[len(data) // 2] ^= 0x01
+    remote_storage.put_object(pointer_key, bytes(data))
+    before = _index_keys(remote_storage, tip)
+
+    report = scrub(metadata_store, remote_storage, now=time.time() + LATER)
+    assert not report.clean and report.index_files_deleted == [] and _index_keys(remote_storage, tip) == before
+    [line] = report.index_pointers
+    assert remote_storage.location(pointer_key) in line and "damaged remote log index pointer" in line
+    # The next build writes the pointer again; then the scrub is clean.
+    assert _index(metadata_store, remote_storage, home, tip).published is not None
+    assert scrub(metadata_store, remote_storage, now=time.time() + LATER).clean
 
 
 class _ListingThatBreaks:

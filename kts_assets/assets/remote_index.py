@@ -1,9 +1,11 @@
 """``remote_log_index``: the seeds' remoteLogIndex / remoteOffsetIndex / remoteTimeIndex of each
 partition, brought up to the store's COPY_SEGMENT_FINISHED segments after every copy.
 
-Spark reads the batch headers of the segments not indexed yet (one task per segment); the driver
-lays the entries out into files under ``KTS_HOME/remote-log-index/`` and ships what changed to the
-remote tier (``kts_resources.remote_index_cache``).
+The cache under ``KTS_HOME/remote-log-index/`` first takes the tier's current file sets; Spark reads
+the batch headers of the segments still not indexed (one task per segment); then, under the
+partition lock, the driver lays the entries out and publishes what changed as a new version of the
+partition's file sets (``kts_resources.remote_index_tier``). On a broker whose kts did not copy the
+new segments, the tier's sets already cover them: nothing is read and nothing written.
 """
 
 import uuid
@@ -21,12 +23,16 @@ from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
+from kts_resources import remote_index_tier as index_tier
 from kts_resources import settings
+from kts_resources.remote_log import RemoteStorageError
+from kts_resources.remote_storage.base import stored_objects
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiers import finished_segments, locate_partitions, topic_id_partition
 
-# Bumped when the index files' layout or the RDI change meaning.
-REMOTE_INDEX_CODE_VERSION = "1"
+# Bumped when the index files' layout, the RDI or where the tier keeps them change meaning
+# (2: versioned file sets named by a pointer).
+REMOTE_INDEX_CODE_VERSION = "2"
 
 
 class RemoteLogIndexConfig(dg.Config):
@@ -50,8 +56,9 @@ class RemoteLogIndexConfig(dg.Config):
         description=(
             "The seeds' remote log index of each partition: remoteLogIndex entries (whole batches of one remote "
             "segment, 1 MiB chunks, each naming its object and byte range) with remoteOffsetIndex and "
-            "remoteTimeIndex, for every COPY_SEGMENT_FINISHED segment. Kept under `KTS_HOME/remote-log-index/` and "
-            "shipped beside the segments, so a fetch of tiered data is one ranged GET."
+            "remoteTimeIndex, for every COPY_SEGMENT_FINISHED segment. Built under the partition lock and published "
+            "beside the segments as versioned file sets named by `remote-log-index/current`; every broker's kts "
+            "keeps a copy under `KTS_HOME/remote-log-index/`, so a fetch of tiered data is one ranged GET."
         ),
     )],
     check_specs=REMOTE_INDEX_CHECK_SPECS,  # judged here once the index is reported; can run alone
@@ -91,13 +98,22 @@ def remote_log_index(
                                         "note": "nothing copied yet"}, partition_key=key)
             continue
         directory = index_cache.cache_directory(home, tip)
+        if not config.rebuild:
+            # The tier's current file sets first (another broker's kts may have built them): Spark
+            # reads only the segments they and the copies' own entries do not cover.
+            try:
+                index_tier.sync_cache(directory, storage, tip)
+                index_cache.seed_entries_from_files(directory, finished, storage)
+            except (OSError, RemoteStorageError, index_tier.IndexPointerError) as e:
+                context.log.warning(f"{key}: the tier's remote log index not fetched first: {e}")
         cached = set() if config.rebuild else index_cache.cached_segment_ids(directory)
         local = {s.base_offset: s.log for s in loc.partition.segments()}
         for md in finished:
             if md.segment_id.id not in cached:
                 tasks.append(EntriesTask(str(md.segment_id.id), md.start_offset, md.end_offset, md.segment_size_in_bytes,
                                          storage.segment_object_keys(md)["log"],
-                                         str(local[md.start_offset]) if md.start_offset in local else None))
+                                         str(local[md.start_offset]) if md.start_offset in local else None,
+                                         _recorded_log_crc32c(md)))
                 owner.append(key)
         work[key] = (tip, finished, directory)
     for key in missing:
@@ -125,15 +141,17 @@ def remote_log_index(
             context.add_asset_metadata({"index_failed": 1, "index_error": one_line(message)}, partition_key=key)
             continue
         try:
-            build = index_cache.build_partition_index(
-                directory, finished, lambda md: _not_cached(md), rotate_bytes=config.rotate_bytes,
-                rotate_ms=config.rotate_ms, fresh=config.rebuild)
-            index_cache.publish(directory, storage, tip, build)
+            # Under the partition lock, from the tier's current file sets: a segment finished since
+            # the listing above (another broker's copy) is read here, on the driver.
+            update = index_tier.update_partition_index(
+                store, storage, directory, tip, lambda md: index_cache.read_segment_entries(storage, md),
+                rotate_bytes=config.rotate_bytes, rotate_ms=config.rotate_ms, fresh=config.rebuild)
         except Exception as e:  # noqa: BLE001 - one partition's failure is its own
             failed.append(key)
             context.log.error(f"{key}: remote log index not built: {e}")
             context.add_asset_metadata({"index_failed": 1, "index_error": one_line(str(e))}, partition_key=key)
             continue
+        build = update.build
         totals["entries"] += build.entries
         context.add_asset_metadata({
             "index_entries": build.entries,
@@ -144,6 +162,8 @@ def remote_log_index(
             "new_segments": len([t for t, k in zip(tasks, owner) if k == key]),
             "files_written": len(build.written),
             "files_removed": len(build.removed),
+            "index_generation": update.pointer.generation if update.pointer is not None else 0,
+            "index_files_uploaded": update.uploaded,  # 0: the tier's current file sets were already these
             "index_failed": 0,
             "size": f"{human_bytes(build.bytes_indexed)} indexed by {human_bytes(build.index_bytes)} of index",
             "index_dir": dg.MetadataValue.path(str(directory)),
@@ -158,9 +178,9 @@ def remote_log_index(
     yield from checks  # judged once the index is reported
 
 
-def _not_cached(md) -> list:
-    """Every segment's entries were read by Spark and cached before the build; one that is not
-    (its task failed, or its cached entries no longer cover it) fails the partition, never a half
-    index. The index-rebuild job (``rebuild: true``) reads every segment again."""
-    raise RuntimeError(f"segment {md.start_offset} ({md.segment_id.id}) has no usable entries: its read failed or its "
-                       "cached entries no longer cover it (the index rebuild reads it again)")
+def _recorded_log_crc32c(md) -> int | None:
+    try:
+        recorded = stored_objects(md.custom_metadata).get("log")
+    except ValueError:
+        return None
+    return recorded.crc32c if recorded is not None else None

@@ -45,6 +45,16 @@ _SEGMENT_KEY = re.compile(
 )
 REMOTE_INDEX_DIR: Final = "remote-log-index"
 _REMOTE_INDEX_FILE = re.compile(r"[0-9]{20}\.remote(Log|Offset|Time)Index")
+# The partition's remote log index in the tier: versioned file sets under
+# ``remote-log-index/<version>/`` and the pointer naming the current ones (remote_index_tier.py).
+# Earlier versions wrote the files straight under ``remote-log-index/`` (the flat layout).
+REMOTE_INDEX_POINTER: Final = "current"
+REMOTE_INDEX_VERSION = re.compile(r"[0-9]{12}-[0-9a-f]{8}")
+_REMOTE_INDEX_KEY = re.compile(
+    rf"(?P<topic>[a-zA-Z0-9._-]{{1,249}})-(?P<topic_id>{_ID})/(?P<partition>0|[1-9][0-9]{{0,9}})/{REMOTE_INDEX_DIR}/"
+    rf"(?:(?P<pointer>{REMOTE_INDEX_POINTER})|(?:(?P<version>{REMOTE_INDEX_VERSION.pattern})/)?"
+    rf"(?P<file>{_REMOTE_INDEX_FILE.pattern}))"
+)
 # Characters that mean something to a file system or a shell rather than to S3: never in a key.
 _FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\\]")
 
@@ -107,6 +117,21 @@ class ParsedObjectKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ParsedIndexKey:
+    """A remote log index object's key: the pointer, or one file (``file_name``) of file set
+    ``version`` (None: the flat layout of earlier kts versions)."""
+
+    topic_id_partition: TopicIdPartition
+    version: str | None
+    file_name: str | None
+    pointer: bool
+
+    @property
+    def base_offset(self) -> int | None:
+        return int(self.file_name[:20]) if self.file_name is not None else None
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectKeys:
     """Builds and parses the keys under one prefix (``""`` for the root of a bucket or directory)."""
 
@@ -162,11 +187,38 @@ class ObjectKeys:
         """``<partition prefix>remote-log-index/``: the partition's shipped remote log index files."""
         return f"{self.partition_prefix(topic_id_partition)}{REMOTE_INDEX_DIR}/"
 
-    def remote_index_key(self, topic_id_partition: TopicIdPartition, file_name: str) -> str:
-        """The key of one remote log index file (``<20-digit base offset>.remoteLogIndex`` etc.)."""
+    def remote_index_key(self, topic_id_partition: TopicIdPartition, file_name: str, version: str | None = None) -> str:
+        """The key of one remote log index file (``<20-digit base offset>.remoteLogIndex`` etc.) of
+        file set ``version`` (``remote-log-index/<version>/<file>``); without a version, its key in
+        the flat layout of earlier kts versions (``remote-log-index/<file>``)."""
         if _REMOTE_INDEX_FILE.fullmatch(file_name) is None:
             raise ValueError(f"no object key for remote index file {file_name!r}: not a remote log index file name")
-        return self.remote_index_prefix(topic_id_partition) + file_name
+        if version is None:
+            return self.remote_index_prefix(topic_id_partition) + file_name
+        if REMOTE_INDEX_VERSION.fullmatch(version) is None:
+            raise ValueError(f"no object key for remote index version {version!r}: not <12-digit generation>-<8 hex digits>")
+        return f"{self.remote_index_prefix(topic_id_partition)}{version}/{file_name}"
+
+    def remote_index_pointer_key(self, topic_id_partition: TopicIdPartition) -> str:
+        """``<partition prefix>remote-log-index/current``: names the partition's current index file sets."""
+        return self.remote_index_prefix(topic_id_partition) + REMOTE_INDEX_POINTER
+
+    def parse_remote_index_key(self, key: str) -> "ParsedIndexKey | None":
+        """The pieces of a remote log index object's key (a file of a versioned set, a file of the
+        flat layout, or the pointer) under this prefix, or None for any other key."""
+        if not key.startswith(self.root):
+            return None
+        m = _REMOTE_INDEX_KEY.fullmatch(key, len(self.root))
+        if m is None or topic_name_problem(m["topic"]) is not None or int(m["partition"]) > MAX_PARTITION:
+            return None
+        try:
+            topic_id = topic_id_from_base64(m["topic_id"])
+        except ValueError:
+            return None
+        if uuid_to_base64(topic_id) != m["topic_id"]:
+            return None
+        tip = TopicIdPartition(topic_id, TopicPartition(m["topic"], int(m["partition"])))
+        return ParsedIndexKey(tip, m["version"], m["file"], m["pointer"] is not None)
 
     def parse(self, key: str) -> ParsedObjectKey | None:
         """The pieces of a segment object's key under this prefix, or None for any other key (a

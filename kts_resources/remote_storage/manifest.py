@@ -48,7 +48,7 @@ from kts_resources.remote_storage.base import (
     segment_custom_metadata,
     stored_objects,
 )
-from kts_resources.remote_storage.keys import LOG_SUFFIX, MAX_OFFSET, SEGMENT_SUFFIXES, check_object_key
+from kts_resources.remote_storage.keys import LOG_SUFFIX, MAX_OFFSET, REMOTE_INDEX_VERSION, SEGMENT_SUFFIXES, check_object_key
 
 FORMAT = "kts-remote-segment-manifest"
 VERSION = 1
@@ -329,11 +329,9 @@ _LOG_START_FIELDS = frozenset({"format", "version", "topic", "topic_id", "partit
 
 
 def encode_log_start_offset(tip: TopicIdPartition, log_start_offset: int) -> bytes:
-    body: dict[str, Any] = {"format": LOG_START_FORMAT, "version": VERSION, "topic": tip.topic,
-                            "topic_id": topic_id_to_base64(tip.topic_id), "partition": tip.partition,
-                            "log_start_offset": log_start_offset}
-    body["crc32c"] = crc32c_hex(crc32c(_canonical(body)))
-    data = _canonical(body) + b"\n"
+    data = _sealed({"format": LOG_START_FORMAT, "version": VERSION, "topic": tip.topic,
+                    "topic_id": topic_id_to_base64(tip.topic_id), "partition": tip.partition,
+                    "log_start_offset": log_start_offset})
     decode_log_start_offset(data, where="the log start offset being written")
     return data
 
@@ -347,28 +345,134 @@ def put_log_start_offset(storage: RemoteStorageManager, tip: TopicIdPartition, l
 def decode_log_start_offset(data: bytes | bytearray | memoryview, *, where: str) -> tuple[TopicIdPartition, int]:
     """(partition, log start offset); ManifestError (starting with ``where``) for anything else."""
     try:
-        if len(data) > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"{len(data)} bytes, far more than a log start offset record")
-        try:
-            body = json.loads(bytes(data).decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-        except UnicodeDecodeError as e:
-            raise ManifestError(f"not UTF-8 (byte {e.start})") from None
-        except json.JSONDecodeError as e:
-            raise ManifestError(f"not JSON: {e.msg} at byte {e.pos}") from None
-        if not isinstance(body, dict) or body.get("format") != LOG_START_FORMAT:
-            raise ManifestError(f"not a {LOG_START_FORMAT} record")
-        if body.get("version") != VERSION or type(body.get("version")) is not int:
-            raise ManifestError(f"version {body.get('version')!r} is not {VERSION}")
-        if body.keys() != _LOG_START_FIELDS:
-            raise ManifestError(f"fields {', '.join(sorted(body))} are not {', '.join(sorted(_LOG_START_FIELDS))}")
-        recorded = body.pop("crc32c")
-        if recorded != crc32c_hex(crc32c(_canonical(body))):
-            raise ManifestError(f"its CRC-32C does not match the recorded {recorded!r}: it was altered or corrupted")
-        topic = _str(body, "topic")
-        problem = topic_name_problem(topic)
-        if problem is not None:
-            raise ManifestError(f"topic: {problem}")
-        tip = TopicIdPartition(_uuid(body, "topic_id"), TopicPartition(topic, _int(body, "partition", 0, MAX_PARTITION)))
-        return tip, _int(body, "log_start_offset", 0, MAX_OFFSET)
+        body = _checked_record(data, LOG_START_FORMAT, _LOG_START_FIELDS, "a log start offset record")
+        return _record_partition(body), _int(body, "log_start_offset", 0, MAX_OFFSET)
     except ManifestError as e:
         raise ManifestError(f"{where}: damaged log start offset record: {e}") from None
+
+
+def _checked_record(data: bytes | bytearray | memoryview, fmt: str, fields: frozenset[str], what: str) -> dict[str, Any]:
+    """The fields of a small record of ``fmt`` (canonical JSON whose ``crc32c`` is the CRC-32C of
+    the rest; the CRC removed), exactly ``fields``; ManifestError for anything else."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{len(data)} bytes, far more than {what}")
+    try:
+        body = json.loads(bytes(data).decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"not UTF-8 (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"not JSON: {e.msg} at byte {e.pos}") from None
+    if not isinstance(body, dict) or body.get("format") != fmt:
+        raise ManifestError(f"not a {fmt} record")
+    if body.get("version") != VERSION or type(body.get("version")) is not int:
+        raise ManifestError(f"version {body.get('version')!r} is not {VERSION}")
+    if body.keys() != fields:
+        raise ManifestError(f"fields {', '.join(sorted(body))} are not {', '.join(sorted(fields))}")
+    recorded = body.pop("crc32c")
+    if recorded != crc32c_hex(crc32c(_canonical(body))):
+        raise ManifestError(f"its CRC-32C does not match the recorded {recorded!r}: it was altered or corrupted")
+    return body
+
+
+def _record_partition(body: Mapping[str, Any]) -> TopicIdPartition:
+    topic = _str(body, "topic")
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise ManifestError(f"topic: {problem}")
+    return TopicIdPartition(_uuid(body, "topic_id"), TopicPartition(topic, _int(body, "partition", 0, MAX_PARTITION)))
+
+
+def _sealed(body: dict[str, Any]) -> bytes:
+    """``body`` with its ``crc32c``, as canonical JSON and a newline."""
+    body["crc32c"] = crc32c_hex(crc32c(_canonical(body)))
+    return _canonical(body) + b"\n"
+
+
+# --- the partition's remote log index pointer -----------------------------------------------------
+#
+# Names the file sets that make up the partition's current remote log index (remote_index_tier.py):
+# {"format": "kts-remote-log-index", "version": 1, "topic", "topic_id", "partition", "generation",
+#  "file_sets": [{"base_offset": 0, "version": "<12-digit generation>-<8 hex>",
+#                 "files": {"remoteLogIndex": {"size": 123, "crc32c": "1a2b3c4d"}, "remoteOffsetIndex": …,
+#                           "remoteTimeIndex": …}}, …],
+#  "crc32c"} (canonical JSON, the CRC-32C of the rest, as a manifest). ``generation`` counts the
+# pointers written; a file set's ``version`` is the generation that wrote it and a random tag, so
+# two builders never write the same key.
+
+INDEX_POINTER_FORMAT = "kts-remote-log-index"
+INDEX_FILE_KINDS = ("remoteLogIndex", "remoteOffsetIndex", "remoteTimeIndex")  # the files' suffixes without the dot
+_INDEX_POINTER_FIELDS = frozenset({"format", "version", "topic", "topic_id", "partition", "generation", "file_sets", "crc32c"})
+MAX_INDEX_GENERATION = 10**12 - 1
+
+
+@dataclass(frozen=True)
+class IndexFileSetRef:
+    """One file set a pointer names: its base offset, the version its objects are under, and each
+    file's (size, CRC-32C) by kind (``INDEX_FILE_KINDS``)."""
+
+    base_offset: int
+    version: str
+    files: Mapping[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class IndexPointer:
+    """The partition's current remote log index: ``file_sets`` ascending by base offset."""
+
+    topic_id_partition: TopicIdPartition
+    generation: int
+    file_sets: tuple[IndexFileSetRef, ...]
+
+    def named(self) -> set[tuple[int, str]]:
+        """(base offset, version) of every file set it names."""
+        return {(fs.base_offset, fs.version) for fs in self.file_sets}
+
+
+def encode_index_pointer(pointer: IndexPointer) -> bytes:
+    tip = pointer.topic_id_partition
+    data = _sealed({
+        "format": INDEX_POINTER_FORMAT, "version": VERSION, "topic": tip.topic, "topic_id": topic_id_to_base64(tip.topic_id),
+        "partition": tip.partition, "generation": pointer.generation,
+        "file_sets": [{"base_offset": fs.base_offset, "version": fs.version,
+                       "files": {kind: {"size": size, "crc32c": crc32c_hex(crc)} for kind, (size, crc) in sorted(fs.files.items())}}
+                      for fs in pointer.file_sets],
+    })
+    decode_index_pointer(data, where="the remote log index pointer being written")
+    return data
+
+
+def decode_index_pointer(data: bytes | bytearray | memoryview, *, where: str) -> IndexPointer:
+    """The pointer in ``data``; ManifestError (starting with ``where``) for anything else."""
+    try:
+        body = _checked_record(data, INDEX_POINTER_FORMAT, _INDEX_POINTER_FIELDS, "a remote log index pointer")
+        tip = _record_partition(body)
+        generation = _int(body, "generation", 0, MAX_INDEX_GENERATION)
+        value = body["file_sets"]
+        if not isinstance(value, list):
+            raise ManifestError("file_sets is not a list")
+        file_sets: list[IndexFileSetRef] = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict) or item.keys() != {"base_offset", "version", "files"}:
+                raise ManifestError(f"file_sets[{i}] is not {{base_offset, version, files}}")
+            base = _int(item, "base_offset", 0, MAX_OFFSET)
+            if file_sets and base <= file_sets[-1].base_offset:
+                raise ManifestError(f"file_sets[{i}]: base offset {base} does not follow {file_sets[-1].base_offset}")
+            version = _str(item, "version")
+            if REMOTE_INDEX_VERSION.fullmatch(version) is None:
+                raise ManifestError(f"file_sets[{i}]: version {version!r} is not <12-digit generation>-<8 hex digits>")
+            files = item["files"]
+            if not isinstance(files, dict) or files.keys() != set(INDEX_FILE_KINDS):
+                raise ManifestError(f"file_sets[{i}]: files are not {', '.join(INDEX_FILE_KINDS)}")
+            sizes: dict[str, tuple[int, int]] = {}
+            for kind, entry in files.items():
+                if not isinstance(entry, dict) or entry.keys() != {"size", "crc32c"} or not isinstance(entry["crc32c"], str):
+                    raise ManifestError(f"file_sets[{i}].files.{kind} is not {{size, crc32c}}")
+                try:
+                    crc = parse_crc32c_hex(entry["crc32c"])
+                except ValueError as e:
+                    raise ManifestError(f"file_sets[{i}].files.{kind}: {e}") from None
+                sizes[kind] = (_int(entry, "size", 0, _INT32[1]), crc)
+            file_sets.append(IndexFileSetRef(base, version, sizes))
+        return IndexPointer(tip, generation, tuple(file_sets))
+    except ManifestError as e:
+        raise ManifestError(f"{where}: damaged remote log index pointer: {e}") from None
