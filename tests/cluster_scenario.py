@@ -14,15 +14,17 @@ import threading
 from dataclasses import dataclass, field
 
 from kts_resources.copier import copy_partition
-from kts_resources.expiry import expire_partition
+from kts_resources.expiry import expire_partition, plan_partition
 from kts_resources.kafka.cluster_simulation import ClusterSimulation
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import NewRecord, build_batch
 from kts_resources.leadership import broker_replicas
-from kts_resources.lineage import copy_start_offset
+from kts_resources.lineage import epoch_ranges
+from kts_resources.lost_ranges import uncovered
 from kts_resources.quotas import ManualClock
 from kts_resources.reader import OffsetOutOfRangeError, PartitionReader
+from kts_resources.retention import BY_SIZE
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.tiers import LocatedPartition, topic_id_partition
 
@@ -39,6 +41,12 @@ class KtsBesideEachBroker:
     clock: ManualClock = field(default_factory=lambda: ManualClock(T0))
     produced: int = 0
     copied_bytes: int = 0
+    # After each leader's expiry under retention.bytes: (partition, limit, unique bytes kept in the
+    # tier, the leader's bytes not in the tier, the largest segment serving, whether it deleted by size).
+    retained: list = field(default_factory=list)
+    _high: dict = field(default_factory=dict)  # partition → the committed end so far (see _committed)
+    _elections_seen: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- the cluster ---
 
@@ -70,10 +78,21 @@ class KtsBesideEachBroker:
             assert result.stopped is None, result.stopped
             self.copied_bytes += result.copied_bytes
         for partition in log_dir.partitions():
+            tp = partition.topic_partition
             located = LocatedPartition(partition.path.name, log_dir, partition, owned=False)
-            leads = replicas is None or replicas.copy_refusal(partition.topic_partition) is None
-            expire_partition(located, topic_id_partition(partition, self.store), self.store, self.storage, clock=self.clock,
-                             remote=leads)
+            leads = replicas is None or replicas.copy_refusal(tp) is None
+            tip = topic_id_partition(partition, self.store)
+            by_size = any(e.reason == BY_SIZE for e in plan_partition(located, tip, self.store, now_ms=self.clock.now_ms()).remote.expired)
+            expire_partition(located, tip, self.store, self.storage, clock=self.clock, remote=leads)
+            limit = self.store.topic_configs(tp.topic).retention_bytes
+            if replicas is not None and leads and limit >= 0:
+                # What the leader's retention left, with what it counted as local only then.
+                spans = self.spans(tp)
+                highest = spans[-1].end_offset if spans else -1
+                only_local = sum(s.size for s in self.cluster.log(tp, broker).segments() if s.base_offset > highest)
+                with self._lock:
+                    self.retained.append((tp, limit, sum(span.size_bytes for span in spans), only_local,
+                                          max((span.segment.segment_size_in_bytes for span in spans), default=0), by_size))
 
     def sync_two_at_once(self, a: int, b: int) -> None:
         errors: list[BaseException] = []
@@ -102,12 +121,8 @@ class KtsBesideEachBroker:
         """Every offset from the log start offset to the latest tiered one reads exactly the current
         leader lineage's record; ListOffsets by timestamp and latest-tiered agree. Returns how
         many offsets were read."""
-        # Committed: below a high watermark some replica of the lineage reached. A new leader's own
-        # lags the old one's until its followers fetch, but what the old one committed stays committed.
         leader = self.cluster.leader(tp)
-        committed = max(self.cluster.high_watermark(tp, b) for b in self.cluster.replicas(tp)
-                        if self._agrees_with_leader(tp, b))
-        expected = {r.offset: r for r in self.cluster.expected_records(tp, below=min(committed, self.cluster.log_end_offset(tp, leader)))}
+        expected = {r.offset: r for r in self.cluster.expected_records(tp, below=min(self._committed(tp), self.cluster.log_end_offset(tp, leader)))}
         tip = self.store_tip(tp)
         if tip is None or not self.store.list_remote_log_segments(tip, states={FINISHED}):
             return 0  # nothing of the partition tiered yet
@@ -140,6 +155,19 @@ class KtsBesideEachBroker:
             first = next(x for x in tiered if x.timestamp >= r.timestamp)
             assert found.offset == first.offset, f"{tp}: ListOffsets({r.timestamp}) gave {found.offset}, the lineage's is {first.offset}"
         return read
+
+    def _committed(self, tp: TopicPartition) -> int:
+        """The partition's committed end: the highest high watermark any replica of the current
+        lineage ever reached. A new leader's own lags until its followers fetch, and every replica's
+        can be below what an earlier leader committed, which a clean election keeps; an unclean
+        election keeps only what the new leader had."""
+        for election in self.cluster.elections[self._elections_seen.get(tp, 0):]:
+            if election.topic_partition == tp and election.unclean:
+                self._high[tp] = min(self._high.get(tp, 0), election.start_offset)
+        self._elections_seen[tp] = len(self.cluster.elections)
+        now = max(self.cluster.high_watermark(tp, b) for b in self.cluster.replicas(tp) if self._agrees_with_leader(tp, b))
+        self._high[tp] = max(self._high.get(tp, 0), now)
+        return self._high[tp]
 
     def _agrees_with_leader(self, tp: TopicPartition, broker: int) -> bool:
         """Whether ``broker``'s lineage is a prefix of the leader's, up to its high watermark."""
@@ -177,17 +205,22 @@ class KtsBesideEachBroker:
         return None if topic_id is None else TopicIdPartition(topic_id, tp)
 
     def unique_tiered_bytes(self) -> int:
-        """The bytes of the current lineages' batches up to the latest tiered offset, each once
-        (retention's deletions included: they were tiered)."""
+        """Every record ever tiered, once: the bytes of each (leader epoch, offset) the first segment
+        to hold it brought (the old leader's records tiered before an unclean election included:
+        they were its to copy), by offsets within each segment."""
         total = 0
+        every = set(RemoteLogSegmentState) - {RemoteLogSegmentState.COPY_SEGMENT_STARTED}  # uploads that finished
         for tp in self.cluster.topic_partitions:
             tip = self.store_tip(tp)
-            if tip is None or self.store.partition_state(tip).highest_copied_offset < 0:
+            if tip is None:
                 continue
-            state = self.store.partition_state(tip)
-            # The lineage's highest offset ever tiered (findHighestRemoteOffset, deletions included).
-            latest = copy_start_offset(state.lineage, 2**63 - 1, lambda epoch: self.store.highest_offset_for_epoch(tip, epoch)) - 1
-            total += sum(len(data) for held, data in self.cluster.expected_batches(tp) if held.last_offset <= latest)
+            seen: dict[int, list[tuple[int, int]]] = {}
+            for md in sorted(self.store.list_remote_log_segments(tip, states=every), key=lambda md: md.event_timestamp_ms):
+                per_offset = md.segment_size_in_bytes / (md.end_offset - md.start_offset + 1)
+                for epoch, first, last in epoch_ranges(md):
+                    new = sum(b - a + 1 for a, b in uncovered(first, last, seen.setdefault(epoch, [])))
+                    total += round(new * per_offset)
+                    seen[epoch].append((first, last))
         return total
 
     def only_local_bytes(self, tp: TopicPartition) -> int:
