@@ -499,64 +499,44 @@ def _prepare(
             f"{segment.base_offset}..{segment.next_base_offset - 1} (its base offset to the next segment's)"
         )
     end_offset = found.last_offset
+    # Without timestamps (magic 0) the file's modification time stands in, as Kafka's
+    # LogSegment.largestTimestamp does, so time-based retention still applies.
+    max_timestamp = found.max_timestamp if found.max_timestamp >= 0 else st.st_mtime_ns // 1_000_000
+    files, size, epochs, chunks = segment, found.size, found.epochs, found.chunks
+    checksum = VerifiedChecksum(found.crc32c, found.size, st.st_mtime_ns)
+    cut = None
     if segment.base_offset < from_offset <= end_offset:
-        return _prepare_slice(partition, segment, tip, lineage, broker_id, clock, from_offset, end_offset, st.st_mtime_ns)
+        # The copy starts inside it (after a leader change the tier holds its first part): only its
+        # part from the first batch reaching from_offset goes up, as a segment of its own
+        # (kts_resources/segment_slice.py), so no offset goes up twice.
+        try:
+            cut = slice_segment(segment, from_offset)
+        except SliceError as e:
+            raise CorruptSegmentError(f"{e}; the segment is not copied") from None
+        files, size, epochs, chunks = cut.files, cut.size, cut.epochs, None
+        checksum = VerifiedChecksum(cut.crc32c, cut.size, cut.mtime_ns)
+        max_timestamp = cut.max_timestamp if cut.max_timestamp >= 0 else st.st_mtime_ns // 1_000_000
     metadata = RemoteLogSegmentMetadata(
         segment_id=RemoteLogSegmentId.generate(tip),
-        start_offset=segment.base_offset,
+        start_offset=files.base_offset,
         end_offset=end_offset,
-        # Without timestamps (magic 0) the file's modification time stands in, as Kafka's
-        # LogSegment.largestTimestamp does, so time-based retention still applies.
-        max_timestamp_ms=found.max_timestamp if found.max_timestamp >= 0 else st.st_mtime_ns // 1_000_000,
+        max_timestamp_ms=max_timestamp,
         broker_id=broker_id,
         event_timestamp_ms=clock.now_ms(),
-        segment_size_in_bytes=found.size,
-        segment_leader_epochs=segment_leader_epochs(lineage, found.epochs, segment.base_offset, end_offset),
+        segment_size_in_bytes=size,
+        segment_leader_epochs=segment_leader_epochs(lineage, epochs, files.base_offset, end_offset),
     )
     snapshot = partition.producer_snapshot_path(end_offset + 1)  # the producer state after its last batch
     data = LogSegmentData(
-        log_segment=segment.log,
-        offset_index=segment.offset_index,
-        time_index=segment.time_index,
-        transaction_index=segment.txn_index,
+        log_segment=files.log,
+        offset_index=files.offset_index,
+        time_index=files.time_index,
+        transaction_index=files.txn_index,
         producer_snapshot=snapshot if snapshot.exists() else None,
         leader_epoch_index=format_leader_epoch_checkpoint(epochs_up_to(lineage, end_offset)),
-        log_segment_checksum=VerifiedChecksum(found.crc32c, found.size, st.st_mtime_ns),
+        log_segment_checksum=checksum,
     )
-    return metadata, data, found.chunks, None
-
-
-def _prepare_slice(partition: PartitionDir, segment: SegmentFiles, tip: TopicIdPartition, lineage: Sequence[EpochEntry],
-                   broker_id: int, clock: Clock, from_offset: int, end_offset: int, mtime_ns: int,
-                   ) -> tuple[RemoteLogSegmentMetadata, LogSegmentData, None, SegmentSlice]:
-    """:func:`_prepare` for a segment the copy starts inside (after a leader change: the tier holds
-    its first part already): its part from the first batch reaching ``from_offset``, as a segment of
-    its own (kts_resources/segment_slice.py), so no offset goes up twice."""
-    try:
-        cut = slice_segment(segment, from_offset)
-    except SliceError as e:
-        raise CorruptSegmentError(f"{e}; the segment is not copied") from None
-    metadata = RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(tip),
-        start_offset=cut.base_offset,
-        end_offset=end_offset,
-        max_timestamp_ms=cut.max_timestamp if cut.max_timestamp >= 0 else mtime_ns // 1_000_000,
-        broker_id=broker_id,
-        event_timestamp_ms=clock.now_ms(),
-        segment_size_in_bytes=cut.size,
-        segment_leader_epochs=segment_leader_epochs(lineage, cut.epochs, cut.base_offset, end_offset),
-    )
-    snapshot = partition.producer_snapshot_path(end_offset + 1)
-    data = LogSegmentData(
-        log_segment=cut.files.log,
-        offset_index=cut.files.offset_index,
-        time_index=cut.files.time_index,
-        transaction_index=cut.files.txn_index,
-        producer_snapshot=snapshot if snapshot.exists() else None,
-        leader_epoch_index=format_leader_epoch_checkpoint(epochs_up_to(lineage, end_offset)),
-        log_segment_checksum=VerifiedChecksum(cut.crc32c, cut.size, cut.mtime_ns),
-    )
-    return metadata, data, None, cut
+    return metadata, data, chunks, cut
 
 
 def _cache_index_entries(home: Path, tip: TopicIdPartition, storage: RemoteStorageManager,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_leader_epoch_checkpoint, read_offset_checkpoint, write_offset_checkpoint
+from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import SegmentFiles
 from kts_resources.lineage import current_lineage, diverges_at, last_epoch, readable_spans
 from kts_resources.lost_ranges import uncovered
@@ -155,8 +155,7 @@ def plan_partition(
         tp = located.partition.topic_partition
         hw = located.log_dir.high_watermark(tp)
         checkpointed = located.log_dir.log_start_offset(tp)
-        epochs_path = located.partition.leader_epoch_checkpoint_path
-        local_epochs = read_leader_epoch_checkpoint(epochs_path) if epochs_path.exists() else []
+        local_epochs = located.partition.leader_epochs()
     else:
         segments, hw, checkpointed, local_epochs = [], None, None, []
     local_start = segments[0].base_offset if segments else -1

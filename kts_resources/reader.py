@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from kts_resources import remote_index as ri
 from kts_resources import remote_index_cache as index_cache
 from kts_resources import remote_index_tier as index_tier
-from kts_resources.kafka.checkpoints import EpochEntry, epoch_for_offset, read_leader_epoch_checkpoint
+from kts_resources.kafka.checkpoints import EpochEntry, epoch_for_offset
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.files import keep_large_buffers_in_the_heap
 from kts_resources.kafka.indexes import OffsetPosition, decode_offset_index, lookup_offset, read_offset_index
@@ -397,11 +397,7 @@ class PartitionReader:
         return self.last_stable_offset if isolation == READ_COMMITTED else self.high_watermark
 
     def _local_lineage(self) -> list[EpochEntry]:
-        if self.located is not None:
-            path = self.located.partition.leader_epoch_checkpoint_path
-            if path.exists():
-                return read_leader_epoch_checkpoint(path)
-        return []
+        return self.located.partition.leader_epochs() if self.located is not None else []
 
     @property
     def lineage(self) -> list[EpochEntry]:

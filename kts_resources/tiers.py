@@ -176,10 +176,10 @@ def copy_candidates(
     copy_limit: int | None = None,
 ) -> list[SegmentFiles]:
     """The eligible segments not yet copied, ascending: those reaching max(highest copied offset
-    + 1, log start offset) by their file names. The one holding that offset is copied whole, as
-    Kafka does (after a leader change, or an unclean election, the tier holds this replica's
-    lineage only up to there); one whose last batch turns out to lie below it (a segment vanished
-    after it, so file names overstate it) is skipped by the copier once it has read it.
+    + 1, log start offset) by their file names. The copier takes the one holding that offset from
+    there on (after a leader change, or an unclean election, the tier holds this replica's lineage
+    only up to there: kts_resources/segment_slice.py); one whose last batch turns out to lie below
+    it (a segment vanished after it, so file names overstate it) it skips once it has read it.
 
     ``copy_limit``: the first offset not to copy (a replica behind the partition's leader-epoch
     lineage copies only below where it diverges, ``lineage.diverges_at``); segments reaching it

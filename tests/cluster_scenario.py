@@ -88,10 +88,8 @@ class KtsBesideEachBroker:
             if replicas is not None and leads and limit >= 0:
                 # What the leader's retention left, with what it counted as local only then.
                 spans = self.spans(tp)
-                highest = spans[-1].end_offset if spans else -1
-                only_local = sum(s.size for s in self.cluster.log(tp, broker).segments() if s.base_offset > highest)
                 with self._lock:
-                    self.retained.append((tp, limit, sum(span.size_bytes for span in spans), only_local,
+                    self.retained.append((tp, limit, sum(span.size_bytes for span in spans), self.only_local_bytes(tp, broker, spans),
                                           max((span.segment.segment_size_in_bytes for span in spans), default=0), by_size))
 
     def sync_two_at_once(self, a: int, b: int) -> None:
@@ -223,11 +221,10 @@ class KtsBesideEachBroker:
                     seen[epoch].append((first, last))
         return total
 
-    def only_local_bytes(self, tp: TopicPartition) -> int:
-        """The leader's bytes past what the tier holds (its active segment included)."""
-        spans = self.spans(tp)
+    def only_local_bytes(self, tp: TopicPartition, broker: int, spans: list) -> int:
+        """``broker``'s bytes past what the tier holds (``spans``), its active segment included."""
         highest = spans[-1].end_offset if spans else -1
-        return sum(s.size for s in self.cluster.log(tp, self.cluster.leader(tp)).segments() if s.base_offset > highest)
+        return sum(s.size for s in self.cluster.log(tp, broker).segments() if s.base_offset > highest)
 
     def spans(self, tp: TopicPartition) -> list:
         tip = self.store_tip(tp)
