@@ -94,13 +94,13 @@ import sqlalchemy as sa
 from crc32c import crc32c
 
 from kts_assets.cli import parse_size
-from kts_resources.copier import copy_log_dir
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.checkpoints import epochs_up_to, format_leader_epoch_checkpoint
 from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.segment import verify_segment_file
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata import database
 from kts_resources.metadata.store import RemoteLogMetadataStore, _epoch_ranges
 from kts_resources.remote_log import (
@@ -118,7 +118,7 @@ from kts_resources.remote_storage import (
     segment_custom_metadata,
 )
 from kts_resources.remote_storage.keys import LOG_SUFFIX, ObjectKeys, suffix_for_index
-from kts_resources.tiers import copy_candidates
+from kts_resources.tiering.tiers import copy_candidates
 
 MiB = 1024 * 1024
 READ_CHUNK = MiB

@@ -37,13 +37,13 @@ from benchlib import add_json_argument, bench_database, format_rows, git_state, 
 
 from crc32c import crc32c
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
-from kts_resources.copier import copy_log_dir
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
-from kts_resources.reader import TieredLogReader
+from kts_resources.reading.reader import TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 
 TOPIC = "reads"  # on the directory tier; the S3 run uses "reads-s3"
@@ -153,8 +153,8 @@ def crc_mb_per_s(full: Path) -> float:
 def spark_vs_loop(logs: Path, url: str, storage_uri: str, home: Path, rounds: int) -> dict:
     """Best of ``rounds`` for each: a run's time on a shared two-core machine swings by a second
     (the JVM's JIT, the page cache, whatever else runs), more than either side's own cost."""
-    from kts_resources.spark import build_spark_session
-    from kts_resources.spark_reader import ReaderConfig, read_tiered
+    from kts_resources.spark.session import build_spark_session
+    from kts_resources.spark.reader import ReaderConfig, read_tiered
 
     config = ReaderConfig([str(logs)], storage_uri, None, url, str(home))
     loop_rounds, spark_rounds = [], []

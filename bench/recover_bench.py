@@ -23,7 +23,7 @@ from pathlib import Path
 
 import benchlib
 
-from kts_resources import recovery
+from kts_resources.maintenance import recovery
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import NewRecord, build_batch, with_base_offset_and_epoch
 from kts_resources.metadata import database

@@ -24,14 +24,14 @@ from pathlib import Path
 
 from benchlib import add_json_argument, bench_database, format_rows, git_state, progress, write_json
 
-from kts_resources.copier import copy_log_dir
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.base import stored_objects
 from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.restore import restore_partition
+from kts_resources.maintenance.restore import restore_partition
 
 TOPIC = "restore"
 MiB = 1024 * 1024

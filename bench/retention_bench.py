@@ -27,13 +27,13 @@ from pathlib import Path
 
 from benchlib import add_json_argument, bench_database, format_rows, git_state, progress, write_json
 
-from kts_resources.copier import copy_log_dir
-from kts_resources.expiry import expire_partition, plan_partition
+from kts_resources.tiering.copier import copy_log_dir
+from kts_resources.tiering.expiry import expire_partition, plan_partition
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
-from kts_resources.quotas import ManualClock
+from kts_resources.tiering.quotas import ManualClock
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from benchlib import REPO_ROOT, add_json_argument, bench_database, format_rows, git_state, progress, write_json
 
-from kts_resources.copier import copy_log_dir
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_storage import FileSystemRemoteStorage
 

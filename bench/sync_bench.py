@@ -4,7 +4,7 @@ cost of Dagster and Spark around the copy, as a ratio measured in the same run.
     .venv/bin/python bench/sync_bench.py [--size 1GiB] [--segment-size 64MiB] [--partitions 8]
                                    [--repeats N] [--[no-]noop] [--no-warmup] [--quick] [--json PATH]
 
-A deterministic (seeded) broker log dir is simulated (``kts_resources.kafka.simulate``: two topics,
+A deterministic (seeded) broker log dir is simulated (``kts_resources.kafka.simulator.simulate``: two topics,
 ``--partitions`` partitions in all, all five codecs, transactions) so that ``--size`` bytes of .log
 sit in closed, copy-eligible segments. Then, each round, every measurement into a fresh remote tier
 (a directory) and a fresh, migrated metadata database:
@@ -75,16 +75,16 @@ from sqlalchemy.engine import make_url
 
 from kts_assets import cli_server
 from kts_assets.cli import parse_size
-from kts_resources.copier import PARALLEL_PARTITIONS, copy_log_dir
+from kts_resources.tiering.copier import PARALLEL_PARTITIONS, copy_log_dir
 from kts_resources.dagster_storage import KtsDagsterStorage
 from kts_resources.kafka.logdir import LogDir, SegmentFiles
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources import spark_connect
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.spark import connect_server as spark_connect
 from kts_resources.metadata import database, embedded
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import IndexType, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage import FileSystemRemoteStorage
-from kts_resources.tiers import copy_candidates
+from kts_resources.tiering.tiers import copy_candidates
 
 MiB = 1024 * 1024
 READ_CHUNK = MiB

@@ -4,7 +4,7 @@ records into one Dagster instance.
 Brokers' kts that share a metadata store (``KTS_DATABASE_URL``) share the Dagster instance stored
 in it, and the instance keys four things by name alone: code locations, asset keys, dynamic
 partitions and pools. With ``KTS_DAGSTER_PER_BROKER=on`` each kts names them after its broker's id
-(``meta.properties``, ``kts_resources.leadership.this_broker_id``), so one UI shows every broker and
+(``meta.properties``, ``kts_resources.tiering.leadership.this_broker_id``), so one UI shows every broker and
 no broker's run waits for another broker's pool slot:
 
     what                 plain (the default)   broker 2
@@ -76,7 +76,7 @@ def scope_from_environment() -> BrokerScope:
     is malformed, or on and no id can be read."""
     from kts_resources import settings
     from kts_resources.kafka.errors import KafkaFormatError
-    from kts_resources.leadership import this_broker_id
+    from kts_resources.tiering.leadership import this_broker_id
 
     try:
         if not settings.dagster_per_broker():

@@ -27,16 +27,16 @@ from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_LOG_INDEX, REMOTE_SEGME
 from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
 from kts_assets.sizes import counted
-from kts_resources import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources import settings
-from kts_resources.inventory import inventory_path, read_inventory_table
+from kts_resources.spark.inventory import inventory_path, read_inventory_table
 from kts_resources.kafka.errors import KafkaFormatError
-from kts_resources.remote_index_check import check_partition_index
+from kts_resources.reading.remote_index_check import check_partition_index
 from kts_resources.remote_log import RemoteStorageError
-from kts_resources.remote_integrity import inspect_finished_segments
-from kts_resources.lost_ranges import describe, detect_lost_ranges
+from kts_resources.maintenance.remote_integrity import inspect_finished_segments
+from kts_resources.tiering.lost_ranges import describe, detect_lost_ranges
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
-from kts_resources.tiers import (
+from kts_resources.tiering.tiers import (
     LocatedPartition,
     active_log_end_offset,
     finished_segments,
@@ -313,7 +313,7 @@ def _follower_roles(kafka_log_dirs: KafkaLogDirsResource) -> Callable[[LocatedPa
     else None; an unreadable metadata log judges every replica as the copier (the copy step names
     the error)."""
     from kts_resources.kafka.errors import KafkaFormatError
-    from kts_resources.leadership import broker_replicas
+    from kts_resources.tiering.leadership import broker_replicas
 
     try:
         replicas = broker_replicas(kafka_log_dirs.paths(), settings.metadata_log_dir())

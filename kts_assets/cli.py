@@ -393,7 +393,7 @@ def cmd_simulate(args) -> int:
     import time
 
     from kts_resources import settings
-    from kts_resources.kafka.simulate import SimulationConfig, simulate
+    from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
     options = {f.name: getattr(args, f.name) for f in dataclasses.fields(SimulationConfig) if getattr(args, f.name, None) is not None}
     cluster = _cluster_options(args, options)
@@ -444,7 +444,7 @@ _CLUSTER_OPTIONS = ("replication_factor", "leader_changes", "unclean_elections")
 def _cluster_options(args, options: dict):
     """The cluster run's options when --brokers is given, else None; a usage error for options
     that belong to the other kind of run."""
-    from kts_resources.kafka.simulate_cluster import ClusterOptions
+    from kts_resources.kafka.simulator.simulate_cluster import ClusterOptions
 
     if args.brokers is None:
         given = [o for o in _CLUSTER_OPTIONS if getattr(args, o) is not None]
@@ -460,8 +460,8 @@ def _cluster_options(args, options: dict):
 
 
 def _simulate_cluster(root: Path, config, cluster, progress, as_json: bool) -> int:
-    from kts_resources.kafka.cluster_simulation import broker_log_dir
-    from kts_resources.kafka.simulate_cluster import simulate_cluster
+    from kts_resources.kafka.simulator.cluster_simulation import broker_log_dir
+    from kts_resources.kafka.simulator.simulate_cluster import simulate_cluster
 
     for b in range(cluster.brokers):
         d = broker_log_dir(root, b)
@@ -609,7 +609,7 @@ def add_config_parser(sub) -> None:
 
 
 def cmd_services(args) -> int:
-    from kts_resources.services import services, stop_services
+    from kts_resources.servers.services import services, stop_services
     from kts_resources.settings import kts_home
 
     from kts_assets import cli_server
@@ -644,7 +644,7 @@ def cmd_services(args) -> int:
 
 def _services_of_machine(args) -> int:
     """``kts services [stop] --all [--under DIR]``: every kts server of this account, orphans included."""
-    from kts_resources.services import STOPPED, machine_servers, stop_machine_servers
+    from kts_resources.servers.services import STOPPED, machine_servers, stop_machine_servers
 
     under = Path(args.under).absolute() if args.under is not None else None
     where = f" with a KTS_HOME under {under}" if under is not None else ""
@@ -776,7 +776,7 @@ def _sync(args) -> int:
 
     from kts_resources import settings
     from kts_resources.kafka.logdir import LogDir
-    from kts_resources.lost_ranges import describe
+    from kts_resources.tiering.lost_ranges import describe
 
     keys: list[str] = []
     for path in settings.log_dirs():
@@ -826,8 +826,8 @@ def _sync(args) -> int:
     # The roll sensor need not ask again for what this pass copied (failed partitions it still will).
     advance_roll_cursor(instance, {key: offset for key, offset in eligible.items() if key not in outcome.failed})
     # Topics no kts has seen in a log dir for the grace period lose their remote data, as a deletion would.
-    from kts_resources.partition_admin import delete_topics_gone_from_log_dirs
-    from kts_resources.quotas import SystemClock
+    from kts_resources.tiering.partition_admin import delete_topics_gone_from_log_dirs
+    from kts_resources.tiering.quotas import SystemClock
 
     store = _metadata_store()
     storage = _remote_storage()
@@ -881,7 +881,7 @@ STATUS_FIELDS = (
 def cmd_status(args) -> int:
     """Per partition: both tiers' offsets (Lx ≤ Ly ≤ Lz locally, Rx ≤ Ry remotely), bytes, segments
     and copy lag, from the log dirs and the metadata store (ARCHITECTURE.md's status fields).
-    Neither Dagster nor PySpark is imported: ``kts_resources.tiers`` has all it needs. A log dir
+    Neither Dagster nor PySpark is imported: ``kts_resources.tiering.tiers`` has all it needs. A log dir
     that is not there is a wrong environment, not an empty broker: one line each and exit 1 (an
     existing log dir with no partitions yet is a broker's first minutes, and prints an empty table)."""
     from kts_resources import preflight, settings
@@ -921,8 +921,8 @@ def _status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> li
     import dataclasses
 
     from kts_resources import settings
-    from kts_resources.leadership import broker_replicas
-    from kts_resources.tiers import active_log_end_offset, log_dir_partitions, partition_tiers, topic_id_partition
+    from kts_resources.tiering.leadership import broker_replicas
+    from kts_resources.tiering.tiers import active_log_end_offset, log_dir_partitions, partition_tiers, topic_id_partition
 
     try:  # who leads, from the broker's KRaft metadata log (none: "-", every replica copies)
         role = broker_replicas(settings.log_dirs(), settings.metadata_log_dir()).role
@@ -997,7 +997,7 @@ def add_simulate_parser(sub) -> None:
     """One option per SimulationConfig field, so the CLI can never fall behind the simulator."""
     import dataclasses
 
-    from kts_resources.kafka.simulate import OPTION_LIMITS, SimulationConfig
+    from kts_resources.kafka.simulator.simulate import OPTION_LIMITS, SimulationConfig
 
     p = sub.add_parser("simulate", help="write (or keep appending to) broker-like partitions in a log dir, or a replicated cluster's",
                        description="Writes broker-like partitions: batches of every codec, rolls, indexes, "
@@ -1031,7 +1031,7 @@ def add_simulate_parser(sub) -> None:
         elif isinstance(default, int):
             kind, metavar = int, "N"
         elif isinstance(default, str):
-            from kts_resources.kafka.simulate import TIMESTAMP_PROFILES
+            from kts_resources.kafka.simulator.simulate import TIMESTAMP_PROFILES
 
             kind, metavar = str, "|".join(TIMESTAMP_PROFILES)
         else:

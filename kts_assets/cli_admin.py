@@ -1,7 +1,7 @@
 """`kts delete-records` and `kts topic delete`: Kafka's DeleteRecords and topic deletion on kts's
-tiers (kts_resources.partition_admin); `kts recover`: the metadata store rebuilt from the remote
-tier alone (kts_resources.recovery); `kts restore`: a partition's log dir rebuilt from the remote
-tier (kts_resources.restore). One clear line for bad input."""
+tiers (kts_resources.tiering.partition_admin); `kts recover`: the metadata store rebuilt from the remote
+tier alone (kts_resources.maintenance.recovery); `kts restore`: a partition's log dir rebuilt from the remote
+tier (kts_resources.maintenance.restore). One clear line for bad input."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def cmd_delete_records(args) -> int:
     """Move the partition's log start offset to ``--before``; the next expiry deletes below it."""
     from kts_assets.cli import _metadata_store
     from kts_resources import settings
-    from kts_resources.partition_admin import DeleteRecordsError, UnknownPartitionError, delete_records
+    from kts_resources.tiering.partition_admin import DeleteRecordsError, UnknownPartitionError, delete_records
     from kts_resources.remote_storage.base import RemoteStorageError
-    from kts_resources.tiers import locate_partitions
+    from kts_resources.tiering.tiers import locate_partitions
 
     from kts_assets.cli import _remote_storage
 
@@ -82,9 +82,9 @@ def cmd_topic_delete(args) -> int:
     """Delete every remote segment and remote log index file of the topic, through the partition delete states."""
     from kts_assets.cli import _metadata_store, _remote_storage
     from kts_resources import settings
-    from kts_resources.partition_admin import delete_topic_remote_data
-    from kts_resources.quotas import SystemClock
-    from kts_resources.tiers import log_dir_partitions
+    from kts_resources.tiering.partition_admin import delete_topic_remote_data
+    from kts_resources.tiering.quotas import SystemClock
+    from kts_resources.tiering.tiers import log_dir_partitions
 
     storage = _remote_storage()
     store = _metadata_store()
@@ -114,7 +114,7 @@ def cmd_recover(args) -> int:
 
     from kts_assets.cli import report
     from kts_resources import settings
-    from kts_resources.recovery import RecoveryError, recover
+    from kts_resources.maintenance.recovery import RecoveryError, recover
 
     def progress(line: str) -> None:
         print(f"kts recover: {line}", file=sys.stderr, flush=True)
@@ -148,7 +148,7 @@ def cmd_restore(args) -> int:
 
     from kts_assets.cli import directory_to_write
     from kts_resources.remote_storage.base import RemoteStorageError
-    from kts_resources.restore import RestoreError, restore_partition
+    from kts_resources.maintenance.restore import RestoreError, restore_partition
 
     to_dir = directory_to_write(args.to, "--to")
     last = {"at": 0.0}
@@ -178,12 +178,12 @@ def cmd_restore(args) -> int:
 
 
 def cmd_scrub(args) -> int:
-    """Reconcile the remote tier with the metadata store (kts_resources.scrub); exit 1 on damage."""
+    """Reconcile the remote tier with the metadata store (kts_resources.maintenance.scrub); exit 1 on damage."""
     import sys
 
     from kts_assets.cli import report
     from kts_resources.remote_storage.base import RemoteStorageError
-    from kts_resources.scrub import scrub
+    from kts_resources.maintenance.scrub import scrub
 
     def progress(line: str) -> None:
         print(f"kts scrub: {line}", file=sys.stderr, flush=True)

@@ -8,8 +8,8 @@ from kts_assets.cli import EXIT_USAGE, CommandError, b64, bounded, parse_size, p
 
 def _reader():
     from kts_assets.cli import _metadata_store, _remote_uri
-    from kts_resources.quotas import QuotaConfigError
-    from kts_resources.reader import TieredLogReader
+    from kts_resources.tiering.quotas import QuotaConfigError
+    from kts_resources.reading.reader import TieredLogReader
 
     _remote_uri()
     try:
@@ -22,7 +22,7 @@ def _reader():
 
 def cmd_fetch(args) -> int:
     """Records from ``--offset`` on, local or remote, as a consumer fetch returns them."""
-    from kts_resources.reader import ReadError
+    from kts_resources.reading.reader import ReadError
 
     with _reader() as reader:
         try:
@@ -56,7 +56,7 @@ def _text(data: bytes | None) -> str:
 
 def cmd_offsets(args) -> int:
     """ListOffsets across tiers: {"offset": N, "leader_epoch": E}, −1/−1 when there is none."""
-    from kts_resources.reader import ReadError
+    from kts_resources.reading.reader import ReadError
 
     spec = args.timestamp if args.timestamp is not None else args.spec
     with _reader() as reader:
@@ -75,10 +75,10 @@ def cmd_broker_config(args) -> int:
     """The KIP-956 quota settings every kts process shares, kept in the metadata store."""
     from kts_assets.cli import _metadata_store, key_values
     from kts_resources.metadata.topic_config import InvalidTopicConfig, broker_retention, validate_broker_retention
-    from kts_resources.quotas import QuotaConfig, QuotaConfigError
+    from kts_resources.tiering.quotas import QuotaConfig, QuotaConfigError
 
-    from kts_resources.partition_admin import DEFAULT_TOPIC_ABSENCE_GRACE_MS, TOPIC_ABSENCE_GRACE_KEY
-    from kts_resources.retention import BROKER_RETENTION_DEFAULTS  # the lowest values
+    from kts_resources.tiering.partition_admin import DEFAULT_TOPIC_ABSENCE_GRACE_MS, TOPIC_ABSENCE_GRACE_KEY
+    from kts_resources.tiering.retention import BROKER_RETENTION_DEFAULTS  # the lowest values
 
     quota_keys = QuotaConfig().to_properties()
     lowest = {**BROKER_RETENTION_DEFAULTS, TOPIC_ABSENCE_GRACE_KEY: -1}
@@ -124,7 +124,7 @@ def cmd_broker_config(args) -> int:
 
 
 def add_read_parsers(sub) -> None:
-    from kts_resources.reader import DEFAULT_MAX_BYTES, ISOLATION_LEVELS
+    from kts_resources.reading.reader import DEFAULT_MAX_BYTES, ISOLATION_LEVELS
 
     partition = bounded(int, 0, 2**31 - 1)
     p = sub.add_parser("fetch", help="records from an offset, from the local log or the remote tier (Kafka's fetch)")

@@ -6,7 +6,7 @@ it the JVM; this spares it the interpreter).
 Like the embedded Spark Connect server (``spark_connect.py``): started by the first ``kts sync``
 that finds none, reused by later ones, state under ``KTS_HOME/cli-server`` (``server.json``,
 ``server.log``), an fcntl lock so concurrent first starts share one server, listed and stopped by
-``kts services`` (with the embedded servers of ``kts_resources.services``). ``KTS_CLI_SERVER=off``
+``kts services`` (with the embedded servers of ``kts_resources.servers.services``). ``KTS_CLI_SERVER=off``
 runs every command in its own process, as before.
 
 What a command sees is what it would see run in its own process: the child takes the client's
@@ -38,8 +38,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kts_resources.home_watch import home_gone
-from kts_resources.local_processes import alive, locked
+from kts_resources.servers.home_watch import home_gone
+from kts_resources.servers.local_processes import alive, locked
 
 STATE_DIR = "cli-server"
 STATE_FILE = "server.json"
@@ -53,7 +53,7 @@ STOP_GRACE_S = 20
 REQUEST_TIMEOUT_S = 10
 # Modules the server imports before it serves: everything a sync imports before its first event.
 PRELOAD = ("kts_assets.cli", "kts_assets.definitions", "kts_assets.sync", "kts_assets.run_hygiene",
-           "kts_assets.sensors.roll", "kts_resources.partition_admin", "pyspark.sql.connect.session",
+           "kts_assets.sensors.roll", "kts_resources.tiering.partition_admin", "pyspark.sql.connect.session",
            "pyarrow.parquet", "psycopg2", "kts_resources.dagster_storage")
 _LENGTH = struct.Struct("!I")
 _PR_SET_PDEATHSIG = 1
@@ -193,7 +193,7 @@ def _start(home: Path, fingerprint: str) -> CliServer:
 
 def describe(kts_home: Path):
     """The server as ``kts services`` lists it (a ``Service``), or None when there is none."""
-    from kts_resources.services import RUNNING, STALE, Service
+    from kts_resources.servers.services import RUNNING, STALE, Service
 
     home = state_dir(kts_home)
     server = recorded(home)

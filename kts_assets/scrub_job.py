@@ -1,5 +1,5 @@
 """The scrub as an asset check, ``remote_tier_scrubbed``, its ``scrub_job`` and weekly schedule:
-``kts scrub --deep`` as a Dagster run (kts_resources.scrub).
+``kts scrub --deep`` as a Dagster run (kts_resources.maintenance.scrub).
 
 The scrub is tier-wide, not per partition, so the check is not partitioned: its result sits on
 ``remote_segments`` beside the per-partition checks, with the scrub's numbers as metadata (the
@@ -11,7 +11,7 @@ import dagster as dg
 
 from kts_assets.assets import remote_segments
 from kts_resources.resources import MetadataStoreResource, RemoteTierResource
-from kts_resources.scrub import DEFAULT_GRACE_S
+from kts_resources.maintenance.scrub import DEFAULT_GRACE_S
 
 
 class ScrubConfig(dg.Config):
@@ -26,7 +26,7 @@ class ScrubConfig(dg.Config):
                             "missing or corrupt; the next copy pass re-copies those whose local segment exists.")
 def remote_tier_scrubbed(context: dg.AssetCheckExecutionContext, config: ScrubConfig,
                          metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> dg.AssetCheckResult:
-    from kts_resources.scrub import scrub
+    from kts_resources.maintenance.scrub import scrub
 
     report = scrub(metadata_store.store(), remote_tier.storage(), deep=config.deep, grace_s=config.grace_seconds,
                    progress=context.log.info)

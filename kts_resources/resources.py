@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from kts_resources.metadata.store import RemoteLogMetadataStore
-    from kts_resources.quotas import QuotaConfig, RLMQuotaManager
+    from kts_resources.tiering.quotas import QuotaConfig, RLMQuotaManager
     from kts_resources.remote_storage.base import RemoteStorageManager
 
 
@@ -174,7 +174,7 @@ class CopyQuotaResource(dg.ConfigurableResource):
     window_size_seconds: int = 1
 
     def config(self) -> "QuotaConfig":
-        from kts_resources.quotas import (
+        from kts_resources.tiering.quotas import (
             COPY_MAX_BYTES_PER_SECOND,
             COPY_QUOTA_WINDOW_NUM,
             COPY_QUOTA_WINDOW_SIZE_SECONDS,
@@ -187,7 +187,7 @@ class CopyQuotaResource(dg.ConfigurableResource):
         return QuotaConfig.from_properties(props)
 
     def manager(self, engine: "Engine | None" = None) -> "RLMQuotaManager":
-        from kts_resources.quotas import copy_quota_manager
+        from kts_resources.tiering.quotas import copy_quota_manager
 
         return copy_quota_manager(self.config(), engine)
 
@@ -198,7 +198,7 @@ class CopyQuotaResource(dg.ConfigurableResource):
 class KtsPySparkResource(PySparkResource):
     """dagster-pyspark's resource with kts's session: Spark Connect by default (the embedded server
     of `KTS_HOME`, or `KTS_SPARK_REMOTE`), a classic in-process session when a master is set
-    (`spark_config["spark.master"]` or `KTS_SPARK_MASTER`); see `kts_resources.spark.spark_mode`.
+    (`spark_config["spark.master"]` or `KTS_SPARK_MASTER`); see `kts_resources.spark.session.spark_mode`.
 
     A Connect session is one per process and endpoint, a classic one is the process's JVM: every
     Spark step of a run, and every run of an in-process `kts sync`, shares it. The session is made
@@ -221,7 +221,7 @@ class KtsPySparkResource(PySparkResource):
 
     def build_session(self) -> Any:
         """The Spark session this resource's configuration names (see ``spark_mode``)."""
-        from kts_resources.spark import build_spark_session
+        from kts_resources.spark.session import build_spark_session
 
         config = {key: str(value) for key, value in self.spark_config.items()}
         master = config.pop("spark.master", None)
@@ -231,7 +231,7 @@ class KtsPySparkResource(PySparkResource):
     def server_loss_as_failure(self) -> Iterator[None]:
         """Around a step's Spark work: a Spark Connect server that stops answering fails the step
         with one line saying so (and that the next run starts a fresh one), not a gRPC trace."""
-        from kts_resources.spark import lost_connect_server
+        from kts_resources.spark.session import lost_connect_server
 
         try:
             yield

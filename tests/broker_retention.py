@@ -2,7 +2,7 @@
 log dir in-process, as one `kts sync` pass runs them — for the tests of issue 34's core use case
 (tests/test_broker_retention.py, tests/test_broker_retention_week.py).
 
-The broker (kts_resources.kafka.broker_log) is not tiering-aware, as a broker kts tiers is not:
+The broker (kts_resources.kafka.simulator.broker_log) is not tiering-aware, as a broker kts tiers is not:
 its retention deletes segments whether they were copied or not, moves its log start offset to the
 first remaining segment, truncates its leader-epoch cache there and writes
 ``log-start-offset-checkpoint``, as UnifiedLog.deleteOldSegments and the checkpoint task do.
@@ -18,18 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kts_resources.copier import copy_log_dir
-from kts_resources.expiry import expire_partition
+from kts_resources.tiering.copier import copy_log_dir
+from kts_resources.tiering.expiry import expire_partition
 from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
-from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
+from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import NewRecord, build_batch
 from kts_resources.metadata.store import RemoteLogMetadataStore
-from kts_resources.quotas import ManualClock
-from kts_resources.reader import PartitionReader, TieredLogReader
+from kts_resources.tiering.quotas import ManualClock
+from kts_resources.reading.reader import PartitionReader, TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState
-from kts_resources.spark_retention import plan_partitions
-from kts_resources.tiers import locate_partitions, topic_id_partition
+from kts_resources.spark.retention_job import plan_partitions
+from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
 
 HOUR_MS = 3600 * 1000
 DAY_MS = 24 * HOUR_MS

@@ -13,20 +13,20 @@ import random
 import threading
 from dataclasses import dataclass, field
 
-from kts_resources.copier import copy_partition
-from kts_resources.expiry import expire_partition, plan_partition
-from kts_resources.kafka.cluster_simulation import ClusterSimulation
+from kts_resources.tiering.copier import copy_partition
+from kts_resources.tiering.expiry import expire_partition, plan_partition
+from kts_resources.kafka.simulator.cluster_simulation import ClusterSimulation
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import NewRecord, build_batch
-from kts_resources.leadership import broker_replicas
-from kts_resources.lineage import epoch_ranges
-from kts_resources.lost_ranges import uncovered
-from kts_resources.quotas import ManualClock
-from kts_resources.reader import OffsetOutOfRangeError, PartitionReader
-from kts_resources.retention import BY_SIZE
+from kts_resources.tiering.leadership import broker_replicas
+from kts_resources.tiering.lineage import epoch_ranges
+from kts_resources.tiering.lost_ranges import uncovered
+from kts_resources.tiering.quotas import ManualClock
+from kts_resources.reading.reader import OffsetOutOfRangeError, PartitionReader
+from kts_resources.tiering.retention import BY_SIZE
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
-from kts_resources.tiers import LocatedPartition, topic_id_partition
+from kts_resources.tiering.tiers import LocatedPartition, topic_id_partition
 
 T0 = 1_700_000_000_000
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -169,7 +169,7 @@ class KtsBesideEachBroker:
 
     def _agrees_with_leader(self, tp: TopicPartition, broker: int) -> bool:
         """Whether ``broker``'s lineage is a prefix of the leader's, up to its high watermark."""
-        from kts_resources.lineage import diverges_at
+        from kts_resources.tiering.lineage import diverges_at
 
         point = diverges_at(self.cluster.lineage(tp, broker), self.cluster.lineage(tp))
         return point is None or point >= self.cluster.high_watermark(tp, broker)
@@ -193,7 +193,7 @@ class KtsBesideEachBroker:
         return out
 
     def scrub_is_clean(self) -> None:
-        from kts_resources.scrub import scrub
+        from kts_resources.maintenance.scrub import scrub
 
         report = scrub(self.store, self.storage, deep=True)
         assert report.clean, report.problems

@@ -72,7 +72,7 @@ def materializations(result, asset: str) -> list:
 # directory, or any process with this run's mark, fails the run: each is named, then stopped, so
 # the machine is left as the run found it.
 RUN_MARKER = "KTS_TEST_RUN"
-# A watchdog (kts_resources/home_watch.py) leaves within a second of its server's end.
+# A watchdog (kts_resources/servers/home_watch.py) leaves within a second of its server's end.
 os.environ.setdefault("KTS_IDLE_CHECK_S", "1")
 # Hang-only: how long the last fixtures' servers and watchdogs get to exit before they count.
 LEFTOVER_GRACE_S = 120
@@ -134,7 +134,7 @@ def _leftovers(basetemp: Path, marker: str) -> tuple[list, list[tuple[int, list[
     """This run's kts servers and clusters, and its marked processes, still there after the grace."""
     import time
 
-    from kts_resources.services import machine_servers
+    from kts_resources.servers.services import machine_servers
 
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     while True:
@@ -148,7 +148,7 @@ def _leftovers(basetemp: Path, marker: str) -> tuple[list, list[tuple[int, list[
 
 def _marked_processes(marker: str) -> list[tuple[int, list[str]]]:
     """Live processes (this one aside) whose environment has ``RUN_MARKER=marker``."""
-    from kts_resources.local_processes import alive, command_line, pids
+    from kts_resources.servers.local_processes import alive, command_line, pids
 
     mark = f"{RUN_MARKER}={marker}".encode()
     found = []
@@ -167,11 +167,11 @@ def _marked_processes(marker: str) -> list[tuple[int, list[str]]]:
 def _clear(servers: list, processes: list[tuple[int, list[str]]]) -> None:
     import signal
 
-    from kts_resources.services import stop_machine_servers
+    from kts_resources.servers.services import stop_machine_servers
 
     from kts_resources.metadata import embedded
 
-    from kts_resources.local_processes import same_process
+    from kts_resources.servers.local_processes import same_process
 
     stop_machine_servers(servers)
     for server in servers:

@@ -17,13 +17,13 @@ import signal
 import sys
 from pathlib import Path
 
-from kts_resources import expiry
-from kts_resources.expiry import expire_partition
+from kts_resources.tiering import expiry
+from kts_resources.tiering.expiry import expire_partition
 from kts_resources.metadata.store import RemoteLogMetadataStore
-from kts_resources.quotas import ManualClock
+from kts_resources.tiering.quotas import ManualClock
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.tiers import locate_partitions, topic_id_partition
+from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
 
 CRASH_POINTS = ("after-log-start", "after-started", "mid-objects", "mid-local")
 

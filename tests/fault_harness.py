@@ -805,7 +805,7 @@ class Scenario:
         """``kts fetch --json --max-bytes 1`` of each planned offset, by kts's reader as the command
         builds it (from this scenario's environment, with a log dir holding nothing: remote only),
         in this process: the JSON, or the one line the command would print."""
-        from kts_resources.reader import ReadError, TieredLogReader
+        from kts_resources.reading.reader import ReadError, TieredLogReader
 
         answers: list[dict | str] = []
         with environment({**self.env, "KTS_LOG_DIRS": str(self.no_logs)}):

@@ -28,7 +28,7 @@ def spark_connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     if not wanted or chosen:
         yield os.environ.get("KTS_SPARK_REMOTE", "").strip() or None
         return
-    from kts_resources import spark_connect
+    from kts_resources.spark import connect_server as spark_connect
 
     home = tmp_path_factory.mktemp("kts_home_spark") / "spark-connect"
     server = spark_connect.ensure_running(home, master="local[2]")
@@ -37,7 +37,7 @@ def spark_connect_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
         yield server.url
     finally:
         os.environ.pop("KTS_SPARK_REMOTE", None)
-        from kts_resources.spark import forget_connect_sessions
+        from kts_resources.spark.session import forget_connect_sessions
 
         forget_connect_sessions()
         spark_connect.stop(home)

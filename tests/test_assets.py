@@ -18,10 +18,10 @@ from kts_assets.definitions import defs
 from kts_assets.jobs import copy_job
 from kts_assets.partitions import topic_partitions
 from kts_assets.scrub_job import remote_tier_scrubbed
-from kts_resources.inventory import inventory_path
+from kts_resources.spark.inventory import inventory_path
 from kts_resources.kafka.checkpoints import PartitionMetadata, read_offset_checkpoint, write_partition_metadata
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.resources import (
     CopyQuotaResource,
@@ -114,7 +114,7 @@ def test_local_segments_stores_the_inventory_and_reports_the_partitions_offsets(
     assert md["eligible_bytes"] == sum(s.log.stat().st_size for s in eligible(log_dir, "orders-0"))
     parquet = inventory_path("orders-0")
     assert parquet.is_dir() and parquet.is_relative_to(kts_home) and any(parquet.glob("*.parquet"))
-    from kts_resources.spark import build_spark_session
+    from kts_resources.spark.session import build_spark_session
 
     stored = build_spark_session().read.parquet(str(parquet))  # the run's own session
     rows = stored.collect()

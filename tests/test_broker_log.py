@@ -1,7 +1,7 @@
 """The broker-like writer against the rules of Apache Kafka's broker, one rule per test.
 
 Each test pins a behaviour of Kafka's UnifiedLog / LogSegment / ProducerStateManager /
-ProducerAppendInfo / LeaderEpochFileCache that ``kts_resources.kafka.broker_log`` must reproduce
+ProducerAppendInfo / LeaderEpochFileCache that ``kts_resources.kafka.simulator.broker_log`` must reproduce
 byte for byte (the expected values were worked out from Kafka's source, and the HashMap orders
 were printed by a JVM's java.util.HashMap).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from crc32c import crc32c
 
-from kts_resources.kafka.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
+from kts_resources.kafka.simulator.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
 from kts_resources.kafka.checkpoints import EpochEntry, read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
 from kts_resources.kafka.logdir import list_producer_snapshots
 from kts_resources.kafka.records import NewRecord, build_batch, build_control_batch

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from kts_assets.broker_scope import BrokerScope, BrokerScopeError, scope_from_environment
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .test_sync_outcome import kts
 

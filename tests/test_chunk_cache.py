@@ -1,4 +1,4 @@
-"""The on-disk chunk cache (kts_resources/chunk_cache.py) and the sequential reader: least recently
+"""The on-disk chunk cache (kts_resources/reading/chunk_cache.py) and the sequential reader: least recently
 used chunks go first at the size bound; processes filling and reading one cache never see half a
 chunk; a cached chunk saves the remote request; a damaged cached chunk is caught by its CRCs and
 read again from the tier; replay returns exactly the batches a fetch loop returns."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import multiprocessing
 import time
 
-from kts_resources.chunk_cache import ChunkCache
-from kts_resources.reader import TieredLogReader
+from kts_resources.reading.chunk_cache import ChunkCache
+from kts_resources.reading.reader import TieredLogReader
 
 from .test_reader import TOPIC, tiered  # noqa: F401  (the tiered partition fixture)
 from .test_reader import storage  # noqa: F401

@@ -248,7 +248,7 @@ def test_status_with_a_corrupt_checkpoint_in_one_of_two_log_dirs_shows_the_other
     """The healthy log dir's partitions are printed; the corrupt file is one line with its position; exit 1."""
     import os
 
-    from kts_resources.kafka.simulate import SimulationConfig, simulate
+    from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
     simulate(tmp_path / "a", SimulationConfig(seed=1, topics=("orders",), partitions=1, total_bytes=16 * 1024))
     simulate(tmp_path / "b", SimulationConfig(seed=2, topics=("payments",), partitions=1, total_bytes=16 * 1024))

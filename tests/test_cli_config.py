@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 
 @pytest.fixture

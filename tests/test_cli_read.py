@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from kts_resources.copier import copy_log_dir
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import read_records
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 

@@ -21,7 +21,7 @@ import dagster as dg
 import pytest
 
 from kts_assets import cli_server
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .conftest import REPO_ROOT
 from .test_run_hygiene import _processes_mentioning
@@ -206,7 +206,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    from kts_resources.local_processes import alive
+    from kts_resources.servers.local_processes import alive
 
     return alive(pid)
 

@@ -77,14 +77,14 @@ def test_a_killed_server_is_listed_stale_and_stop_clears_it(tmp_path):
 
 
 def test_services_all_lists_and_stops_every_server_of_the_account_orphans_included(tmp_path):
-    from kts_resources.local_processes import alive
+    from kts_resources.servers.local_processes import alive
 
     kept_home, gone_home = tmp_path / "kept", tmp_path / "gone"
     kept = embedded.ensure_running(kept_home / "postgres")
     orphan = embedded.ensure_running(gone_home / "postgres")
     try:
         # An orphan as a server started before watchdogs existed (or whose watchdog was killed) is one.
-        from kts_resources.services import machine_servers
+        from kts_resources.servers.services import machine_servers
 
         for watchdog in machine_servers(gone_home, watchdogs=True):
             if watchdog.kind == "watchdog":

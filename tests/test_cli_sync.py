@@ -16,7 +16,7 @@ import pytest
 from dagster._core.scheduler.instigation import TickStatus
 from dagster._daemon.sensor import execute_sensor_iteration
 
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from kts_assets.cli import STATUS_FIELDS
 from kts_assets.sensors.cursor import decode_cursor

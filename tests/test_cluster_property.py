@@ -20,7 +20,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kts_resources.kafka.cluster_simulation import ClusterSimulation
+from kts_resources.kafka.simulator.cluster_simulation import ClusterSimulation
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .cluster_scenario import KtsBesideEachBroker

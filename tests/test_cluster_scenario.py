@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from kts_resources.kafka.cluster_simulation import ClusterSimulation
+from kts_resources.kafka.simulator.cluster_simulation import ClusterSimulation
 from kts_resources.metadata.store import RemoteLogMetadataStore
-from kts_resources.recovery import recover
+from kts_resources.maintenance.recovery import recover
 
 from .cluster_scenario import KtsBesideEachBroker
 from .fixtures_postgres import fresh_database

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from kts_resources.kafka.checkpoints import EpochEntry, read_meta_properties
-from kts_resources.kafka.cluster_simulation import ClusterSimulation
+from kts_resources.kafka.simulator.cluster_simulation import ClusterSimulation
 from kts_resources.kafka.indexes import verify_segment_indexes
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import NewRecord, build_batch, decode_batch, scan_batches
-from kts_resources.leadership import broker_replicas
+from kts_resources.tiering.leadership import broker_replicas
 
 from .test_cli import kts
 

@@ -18,7 +18,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kts_resources.kafka.columnar import decode_columns
 from kts_resources.kafka.errors import CorruptRecordError
 from kts_resources.kafka.records import NewRecord, build_batch, decode_batch, scan_batches
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from tests.conftest import shared_dir
 
 T0 = 1_700_000_000_000

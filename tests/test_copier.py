@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources.copier import copy_log_dir, copy_partition, segment_leader_epochs
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.tiering.copier import copy_log_dir, copy_partition, segment_leader_epochs
 from kts_resources.kafka.checkpoints import (
     EpochEntry,
     PartitionMetadata,
@@ -25,8 +25,8 @@ from kts_resources.kafka.checkpoints import (
     write_partition_metadata,
 )
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.quotas import ManualClock, RLMQuotaManager, InMemorySamples
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.tiering.quotas import ManualClock, RLMQuotaManager, InMemorySamples
 from kts_resources.remote_log import IndexType, RemoteLogSegmentState, RemotePartitionDeleteState, TopicIdPartition
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
@@ -78,7 +78,7 @@ def tier(request, tmp_path, monkeypatch):
 
 def _eligible(root: Path) -> dict[str, list]:
     """Per partition, the segments the copy rule allows: closed and below min(HW, recovery point).
-    The test suite's one statement of the rule (kts_resources.tiers states it for kts); the other
+    The test suite's one statement of the rule (kts_resources.tiering.tiers states it for kts); the other
     tests compare with this, or with hand-computed offsets (tests/test_tiers.py)."""
     log_dir = LogDir(root)
     hws = read_offset_checkpoint(root / "replication-offset-checkpoint")
@@ -138,7 +138,7 @@ def test_a_copy_whose_index_entries_cannot_be_cached_still_copies(log_dir, metad
     storage, _ = tier
     home = tmp_path / "not-a-directory"
     home.write_text("")
-    with caplog.at_level(logging.WARNING, logger="kts_resources.copier"):
+    with caplog.at_level(logging.WARNING, logger="kts_resources.tiering.copier"):
         results = copy_log_dir(LogDir(log_dir), metadata_store, storage, index_cache_home=home)
     assert all(r.stopped is None for r in results) and sum(len(r.copied) for r in results) > 2
     assert "not cached (the index build reads it)" in caplog.text
@@ -237,7 +237,7 @@ def test_a_partition_dir_whose_topic_id_is_not_its_siblings_is_reported_and_not_
     stray_id = uuid.uuid4()
     write_partition_metadata(root / "orders-2" / "partition.metadata", PartitionMetadata(0, stray_id))
     storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
-    with caplog.at_level(logging.WARNING, logger="kts_resources.copier"):
+    with caplog.at_level(logging.WARNING, logger="kts_resources.tiering.copier"):
         results = {str(r.topic_partition): r for r in copy_log_dir(LogDir(root), metadata_store, storage)}
     assert results["orders-0"].copied and results["orders-1"].copied
     stray = results["orders-2"]

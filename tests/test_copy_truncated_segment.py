@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.copier import copy_partition
+from kts_resources.tiering.copier import copy_partition
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.segment import scan_segment_file
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
@@ -32,7 +32,7 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 DRIVER = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    from kts_resources.copier import copy_partition
+    from kts_resources.tiering.copier import copy_partition
     from kts_resources.kafka.logdir import LogDir
     from kts_resources.metadata.store import RemoteLogMetadataStore
     from kts_resources.remote_storage.filesystem import FileSystemRemoteStorage

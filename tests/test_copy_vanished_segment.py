@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources.copier import copy_partition
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.tiering.copier import copy_partition
 from kts_resources.kafka.logdir import LogDir, PartitionDir
 from kts_resources.kafka.segment import scan_segment_file
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.reader import PartitionReader, ReadError
-from kts_resources.remote_index_check import check_partition_index
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.reading.reader import PartitionReader, ReadError
+from kts_resources.reading.remote_index_check import check_partition_index
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.restore import RestoreError, restore_partition
-from kts_resources.tiers import LocatedPartition
+from kts_resources.maintenance.restore import RestoreError, restore_partition
+from kts_resources.tiering.tiers import LocatedPartition
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 

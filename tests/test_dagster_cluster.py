@@ -29,7 +29,7 @@ from kts_assets.batching import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_T
 from kts_assets.broker_scope import BrokerScope
 from kts_assets.jobs import COPY_JOB_NAME
 from kts_assets.run_hygiene import launch_tags
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .conftest import REPO_ROOT
 from .fixtures_s3 import free_loopback_port

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from kts_resources.copier import delete_remote_log_segment
-from kts_resources.quotas import ManualClock
+from kts_resources.tiering.copier import delete_remote_log_segment
+from kts_resources.tiering.quotas import ManualClock
 from kts_resources.remote_log import (
     IndexType,
     RemoteLogSegmentMetadata,

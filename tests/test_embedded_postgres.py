@@ -242,13 +242,13 @@ def _read(path: Path) -> str:
 
 
 def _watchdogs_of(root: Path) -> list:
-    from kts_resources.services import machine_servers
+    from kts_resources.servers.services import machine_servers
 
     return [s for s in machine_servers(root, watchdogs=True) if s.kind == "watchdog"]
 
 
 def test_a_server_whose_kts_home_is_deleted_stops_and_its_cluster_goes_with_it(tmp_path, monkeypatch):
-    from kts_resources.local_processes import alive
+    from kts_resources.servers.local_processes import alive
 
     monkeypatch.setenv("KTS_IDLE_CHECK_S", "0.2")
     kts_home = tmp_path / "kts-home"
@@ -273,7 +273,7 @@ def test_a_server_whose_kts_home_is_deleted_stops_and_its_cluster_goes_with_it(t
 
 
 def test_a_kts_home_moved_away_stops_its_server_but_keeps_its_data_for_the_new_path(tmp_path, monkeypatch):
-    from kts_resources.local_processes import alive
+    from kts_resources.servers.local_processes import alive
 
     monkeypatch.setenv("KTS_IDLE_CHECK_S", "0.2")
     before, after = tmp_path / "before", tmp_path / "after"

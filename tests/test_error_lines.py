@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kts_resources.kafka.logdir import LogDir, UnreadableSegmentError, discover
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from tests.conftest import REPO_ROOT
 
 
@@ -185,7 +185,7 @@ def test_sync_beside_link_loops_tiers_every_healthy_partition_and_names_each_loo
 
 def test_the_roll_survey_and_the_index_check_pass_over_link_loops(log_dir: Path):
     from kts_assets.sensors.roll import survey_log_dirs
-    from kts_resources.local_indexes import index_problems
+    from kts_resources.maintenance.local_indexes import index_problems
 
     self_link(log_dir / "orders-7")
     self_link(log_dir / "pay-1" / f"{99_999:020d}.log")
@@ -244,7 +244,7 @@ def test_simulate_into_a_read_only_dir_is_one_line_naming_it(tmp_path: Path):
 
 
 def test_restore_into_a_read_only_dir_is_one_line_naming_it(tmp_path: Path, log_dir: Path, metadata_store, pg_url):
-    from kts_resources.copier import copy_log_dir
+    from kts_resources.tiering.copier import copy_log_dir
     from kts_resources.remote_storage.factory import remote_storage_from_uri
 
     env = store_env(tmp_path, log_dir, pg_url)

@@ -1,4 +1,4 @@
-"""Expiry in both tiers (kts_resources/expiry.py), as Kafka's tiered-storage integration tests
+"""Expiry in both tiers (kts_resources/tiering/expiry.py), as Kafka's tiered-storage integration tests
 check it: records read back with fetch from each tier before and after. The log start offset is
 recorded first, remote segments go through the delete states, owned log dirs lose their expired
 local segments (only those safely remote), broker-owned ones are only reported on."""
@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.copier import copy_log_dir
-from kts_resources.expiry import expire_partition, plan_partition, remove_deleted_leftovers
+from kts_resources.tiering.copier import copy_log_dir
+from kts_resources.tiering.expiry import expire_partition, plan_partition, remove_deleted_leftovers
 from kts_resources.kafka.checkpoints import read_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.quotas import ManualClock
-from kts_resources.reader import OffsetOutOfRangeError, TieredLogReader
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.tiering.quotas import ManualClock
+from kts_resources.reading.reader import OffsetOutOfRangeError, TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.tiers import locate_partitions
+from kts_resources.tiering.tiers import locate_partitions
 
 from .tiered_reads import records_per_tier
 
@@ -115,7 +115,7 @@ def test_with_copying_disabled_local_retention_moves_the_log_start_and_loses_not
     """KIP-950: with remote.log.copy.disable=true nothing more is copied, the local log keeps the
     topic's retention.*, and segments it deletes leave the log: the log start offset moves past
     them (UnifiedLog.deleteSegments), so they are expired data, never a lost range."""
-    from kts_resources.lost_ranges import detect_lost_ranges
+    from kts_resources.tiering.lost_ranges import detect_lost_ranges
 
     root, storage, tip = tiered
     finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
@@ -154,7 +154,7 @@ def test_a_segment_without_timestamps_ages_by_its_file_modification_time(tmp_pat
     import os
     import struct
 
-    from kts_resources.expiry import largest_timestamp
+    from kts_resources.tiering.expiry import largest_timestamp
     from kts_resources.kafka.logdir import SegmentFiles
 
     log, index, timeindex = (tmp_path / f"{0:020d}{s}" for s in (".log", ".index", ".timeindex"))

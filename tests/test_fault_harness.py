@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.lost_ranges import LOST_CAUSE
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.tiering.lost_ranges import LOST_CAUSE
 
 from .fault_harness import (
     BrokerTruth,

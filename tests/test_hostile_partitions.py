@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kts_resources.inventory import MAX_KEY_BYTES_IN_A_NAME, inventory_path, key_digest
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.spark.inventory import MAX_KEY_BYTES_IN_A_NAME, inventory_path, key_digest
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .test_sync_outcome import kts, sync_env
 

@@ -16,12 +16,12 @@ from kts_assets.definitions import defs
 from kts_assets.jobs import INDEX_REBUILD_JOB_NAME, REBUILD_CONFIG
 from kts_assets.sensors import index_rebuild as index_rebuild_module
 from kts_assets.sensors.index_rebuild import index_rebuild_sensor
-from kts_resources import remote_index as ri
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
+from kts_resources.reading import remote_index as ri
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
 from kts_resources.kafka.indexes import rebuild_segment_indexes
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.manifest import INDEX_FILE_KINDS

@@ -11,10 +11,11 @@ import uuid
 import pytest
 
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.metadata_log import Leadership, MetadataLogWriter, PartitionChangeRecord, PartitionRecord, TopicRecord
+from kts_resources.kafka.metadata_log import Leadership, PartitionChangeRecord, PartitionRecord, TopicRecord
+from kts_resources.kafka.simulator.metadata_log_writer import MetadataLogWriter
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.leadership import copy_refusal, replica_role
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.tiering.leadership import copy_refusal, replica_role
 
 from .test_sync_outcome import kts, sync_env
 
@@ -68,7 +69,7 @@ def test_a_replica_that_does_not_copy_still_keeps_its_topic_from_looking_deleted
     without a leader is copied by nobody, so its replicas' kts must still say they see it."""
     import datetime as dt
 
-    from kts_resources.copier import copy_partition
+    from kts_resources.tiering.copier import copy_partition
     from kts_resources.remote_storage.factory import remote_storage_from_uri
 
     log_dir = tmp_path / "logs"
@@ -91,7 +92,7 @@ def test_after_a_leader_change_the_new_leaders_sync_copies_on_and_the_old_leader
     """Two brokers' `kts sync`, one store and one tier: broker 0 leads and copies; leadership moves
     to broker 1 (clean); both syncs exit 0 — the old leader's as a follower whose high watermark is
     below what its kts copied — and the new leader's copies from where the tier's lineage ends."""
-    from kts_resources.kafka.cluster_simulation import ClusterSimulation
+    from kts_resources.kafka.simulator.cluster_simulation import ClusterSimulation
     from kts_resources.kafka.records import NewRecord, build_batch
 
     cluster = ClusterSimulation(tmp_path / "cluster", brokers=2, replication_factor=2, partitions=1, segment_bytes=4000, seed=8)

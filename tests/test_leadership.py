@@ -11,20 +11,20 @@ from pathlib import Path
 import pytest
 
 from kts_resources import settings
-from kts_resources.kafka.broker_log import BrokerLogDir
+from kts_resources.kafka.simulator.broker_log import BrokerLogDir
 from kts_resources.kafka.checkpoints import MetaProperties, decode_meta_properties, read_meta_properties
 from kts_resources.kafka.errors import CheckpointError
 from kts_resources.kafka.logdir import discover_partitions
 from kts_resources.kafka.metadata_log import (
     METADATA_PARTITION_DIR,
     MetadataLogError,
-    MetadataLogWriter,
     PartitionChangeRecord,
     PartitionRecord,
     TopicRecord,
 )
+from kts_resources.kafka.simulator.metadata_log_writer import MetadataLogWriter
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.leadership import (
+from kts_resources.tiering.leadership import (
     Leadership,
     MetadataLogLocationError,
     find_metadata_log,

@@ -1,4 +1,4 @@
-"""The leader-epoch lineage rules (kts_resources/lineage.py, issue 30 items 2-4): which lineage is the
+"""The leader-epoch lineage rules (kts_resources/tiering/lineage.py, issue 30 items 2-4): which lineage is the
 partition's, where a replica starts copying (Kafka's findHighestRemoteOffset), and which segment
 serves each offset — never one that ends before it, never one of another lineage."""
 
@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from kts_resources.kafka.checkpoints import EpochEntry as E
-from kts_resources.lineage import (
+from kts_resources.tiering.lineage import (
     copy_start_offset,
     current_lineage,
     diverges_at,

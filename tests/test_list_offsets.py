@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources.copier import copy_log_dir, delete_remote_log_segment
-from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.tiering.copier import copy_log_dir, delete_remote_log_segment
+from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.checkpoints import (
     EpochEntry,
     read_leader_epoch_checkpoint,
@@ -26,8 +26,8 @@ from kts_resources.kafka.checkpoints import (
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import NewRecord, build_batch
-from kts_resources.quotas import SystemClock
-from kts_resources.reader import READ_UNCOMMITTED, TieredLogReader
+from kts_resources.tiering.quotas import SystemClock
+from kts_resources.reading.reader import READ_UNCOMMITTED, TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 

@@ -17,8 +17,8 @@ import pytest
 
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.lost_ranges import lost_offset_ranges, uncovered
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.tiering.lost_ranges import lost_offset_ranges, uncovered
 from kts_resources.metadata.store import EventKind, RemoteLogMetadataStore, RemoteResourceNotFoundError
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 
@@ -193,10 +193,10 @@ def test_a_lost_range_has_one_cause_wherever_it_is_reported(tmp_path, metadata_s
     and `kts status`'s alarm line (``describe``) word one range the same, owned log dir or not:
     kts cannot know who deleted the files, so neither names a culprit."""
     from kts_assets.checks import _no_uncopied_segment_lost
-    from kts_resources.kafka.broker_log import BrokerLogDir
+    from kts_resources.kafka.simulator.broker_log import BrokerLogDir
     from kts_resources.kafka.records import NewRecord, build_batch
-    from kts_resources.lost_ranges import describe
-    from kts_resources.tiers import locate_partitions, topic_id_partition
+    from kts_resources.tiering.lost_ranges import describe
+    from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
 
     logs = tmp_path / "logs"
     with BrokerLogDir(logs) as broker:
@@ -223,9 +223,9 @@ def test_the_broker_deleting_uncopied_segments_is_loss_only_while_kts_copies(tmp
     topic's retention.* (KIP-950): what it deletes is expired, so the data-loss check records
     nothing; while copying is on, the same deletion is a lost range."""
     from kts_assets.checks import _no_uncopied_segment_lost
-    from kts_resources.kafka.broker_log import BrokerLogDir
+    from kts_resources.kafka.simulator.broker_log import BrokerLogDir
     from kts_resources.kafka.records import NewRecord, build_batch
-    from kts_resources.tiers import locate_partitions, topic_id_partition
+    from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
 
     logs = tmp_path / "logs"
     with BrokerLogDir(logs) as broker:

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kts_resources.kafka.broker_log import LogConfig
+from kts_resources.kafka.simulator.broker_log import LogConfig
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.metadata_log import (
     LEADER_CHANGE,
@@ -34,7 +34,6 @@ from kts_resources.kafka.metadata_log import (
     Leadership,
     LeaderChangeMessage,
     MetadataLogError,
-    MetadataLogWriter,
     PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
@@ -53,6 +52,7 @@ from kts_resources.kafka.metadata_log import (
     merge_partition_change,
     read_cluster_metadata,
 )
+from kts_resources.kafka.simulator.metadata_log_writer import MetadataLogWriter
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.records import NewRecord, build_batch, scan_batches
 

@@ -13,17 +13,17 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kts_resources.copier import copy_log_dir
-from kts_resources.expiry import expire_partition, plan_partition
-from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
+from kts_resources.tiering.copier import copy_log_dir
+from kts_resources.tiering.expiry import expire_partition, plan_partition
+from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import NewRecord, build_batch
-from kts_resources.partition_admin import delete_records
-from kts_resources.quotas import ManualClock
-from kts_resources.reader import TieredLogReader
+from kts_resources.tiering.partition_admin import delete_records
+from kts_resources.tiering.quotas import ManualClock
+from kts_resources.reading.reader import TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.tiers import locate_partitions
+from kts_resources.tiering.tiers import locate_partitions
 
 T0 = 1_700_000_000_000
 OPERATIONS = ("produce", "copy", "expire", "local_retention", "delete_records", "killed_expiry", "sigkill_expiry")

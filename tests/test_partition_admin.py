@@ -1,4 +1,4 @@
-"""DeleteRecords, topic deletion and the tiering switches (kts_resources/partition_admin.py), as
+"""DeleteRecords, topic deletion and the tiering switches (kts_resources/tiering/partition_admin.py), as
 Kafka's tiered-storage integration tests check them: record counts read back per tier with fetch."""
 
 from __future__ import annotations
@@ -10,26 +10,26 @@ import sys
 
 import pytest
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
-from kts_resources.copier import copy_log_dir, copy_partition
-from kts_resources.expiry import expire_partition
-from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
+from kts_resources.tiering.copier import copy_log_dir, copy_partition
+from kts_resources.tiering.expiry import expire_partition
+from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import NewRecord, build_batch
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.partition_admin import (
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.tiering.partition_admin import (
     DeleteRecordsError,
     delete_on_disable_applies,
     delete_partition_remote_data,
     delete_records,
     delete_topic_remote_data,
 )
-from kts_resources.quotas import ManualClock, SystemClock
-from kts_resources.reader import OffsetOutOfRangeError, TieredLogReader
+from kts_resources.tiering.quotas import ManualClock, SystemClock
+from kts_resources.reading.reader import OffsetOutOfRangeError, TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState, RemotePartitionDeleteState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.tiers import locate_partitions
+from kts_resources.tiering.tiers import locate_partitions
 
 from .tiered_reads import records_per_tier
 
@@ -190,7 +190,7 @@ def test_a_topic_no_kts_has_seen_for_the_grace_period_loses_its_remote_data(tmp_
     deleted as `kts topic delete` would; one still seen — here or by another kts's copy — is not."""
     import datetime as dt
 
-    from kts_resources.partition_admin import delete_topics_gone_from_log_dirs
+    from kts_resources.tiering.partition_admin import delete_topics_gone_from_log_dirs
 
     root = tmp_path / "logs"
     simulate(root, SimulationConfig(seed=8, topics=("orders", "clicks"), partitions=1, total_bytes=120 * 1024,
@@ -217,7 +217,7 @@ def test_delete_records_on_a_partition_that_exists_nowhere_is_refused(simulated,
     """Issue 34 finding 6: orders-9 is in no log dir and the store holds no remote data of it, so
     there is no log to move the start of; nothing is written, in the store or the tier."""
     from kts_resources.kafka.partition import TopicPartition
-    from kts_resources.partition_admin import UnknownPartitionError
+    from kts_resources.tiering.partition_admin import UnknownPartitionError
     from kts_resources.remote_log import TopicIdPartition
 
     root, storage = simulated

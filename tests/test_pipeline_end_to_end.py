@@ -11,7 +11,7 @@ from kts_assets.definitions import defs
 from kts_assets.partitions import topic_partitions
 from kts_assets.sensors import segment_roll_sensor
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 
 from .test_assets import eligible, pipeline_resources

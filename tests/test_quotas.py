@@ -1,4 +1,4 @@
-"""Copy and fetch quotas (KIP-956) in kts_resources.quotas, checked against Kafka's arithmetic.
+"""Copy and fetch quotas (KIP-956) in kts_resources.tiering.quotas, checked against Kafka's arithmetic.
 
 Kafka's rule (RLMQuotaManager with a SimpleRate, QuotaUtils.throttleTime): rate = bytes in the live
 samples / window size, window size = time since the oldest live sample started but at least one
@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kts_resources.metadata.models import quota_samples
-from kts_resources.quotas import (
+from kts_resources.tiering.quotas import (
     COPY_MAX_BYTES_PER_SECOND,
     COPY_QUOTA_WINDOW_NUM,
     COPY_QUOTA_WINDOW_SIZE_SECONDS,

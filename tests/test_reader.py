@@ -1,4 +1,4 @@
-"""Reading the tiered log back (kts_resources/reader.py): a simulated partition is copied, its
+"""Reading the tiered log back (kts_resources/reading/reader.py): a simulated partition is copied, its
 remote log index built, and its early segments removed locally as a broker's local retention would;
 then a fetch from every offset returns exactly the records that were produced — from the remote tier
 below the local log start offset, across segment borders and into the local log — on both tiers,
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
-from kts_resources.copier import copy_log_dir
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import CONTROL_ABORT, parse_control_record, read_records, scan_batches
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.kafka.snapshots import read_txn_index
-from kts_resources.reader import (
+from kts_resources.reading.reader import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     OffsetOutOfRangeError,
@@ -152,7 +152,7 @@ def test_every_codec_is_in_the_remote_part(tiered):
 
 
 def test_an_exceeded_fetch_quota_returns_no_remote_data_and_says_throttled(tiered):
-    from kts_resources.quotas import ManualClock, QuotaConfig, fetch_quota_manager
+    from kts_resources.tiering.quotas import ManualClock, QuotaConfig, fetch_quota_manager
 
     reader, _expected, gone = tiered
     clock = ManualClock(1_000_000)

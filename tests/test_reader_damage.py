@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
-from kts_resources.copier import copy_log_dir
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import read_records, scan_batches
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.reader import READ_UNCOMMITTED, ReadError, RemoteDataCorruptError, TieredLogReader
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.reading.reader import READ_UNCOMMITTED, ReadError, RemoteDataCorruptError, TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
@@ -154,7 +154,7 @@ def test_max_timestamp_over_a_damaged_local_segment_is_read_from_the_tier(partit
 @pytest.mark.parametrize("damage", ["zero_fill", "foreign_symlink"])
 def test_the_spark_read_path_reads_a_damaged_local_segment_from_the_tier_or_fails(partition, damage):
     """read_tiered's planning and its executors' task loop (run here in-process: the same code)."""
-    from kts_resources.spark_reader import plan_tasks, read_task
+    from kts_resources.spark.reader import plan_tasks, read_task
 
     getattr(partition, damage)()
     tasks = plan_tasks(partition.reader, TOPIC, [0], partition.base, None, task_bytes=16 * 1024)

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from kts_resources.copier import _prepare, _upload_and_finish, copy_partition, manifest_context_for
-from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
+from kts_resources.tiering.copier import _prepare, _upload_and_finish, copy_partition, manifest_context_for
+from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import NewRecord, build_batch
-from kts_resources.quotas import SystemClock
-from kts_resources.reader import TieredLogReader
+from kts_resources.tiering.quotas import SystemClock
+from kts_resources.reading.reader import TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.tiers import topic_id_partition
+from kts_resources.tiering.tiers import topic_id_partition
 
 TOPIC = "orders"
 T = 1_700_000_000_000
@@ -67,7 +67,7 @@ def test_a_remote_only_reader_reads_every_offset_of_overlapping_segments(nested,
 
 
 def test_the_tier_ends_where_its_furthest_segment_ends_not_where_the_last_one_starts(nested, metadata_store, tmp_path):
-    from kts_resources.reader import OffsetOutOfRangeError
+    from kts_resources.reading.reader import OffsetOutOfRangeError
 
     storage, _tip = nested
     reader = TieredLogReader(log_dirs=[], store=metadata_store, rsm=storage, home=tmp_path / "home")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.copier import _prepare, _upload_and_finish, copy_log_dir, copy_partition
+from kts_resources.tiering.copier import _prepare, _upload_and_finish, copy_log_dir, copy_partition
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.quotas import SystemClock
-from kts_resources.remote_integrity import inspect_finished_segments
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.tiering.quotas import SystemClock
+from kts_resources.maintenance.remote_integrity import inspect_finished_segments
 from kts_resources.remote_log import IndexType, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.base import stored_objects
 
@@ -153,7 +153,7 @@ def test_the_check_against_a_tier_holding_none_of_the_segments_records_no_damage
     """Every object of every finished segment missing is another tier (a wrong KTS_REMOTE_URI), not
     damage: one line saying so, a failed check, nothing recorded (nothing to re-copy later)."""
     from kts_assets.checks import _remote_segments_in_bucket
-    from kts_resources.tiers import locate_partitions
+    from kts_resources.tiering.tiers import locate_partitions
 
     right, wrong = _two_tiers(tmp_path)
     _copy_once(log_dir, metadata_store, right)
@@ -166,7 +166,7 @@ def test_the_check_against_a_tier_holding_none_of_the_segments_records_no_damage
 
 
 def test_a_scrub_against_a_tier_holding_none_of_the_segments_records_no_damage(log_dir, metadata_store, tmp_path):
-    from kts_resources.scrub import scrub
+    from kts_resources.maintenance.scrub import scrub
 
     right, wrong = _two_tiers(tmp_path)
     _copy_once(log_dir, metadata_store, right)
@@ -202,7 +202,7 @@ def test_damage_recorded_against_another_tier_is_cleared_not_recopied_by_the_nex
 
 
 def test_a_deep_scrub_of_the_right_tier_clears_damage_recorded_against_another(log_dir, metadata_store, tmp_path):
-    from kts_resources.scrub import scrub
+    from kts_resources.maintenance.scrub import scrub
 
     right, wrong = _two_tiers(tmp_path)
     _copy_once(log_dir, metadata_store, right)

@@ -22,12 +22,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
-from kts_resources.copier import copy_log_dir, copy_partition
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
+from kts_resources.tiering.copier import copy_log_dir, copy_partition
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import read_records
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata import database
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
@@ -249,7 +249,7 @@ def test_segments_copied_before_manifests_existed_get_theirs_on_the_next_pass(lo
 
 
 def test_a_lost_or_damaged_manifest_is_found_and_written_again_by_the_next_pass(log_dir, metadata_store, tier):
-    from kts_resources.remote_integrity import inspect_finished_segments
+    from kts_resources.maintenance.remote_integrity import inspect_finished_segments
 
     storage, _ = tier
     copy_log_dir(LogDir(log_dir), metadata_store, storage)
@@ -345,9 +345,9 @@ def test_a_log_start_offset_retention_moved_past_every_remote_segment_comes_back
     """Remote retention deleted all of orders-1's remote segments (the broker still holds them
     locally, its own retention slower): the tier keeps the moved log start offset, so after the
     store is lost, recover restores it and the deleted offsets do not read again (issue 30 item 6)."""
-    from kts_resources.expiry import expire_partition
-    from kts_resources.quotas import ManualClock
-    from kts_resources.tiers import locate_partitions
+    from kts_resources.tiering.expiry import expire_partition
+    from kts_resources.tiering.quotas import ManualClock
+    from kts_resources.tiering.tiers import locate_partitions
 
     storage, tier_env = tier
     env = _env(pg_url, tmp_path, log_dir, tier_env)
@@ -435,7 +435,7 @@ _KILLED_RECOVER = """
 import os, signal
 from kts_resources import settings
 from kts_resources.metadata.store import RemoteLogMetadataStore
-from kts_resources.recovery import recover
+from kts_resources.maintenance.recovery import recover
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 store = RemoteLogMetadataStore.from_env()
@@ -700,8 +700,8 @@ def test_a_lost_range_the_recovered_segments_hold_is_closed_by_recover(log_dir, 
     """A store that lost a segment's row (restored from an old backup) makes the next pass see a
     hole where the broker's retention took the local copy: a lost range. Recover finds the segment
     in the tier, and the alarm it answers is closed, acknowledged by kts recover, named in a line."""
-    from kts_resources.lost_ranges import detect_lost_ranges
-    from kts_resources.recovery import recover
+    from kts_resources.tiering.lost_ranges import detect_lost_ranges
+    from kts_resources.maintenance.recovery import recover
 
     storage, _tier_env = tier
     store = _store(pg_url)

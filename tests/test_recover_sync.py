@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .test_recover import REPO_ROOT, _answers, _drop_and_recreate, kts
 

@@ -1,4 +1,4 @@
-"""The seeds' remote log index (kts_resources/remote_index.py): files kts writes parse with a
+"""The seeds' remote log index (kts_resources/reading/remote_index.py): files kts writes parse with a
 separate, minimal reader of the seeds' layout written here from the seed's text (not kts's code),
 every entry's CRC holds, the indexes point at entries, rotation keeps whole segments, an
 incremental build after retention rewrites only the file that held the deleted segments, and
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from crc32c import crc32c
 
-from kts_resources import remote_index as ri
-from kts_resources import remote_index_cache as index_cache
+from kts_resources.reading import remote_index as ri
+from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.kafka.records import NewRecord, build_batch, scan_batches
 
 KEY = "tiered/orders-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources import remote_index as ri
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
-from kts_resources.copier import copy_log_dir
+from kts_resources.reading import remote_index as ri
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.reader import TieredLogReader
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.reading.reader import TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.manifest import INDEX_FILE_KINDS, encode_index_pointer
 
@@ -289,7 +289,7 @@ def test_the_index_step_reads_a_local_segment_only_when_it_holds_the_uploaded_by
     and other bytes (its own roll points, a diverged log): the entries every broker reads then come
     from the object, never from that file. (One Spark task's work, called as the task calls it.)"""
     from kts_resources.remote_storage.base import stored_objects
-    from kts_resources.spark_index import EntriesTask, _entries_of
+    from kts_resources.spark.index_job import EntriesTask, _entries_of
 
     if hasattr(broker_a.storage, "bucket"):
         pytest.skip("the task opens the tier from its URI; the filesystem tier's shows the rule")

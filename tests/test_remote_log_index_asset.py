@@ -11,12 +11,12 @@ import pytest
 
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments
 from kts_assets.checks import REMOTE_INDEX_COVERS
-from kts_resources import remote_index as ri
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
-from kts_resources.copier import delete_remote_log_segment
+from kts_resources.reading import remote_index as ri
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
+from kts_resources.tiering.copier import delete_remote_log_segment
 from kts_resources.metadata.store import RemoteLogMetadataStore
-from kts_resources.quotas import SystemClock
+from kts_resources.tiering.quotas import SystemClock
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.remote_storage.manifest import INDEX_FILE_KINDS
@@ -105,7 +105,7 @@ def test_a_reader_beside_another_broker_fetches_what_this_kts_indexed_with_one_r
     """The asset run is broker A's kts; a reader with another KTS_HOME and no log dir (broker B's
     kts, remote-only) takes the tier's current file sets and serves a fetch from the middle of a
     remote segment with one ranged GET."""
-    from kts_resources.reader import TieredLogReader
+    from kts_resources.reading.reader import TieredLogReader
 
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
     assert _run(instance, resources).success

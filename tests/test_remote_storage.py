@@ -757,7 +757,7 @@ def test_every_command_that_opens_the_tier_refuses_a_relative_file_uri(command, 
     import subprocess
     import sys
 
-    from kts_resources.kafka.simulate import SimulationConfig, simulate
+    from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
     simulate(tmp_path / "logs", SimulationConfig(seed=1, topics=("orders",), partitions=1, total_bytes=16 * 1024))
     work = tmp_path / "cwd"

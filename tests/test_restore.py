@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.copier import copy_log_dir
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.checkpoints import read_offset_checkpoint, read_partition_metadata
 from kts_resources.kafka.indexes import verify_segment_indexes
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_storage.base import stored_objects
-from kts_resources.restore import MARKER, PARTIAL, RestoreError, restore_partition
+from kts_resources.maintenance.restore import MARKER, PARTIAL, RestoreError, restore_partition
 
 TOPIC = "orders"
 

@@ -16,9 +16,9 @@ from kts_assets.sensors.retention import retention_sensor
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
-from kts_resources.tiers import locate_partitions
+from kts_resources.tiering.tiers import locate_partitions
 
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .test_assets import instance, kts_home, partition_metadata, pipeline_resources  # noqa: F401
 
@@ -54,7 +54,7 @@ def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_u
                                                                    monkeypatch):
     """A run of few partitions is planned on the driver; from spark_plan_min_partitions on, by a
     Spark job (forced here with a minimum of one): the same plan and the same deletions."""
-    from kts_resources import spark_retention
+    from kts_resources.spark import retention_job as spark_retention
 
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote", owned=True)
     minimum = 1 if planned_by == "spark" else 2
@@ -78,7 +78,7 @@ def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_u
     assert "past retention" in md["size"]
     assert md["delete_lag_segments"] == 0 and md["delete_lag_bytes"] == 0  # what was to go went
     # Both tiers are reported again by the step that changed them: the UI shows what `kts status` shows.
-    from kts_resources.tiers import active_log_end_offset, partition_tiers
+    from kts_resources.tiering.tiers import active_log_end_offset, partition_tiers
 
     observed = {}
     for event in result.all_events:

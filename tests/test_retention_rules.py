@@ -1,4 +1,4 @@
-"""Retention rules (kts_resources/retention.py) as Kafka applies them: KIP-33's time rule on each
+"""Retention rules (kts_resources/tiering/retention.py) as Kafka applies them: KIP-33's time rule on each
 segment's largest timestamp, oldest first and stopping at the first segment kept; retention.bytes
 over local-only plus remote bytes; the log start offset; the leader-epoch lineage; and local
 retention that never drops a segment that is not yet committed and remote."""
@@ -12,7 +12,7 @@ import pytest
 from kts_resources.kafka.checkpoints import EpochEntry
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
-from kts_resources.retention import (
+from kts_resources.tiering.retention import (
     BY_LINEAGE,
     BY_LOG_START_OFFSET,
     BY_SIZE,

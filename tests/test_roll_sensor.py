@@ -25,7 +25,7 @@ from kts_assets.sensors.roll import LAG_BYTES, LAG_SEGMENTS, segment_base_offset
 from kts_resources.kafka.checkpoints import write_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir, offset_file_name
 from kts_resources.kafka.partition import parse_topic_partition
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 
 from .test_copier import _eligible
@@ -387,7 +387,7 @@ def lag_events(result) -> dict[str, tuple[int, int]]:
 
 
 def test_copy_lag_is_observed_before_any_copy_and_agrees_with_the_tiers(tmp_path, instance):
-    from kts_resources.tiers import log_dir_partitions, partition_tiers
+    from kts_resources.tiering.tiers import log_dir_partitions, partition_tiers
 
     simulate(tmp_path, SimulationConfig(seed=9, topics=("orders",), partitions=2, total_bytes=48 * KiB, segment_bytes=8 * KiB))
     keys = [p.topic_partition.dir_name for p in LogDir(tmp_path).partitions()]
@@ -410,7 +410,7 @@ def test_an_unchanged_copy_lag_is_not_observed_again(tmp_path, instance):
 
 
 def test_a_copy_lowers_the_lag_and_only_that_partition_is_observed_again(tmp_path, instance):
-    from kts_resources.copier import copy_partition
+    from kts_resources.tiering.copier import copy_partition
     from kts_resources.remote_storage.factory import remote_storage_from_uri
 
     log_dir = tmp_path / "logs"

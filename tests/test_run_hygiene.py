@@ -20,7 +20,7 @@ import pytest
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_segments
 from kts_assets.checks import OFFSET_INVARIANTS
 from kts_assets.partitions import topic_partitions
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource, spark_resource

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
-from kts_resources.copier import copy_log_dir, copy_partition, delete_remote_log_segment
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
+from kts_resources.tiering.copier import copy_log_dir, copy_partition, delete_remote_log_segment
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentState, TopicIdPartition
-from kts_resources.quotas import SystemClock
+from kts_resources.tiering.quotas import SystemClock
 from kts_resources.remote_storage.base import RemoteStorageError, recorded_manifest, stored_objects
 from kts_resources.remote_storage.manifest import INDEX_FILE_KINDS
-from kts_resources.scrub import scrub
+from kts_resources.maintenance.scrub import scrub
 
 S = RemoteLogSegmentState
 LATER = 2 * 24 * 3600  # seconds: everything planted is past the default grace period by then

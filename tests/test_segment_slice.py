@@ -1,4 +1,4 @@
-"""A segment cut where a new leader's copy starts (kts_resources/segment_slice.py): the batches from
+"""A segment cut where a new leader's copy starts (kts_resources/tiering/segment_slice.py): the batches from
 the first one reaching the offset, byte for byte, with the indexes a broker would write for a segment
 with that base offset and the aborted transactions whose markers it holds."""
 
@@ -9,9 +9,9 @@ import pytest
 from kts_resources.kafka.indexes import rebuild_indexes, verify_segment_indexes
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import scan_batches
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.kafka.snapshots import read_txn_index
-from kts_resources.segment_slice import SliceError, slice_segment
+from kts_resources.tiering.segment_slice import SliceError, slice_segment
 
 
 @pytest.fixture

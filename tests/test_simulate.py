@@ -1,7 +1,7 @@
 """The simulator writes log dirs a Kafka broker could have written, reproducibly.
 
-Covers ``kts_resources.kafka.simulate`` and the broker-like writer under it
-(``kts_resources.kafka.broker_log``): byte-identical output for the same seed; segments rolling by
+Covers ``kts_resources.kafka.simulator.simulate`` and the broker-like writer under it
+(``kts_resources.kafka.simulator.broker_log``): byte-identical output for the same seed; segments rolling by
 segment.bytes, segment.ms and full indexes; closed segments' indexes equal to a rebuild and the
 active segment's preallocated and zero-filled; CRC-valid, decodable batches in every codec;
 leader epochs, producer snapshots and the transaction index agreeing with the batches; append
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.kafka.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
+from kts_resources.kafka.simulator.broker_log import JavaLongHashMapOrder, LogConfig, PartitionLog
 from kts_resources.kafka.checkpoints import read_leader_epoch_checkpoint, read_offset_checkpoint, read_partition_metadata
 from kts_resources.kafka.codecs import CODEC_NAMES
 from kts_resources.kafka.indexes import (
@@ -37,7 +37,7 @@ from kts_resources.kafka.records import (
     parse_control_record,
     scan_batches,
 )
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.kafka.snapshots import AbortedTxn, read_producer_snapshot, read_txn_index
 
 KiB = 1024
@@ -550,7 +550,7 @@ def test_timestamp_profiles_shape_create_time_for_retention_scenarios(tmp_path, 
     """--timestamps: month-old backfills, clock-skewed producers a day ahead, late data hours
     behind; segment.ms rolls on the record timestamps (KIP-33), so future stamps roll early."""
     from kts_resources.kafka.records import read_records
-    from kts_resources.kafka.simulate import TIMESTAMP_PROFILES
+    from kts_resources.kafka.simulator.simulate import TIMESTAMP_PROFILES
 
     config = SimulationConfig(seed=4, topics=("t",), partitions=1, total_bytes=96 * 1024, codecs=("none",),
                               messages_per_second=100.0, timestamps=profile, segment_ms=3_600_000)

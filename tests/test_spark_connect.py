@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources import spark_connect
-from kts_resources.spark import EMBEDDED, build_spark_session, forget_connect_sessions, lost_connect_server, spark_conf, spark_mode
+from kts_resources.spark import connect_server as spark_connect
+from kts_resources.spark.session import EMBEDDED, build_spark_session, forget_connect_sessions, lost_connect_server, spark_conf, spark_mode
 from tests.conftest import REPO_ROOT
 
 # Each test here starts servers of its own (a KTS_HOME each), not the session's.
 ATTACH = (
     "from kts_resources import spark_connect\n"
-    "from kts_resources.spark import build_spark_session\n"
+    "from kts_resources.spark.session import build_spark_session\n"
     "spark = build_spark_session()\n"
     "rows = spark.range(0, 4, 1, numPartitions=2).mapInArrow(lambda batches: batches, 'id long').count()\n"
     "print(spark_connect.running().pid, rows)\n"
@@ -105,7 +105,7 @@ def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop
         ours = [line for line in listening if f"pid={server.pid}," in line]
         assert ours and all(line.split()[3].rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]") for line in ours), ours
 
-        # A local JVM compiles with C1 only (kts_resources.spark: C2's warm-up took the copy's cores).
+        # A local JVM compiles with C1 only (kts_resources.spark.session: C2's warm-up took the copy's cores).
         assert b"-XX:TieredStopAtLevel=1" in Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
 
         workers = python_workers_of(server.pid)
@@ -151,7 +151,7 @@ def test_a_later_process_in_the_shared_session_reads_a_parquet_directory_as_it_i
     # The inventory is replaced whole between runs (new part files under the same path). In a
     # session shared by every run, a plan cached from an earlier read would list the old files.
     home, table = tmp_path / "kts-home", tmp_path / "table.parquet"
-    write = ("import shutil, sys\nfrom kts_resources.spark import build_spark_session\nspark = build_spark_session()\n"
+    write = ("import shutil, sys\nfrom kts_resources.spark.session import build_spark_session\nspark = build_spark_session()\n"
              f"shutil.rmtree({str(table)!r}, ignore_errors=True)\n"
              f"spark.range(0, int(sys.argv[1])).write.parquet({str(table)!r})\n"
              f"print(spark.read.parquet({str(table)!r}).count())\n")

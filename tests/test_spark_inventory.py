@@ -13,8 +13,8 @@ import pytest
 
 from kts_resources.kafka.logdir import discover_partitions
 from kts_resources.kafka.segment import summarize_segment
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.spark import (
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.spark.session import (
     CLASSIC,
     INVENTORY_COLUMNS,
     balanced_groups,

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from kts_resources import remote_index_cache as index_cache
-from kts_resources.copier import copy_log_dir
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.reader import READ_COMMITTED, READ_UNCOMMITTED
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.reading.reader import READ_COMMITTED, READ_UNCOMMITTED
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.spark import build_spark_session
-from kts_resources.spark_reader import ReaderConfig, arrow_schema, plan_tasks, read_tiered, schema
+from kts_resources.spark.session import build_spark_session
+from kts_resources.spark.reader import ReaderConfig, arrow_schema, plan_tasks, read_tiered, schema
 
 pytestmark = pytest.mark.spark
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED

@@ -1,4 +1,4 @@
-"""A partition's two tiers (kts_resources.tiers): which segments may be copied, the log start
+"""A partition's two tiers (kts_resources.tiering.tiers): which segments may be copied, the log start
 offset, and which partition dirs disagree about their topic's id — with offsets worked out by
 hand; and `kts status` reads them without importing Dagster or PySpark."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from kts_resources.kafka.checkpoints import PartitionMetadata, write_partition_metadata
 from kts_resources.kafka.logdir import LogDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.kafka.simulate import SimulationConfig, simulate
-from kts_resources.tiers import (
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.tiering.tiers import (
     active_log_end_offset,
     copy_candidates,
     eligible_segment_count,

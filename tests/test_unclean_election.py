@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from kts_resources.copier import copy_partition
-from kts_resources.expiry import expire_partition
-from kts_resources.kafka.broker_log import BrokerLogDir, LogConfig
+from kts_resources.tiering.copier import copy_partition
+from kts_resources.tiering.expiry import expire_partition
+from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.indexes import verify_segment_indexes
 from kts_resources.kafka.records import NewRecord, build_batch, read_records
-from kts_resources.quotas import SystemClock
-from kts_resources.reader import PartitionReader
+from kts_resources.tiering.quotas import SystemClock
+from kts_resources.reading.reader import PartitionReader
 
 TOPIC, T0 = "orders", 1_700_000_000_000
 
@@ -121,7 +121,7 @@ def test_restore_after_the_election_rebuilds_the_new_leaders_log(replicas, metad
     """The new leader's segment holding the divergence point went up from there on (its part below
     was in the tier: no offset twice), so the tier's lineage is whole segments end to end and a
     restore rebuilds exactly the new leader's records, none of the old leader's."""
-    from kts_resources.restore import restore_partition
+    from kts_resources.maintenance.restore import restore_partition
 
     old_leader, new_leader = replicas
     [old_dir], [new_dir] = old_leader.partitions(), new_leader.partitions()

@@ -18,7 +18,7 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kts_resources import remote_index as ri
+from kts_resources.reading import remote_index as ri
 from kts_resources.kafka.errors import FileChangedError
 from kts_resources.kafka.records import SegmentVerification, scan_batches, verify_segment
 from kts_resources.kafka.segment import verify_segment_file

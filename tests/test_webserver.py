@@ -25,7 +25,7 @@ from typing import Iterator
 import dagster as dg
 import pytest
 
-from kts_resources.kafka.simulate import SimulationConfig, simulate
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .conftest import REPO_ROOT
 from .fixtures_postgres import _fresh_database

@@ -38,12 +38,12 @@ def main(argv: list[str]) -> int:
     store = RemoteLogMetadataStore.from_url(os.environ["KTS_DATABASE_URL"], migrate=False)
     storage = remote_storage_from_uri(os.environ["KTS_REMOTE_URI"])
     if what == "restore":
-        from kts_resources.restore import restore_partition
+        from kts_resources.maintenance.restore import restore_partition
 
         _kill_after(storage, "fetch_range", n)
         restore_partition(store, storage, argv[2], int(argv[3]), Path(argv[4]))
     else:
-        from kts_resources.scrub import scrub
+        from kts_resources.maintenance.scrub import scrub
 
         _kill_after(storage, "delete_objects", n)
         scrub(store, storage, grace_s=0)

@@ -3,7 +3,7 @@ many records a consumer gets from each tier."""
 
 from __future__ import annotations
 
-from kts_resources.reader import TieredLogReader
+from kts_resources.reading.reader import TieredLogReader
 
 
 def records_per_tier(reader: TieredLogReader, topic: str, start: int, partition: int = 0) -> tuple[int, int]:

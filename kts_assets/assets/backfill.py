@@ -1,7 +1,7 @@
 """``hourly_record_counts``: an example backfill over the tiered log with Spark.
 
 It reads each partition's whole log — the remote tier's part too, never the brokers — through
-``kts_resources.spark_reader.read_tiered`` and counts records per hour, as a team would start a
+``kts_resources.spark.reader.read_tiered`` and counts records per hour, as a team would start a
 replay or a historical aggregate. Not part of the tiering jobs: it runs in ``backfill_job``.
 """
 
@@ -15,10 +15,10 @@ from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.partitions import topic_partitions
 from kts_assets.run_hygiene import record_run_worker
 from kts_resources import settings
-from kts_resources.inventory import key_digest
+from kts_resources.spark.inventory import key_digest
 from kts_resources.kafka.partition import parse_topic_partition
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
-from kts_resources.tiers import locate_partitions
+from kts_resources.tiering.tiers import locate_partitions
 
 HOUR_MS = 3_600_000
 
@@ -47,7 +47,7 @@ def hourly_record_counts(
 ) -> dg.MaterializeResult:
     from pyspark.sql import functions as F
 
-    from kts_resources.spark_reader import ReaderConfig, read_tiered
+    from kts_resources.spark.reader import ReaderConfig, read_tiered
 
     record_run_worker(context)
     keys = list(context.partition_keys)

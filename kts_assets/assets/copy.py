@@ -12,11 +12,11 @@ from kts_assets.assets.segments import local_segments
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import counted, human_bytes
 from kts_resources import settings
-from kts_resources.copier import PartitionCopyResult, copy_partition
+from kts_resources.tiering.copier import PartitionCopyResult, copy_partition
 from kts_resources.kafka.errors import KafkaFormatError
-from kts_resources.leadership import broker_replicas
+from kts_resources.tiering.leadership import broker_replicas
 from kts_resources.resources import CopyQuotaResource, KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
-from kts_resources.tiers import (
+from kts_resources.tiering.tiers import (
     LocatedPartition,
     locate_partitions,
     log_dir_partitions,

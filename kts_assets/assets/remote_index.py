@@ -4,7 +4,7 @@ partition, brought up to the store's COPY_SEGMENT_FINISHED segments after every 
 The cache under ``KTS_HOME/remote-log-index/`` first takes the tier's current file sets; Spark reads
 the batch headers of the segments still not indexed (one task per segment); then, under the
 partition lock, the driver lays the entries out and publishes what changed as a new version of the
-partition's file sets (``kts_resources.remote_index_tier``). On a broker whose kts did not copy the
+partition's file sets (``kts_resources.reading.remote_index_tier``). On a broker whose kts did not copy the
 new segments, the tier's sets already cover them: nothing is read and nothing written.
 """
 
@@ -21,14 +21,14 @@ from kts_assets.checks import REMOTE_INDEX_CHECK_SPECS, checks_that_must_run, re
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
-from kts_resources import remote_index as ri
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
+from kts_resources.reading import remote_index as ri
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
 from kts_resources import settings
 from kts_resources.remote_log import RemoteStorageError
 from kts_resources.remote_storage.base import stored_objects
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
-from kts_resources.tiers import finished_segments, locate_partitions, topic_id_partition
+from kts_resources.tiering.tiers import finished_segments, locate_partitions, topic_id_partition
 
 # Bumped when the index files' layout, the RDI or where the tier keeps them change meaning
 # (2: versioned file sets named by a pointer).
@@ -72,7 +72,7 @@ def remote_log_index(
     remote_tier: RemoteTierResource,
     config: RemoteLogIndexConfig,
 ):
-    from kts_resources.spark_index import EntriesTask, segment_entries_job
+    from kts_resources.spark.index_job import EntriesTask, segment_entries_job
 
     record_run_worker(context)
     checks = checks_that_must_run(remote_index_checks(context, kafka_log_dirs, metadata_store), "remote_log_index")

@@ -1,10 +1,10 @@
 """``retention_state``: what retention takes from each partition, and taking it.
 
-Spark plans every partition of the run (``kts_resources.spark_retention``: the rules of
-``kts_resources.retention`` over the store's finished segments and the local segments; a run of
+Spark plans every partition of the run (``kts_resources.spark.retention_job``: the rules of
+``kts_resources.tiering.retention`` over the store's finished segments and the local segments; a run of
 fewer than ``spark_plan_min_partitions`` is planned on the driver, where a Spark job's fixed cost
 would be most of the step); the driver then carries out the plans with something to expire
-(``kts_resources.expiry.expire_partition``: log start offset recorded first, remote segments
+(``kts_resources.tiering.expiry.expire_partition``: log start offset recorded first, remote segments
 through the delete states, local segments in owned log dirs). In broker-owned log dirs the local part is reported only.
 """
 
@@ -20,14 +20,14 @@ from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
 from kts_resources import settings
-from kts_resources.expiry import expire_partition
+from kts_resources.tiering.expiry import expire_partition
 from kts_resources.kafka.errors import KafkaFormatError
-from kts_resources.leadership import broker_replicas
-from kts_resources.partition_admin import delete_on_disable_applies, delete_partition_remote_data
-from kts_resources.quotas import SystemClock
+from kts_resources.tiering.leadership import broker_replicas
+from kts_resources.tiering.partition_admin import delete_on_disable_applies, delete_partition_remote_data
+from kts_resources.tiering.quotas import SystemClock
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
-from kts_resources.spark_retention import SPARK_PLAN_MIN_PARTITIONS, plan_partitions
-from kts_resources.tiers import locate_partitions, topic_id_partition
+from kts_resources.spark.retention_job import SPARK_PLAN_MIN_PARTITIONS, plan_partitions
+from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
 
 RETENTION_CODE_VERSION = "1"
 

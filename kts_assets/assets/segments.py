@@ -1,7 +1,7 @@
 """``local_segments``: Spark's inventory of every local segment of the run's partitions.
 
-Where partitions are and what their offsets are comes from ``kts_resources.tiers``; where the
-inventory is kept and how it is swapped in, from ``kts_resources.inventory``.
+Where partitions are and what their offsets are comes from ``kts_resources.tiering.tiers``; where the
+inventory is kept and how it is swapped in, from ``kts_resources.spark.inventory``.
 """
 
 import shutil
@@ -13,11 +13,11 @@ from kts_assets.asset_keys import LOCAL_SEGMENTS
 from kts_assets.assets.reporting import OWNERS, record_run_totals
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import human_bytes
-from kts_resources.inventory import inventory_path, inventory_root, key_digest, publish, write_inventory_table
+from kts_resources.spark.inventory import inventory_path, inventory_root, key_digest, publish, write_inventory_table
 from kts_resources.kafka.errors import shown
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
-from kts_resources.spark import inventory_schema
-from kts_resources.tiers import eligible_segments, locate_partitions, partition_tiers, segment_bytes
+from kts_resources.spark.session import inventory_schema
+from kts_resources.tiering.tiers import eligible_segments, locate_partitions, partition_tiers, segment_bytes
 
 
 # Bumped when the inventory's columns or meaning change (Dagster shows materialisations made by
@@ -99,7 +99,7 @@ def scan_inventory(pyspark: KtsPySparkResource, plan: InventoryPlan, *, beside_c
     see ``spark.scan_tasks``)."""
     from pyspark.sql import Row
 
-    from kts_resources.spark import INVENTORY_COLUMNS, plan_inventory_scan, previous_inventory_rows
+    from kts_resources.spark.session import INVENTORY_COLUMNS, plan_inventory_scan, previous_inventory_rows
 
     located = plan.located
     earlier = {key: path for key in located if (path := inventory_path(key)).is_dir()}
@@ -189,7 +189,7 @@ def _scan_and_write(pyspark: KtsPySparkResource, located: dict, previous: dict, 
     from pyspark.sql import Row
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from kts_resources.spark import inventory_schema, segment_inventory
+    from kts_resources.spark.session import inventory_schema, segment_inventory
 
     with pyspark.server_loss_as_failure():
         inventory, kept = segment_inventory(pyspark.spark_session, [loc.partition for loc in located.values()], previous,
@@ -211,8 +211,8 @@ def _rebuild_local_indexes(context: dg.AssetExecutionContext, pyspark: KtsPySpar
                            located: dict, listed: dict) -> dict[str, int]:
     """Rebuild the indexes of closed segments that need it, in owned log dirs only (a broker's
     live files are reported, never written); per partition, how many segments were reindexed."""
-    from kts_resources.local_indexes import segments_to_reindex
-    from kts_resources.spark_index import rebuild_local_indexes_job
+    from kts_resources.maintenance.local_indexes import segments_to_reindex
+    from kts_resources.spark.index_job import rebuild_local_indexes_job
 
     paths, owner = [], {}
     for key, loc in located.items():

@@ -19,7 +19,7 @@ from kts_assets.assets.segments import discard_staging, local_segments, prepare_
 from kts_assets.assets.steps import PIPELINE_STEP
 from kts_assets.checks import SEGMENTS_CHECK_SPECS, checks_that_must_run, segments_checks
 from kts_assets.run_hygiene import record_run_worker
-from kts_resources.copier import PARALLEL_PARTITIONS
+from kts_resources.tiering.copier import PARALLEL_PARTITIONS
 from kts_resources.resources import (
     CopyQuotaResource,
     KafkaLogDirsResource,
@@ -36,7 +36,7 @@ class SegmentsConfig(dg.Config):
     # keep their row; True rescans them too: a scrub for bit rot, which leaves both as they were.
     rescan_unchanged: bool = False
     # local_segments: True (index_rebuild_job) first rebuilds, in owned log dirs, the .index /
-    # .timeindex of closed segments whose files are missing or torn (kts_resources.local_indexes),
+    # .timeindex of closed segments whose files are missing or torn (kts_resources.maintenance.local_indexes),
     # by Kafka's recovery rule — before any copy starts, since a copy ships them.
     rebuild_indexes: bool = False
     # remote_segments: partitions copied at once in one run; the write quota is shared.

@@ -2,9 +2,9 @@
 missing, damaged (an entry's CRC, a file that does not decode, a segment covered twice or with a
 gap) or behind the store (a segment finished a while ago and still not in it), or, in a log dir kts
 owns, whose closed segments' ``.index`` / ``.timeindex`` are missing or torn (KIP-33's migration
-case; ``kts_resources.local_indexes``).
+case; ``kts_resources.maintenance.local_indexes``).
 
-The check is the asset check's own rule (``kts_resources.remote_index_check``) and reads every
+The check is the asset check's own rule (``kts_resources.reading.remote_index_check``) and reads every
 index file of a partition, so a tick looks at a bounded slice of the known partitions and the cursor
 goes round them: at 500 a tick and a tick a minute, 10,000 partitions are all looked at every
 20 minutes. A segment finished within the last few minutes is not counted as missing: the copy run
@@ -21,12 +21,12 @@ import dagster as dg
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, batch_key_ranges, range_run_request
 from kts_assets.jobs import INDEX_REBUILD_JOB_NAME, REBUILD_CONFIG
 from kts_assets.partitions import topic_partitions
-from kts_resources import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources import settings
-from kts_resources.local_indexes import segments_to_reindex
-from kts_resources.remote_index_check import check_partition_index
+from kts_resources.maintenance.local_indexes import segments_to_reindex
+from kts_resources.reading.remote_index_check import check_partition_index
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
-from kts_resources.tiers import finished_segments, locate_partitions, topic_id_partition
+from kts_resources.tiering.tiers import finished_segments, locate_partitions, topic_id_partition
 
 PARTITIONS_PER_TICK = 500
 MAX_RUNS_PER_TICK = 10

@@ -18,9 +18,9 @@ import dagster as dg
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, batch_key_ranges, range_run_request
 from kts_assets.jobs import EXPIRY_JOB_NAME
 from kts_assets.partitions import topic_partitions
-from kts_resources.expiry import plan_partition
+from kts_resources.tiering.expiry import plan_partition
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
-from kts_resources.tiers import locate_partitions
+from kts_resources.tiering.tiers import locate_partitions
 
 # Events read per tick at most; the rest on the next tick (the cursor moves only over what was read).
 MAX_EVENTS_PER_TICK = 50_000
@@ -93,7 +93,7 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
     now_ms = int(time.time() * 1000)
     wanted, newest, seen = partitions_to_plan(store, known, last_event, due, seen, now_ms)
     located, _missing = locate_partitions(kafka_log_dirs.paths(), sorted(wanted), owned_log_dirs=kafka_log_dirs.owned_paths())
-    from kts_resources.tiers import topic_id_partition
+    from kts_resources.tiering.tiers import topic_id_partition
 
     with_work: list[str] = []
     for key in sorted(wanted):

@@ -1,7 +1,7 @@
 """The segment roll sensor: copy runs for the partitions that gained eligible segments.
 
 A segment is eligible for the remote tier once it is not the active segment and every offset in
-it is below min(high watermark, recovery point) — committed and flushed (``kts_resources.tiers``,
+it is below min(high watermark, recovery point) — committed and flushed (``kts_resources.tiering.tiers``,
 whose rule the copier applies too).
 Per tick the sensor reads each log dir's two checkpoints once, lists each known partition's
 segment base offsets from file names alone (one ``os.scandir`` per partition dir, no file is
@@ -37,7 +37,7 @@ from kts_resources.kafka.checkpoints import PARTITION_METADATA, CheckpointError,
 from kts_resources.kafka.logdir import LOG_SUFFIX, LogDir, offset_file_name, parse_offset_file_name
 from kts_resources.kafka.partition import TopicPartition, parse_topic_partition
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
-from kts_resources.tiers import copy_lag_base_offsets, newest_eligible_base_offset
+from kts_resources.tiering.tiers import copy_lag_base_offsets, newest_eligible_base_offset
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import PartitionState

@@ -61,7 +61,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
-from .broker_log import LogConfig, PartitionLog
 from .errors import FileChangedError, KafkaFormatError
 from .files import read_whole, write_atomically
 from .logdir import (
@@ -672,7 +671,7 @@ class ClusterMetadata:
     torn_tail: tuple[Path, int, str] | None = None
 
 
-class _Replay:
+class MetadataReplay:
     """Applies metadata records as a broker's MetadataLoader does (TopicsDelta, TopicDelta,
     PartitionRegistration.merge, MetadataBatchLoader's transactions)."""
 
@@ -744,7 +743,7 @@ class _Replay:
                                next_offset, torn_tail)
 
     @classmethod
-    def of(cls, metadata: ClusterMetadata) -> _Replay:
+    def of(cls, metadata: ClusterMetadata) -> MetadataReplay:
         """The state a replay that ended in ``metadata`` holds."""
         replay = cls()
         replay.features = dict(metadata.features)
@@ -805,15 +804,15 @@ def read_cluster_metadata(path: str | os.PathLike) -> ClusterMetadata | None:
         return None
     for attempt in range(3):
         try:
-            return _replay_partition_dir(partition_dir)
+            return replay_partition_dir(partition_dir)
         except (FileNotFoundError, FileChangedError):
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
 
 
-def _replay_partition_dir(partition_dir: Path) -> ClusterMetadata:
-    replay = _Replay()
+def replay_partition_dir(partition_dir: Path) -> ClusterMetadata:
+    replay = MetadataReplay()
     snapshots = list_snapshots(partition_dir)
     snapshot = snapshots[-1][0] if snapshots else None
     if snapshots:
@@ -864,7 +863,7 @@ def _replay_partition_dir(partition_dir: Path) -> ClusterMetadata:
     return replay.metadata(snapshot, expected, torn_tail)
 
 
-def _replay_batch(data: bytes, header: BatchHeader, replay: _Replay, first_offset: int, where: dict) -> None:
+def _replay_batch(data: bytes, header: BatchHeader, replay: MetadataReplay, first_offset: int, where: dict) -> None:
     try:
         records = decode_batch(data, header, verify_crc=False)
     except KafkaFormatError as e:
@@ -882,7 +881,7 @@ def _replay_batch(data: bytes, header: BatchHeader, replay: _Replay, first_offse
             raise MetadataLogError(f"record at offset {record.offset} does not replay: {e}", **where) from None
 
 
-def _replay_snapshot(path: Path, replay: _Replay) -> None:
+def _replay_snapshot(path: Path, replay: MetadataReplay) -> None:
     data = bytes(read_whole(path, what="metadata snapshot"))
     scan = scan_batches(data, verify_crc=True)
     if scan.invalid is not None:
@@ -912,95 +911,6 @@ def _check_snapshot_header(data: bytes, header: BatchHeader, where: dict) -> Non
         raise MetadataLogError("the snapshot does not start with a SnapshotHeaderRecord control batch", **where)
 
 
-# --- writing a metadata log dir ---------------------------------------------------------------------
-
-
-class MetadataLogWriter:
-    """Writes ``__cluster_metadata-0`` as a KRaft quorum's leader leaves it on disk: batches of
-    metadata records (each batch stamped with the raft epoch, every record with the batch's one
-    timestamp), LeaderChangeMessage control batches, segments, indexes and
-    ``leader-epoch-checkpoint`` through :class:`PartitionLog`, and snapshots with header and footer.
-
-    ``directory`` is the metadata.log.dir (or the partition directory itself). Reopening an
-    existing directory continues it (its state is replayed to write later snapshots).
-    """
-
-    def __init__(self, directory: str | os.PathLike, config: LogConfig = LogConfig(), *, epoch: int = 1):
-        path = Path(directory)
-        self.path = path if path.name == METADATA_PARTITION_DIR else path / METADATA_PARTITION_DIR
-        self.config = config
-        self.epoch = epoch
-        # What has been written, replayed, for snapshots; None once a record written did not replay.
-        self._replay: _Replay | None = _Replay.of(_replay_partition_dir(self.path)) if self.path.is_dir() else _Replay()
-        self._log = PartitionLog.open(self.path, config, topic_id=METADATA_TOPIC_ID, metadata_log=True)
-
-    @property
-    def log_end_offset(self) -> int:
-        return self._log.log_end_offset
-
-    def append(self, records: Sequence[Any], *, epoch: int | None = None, timestamp: int = 0) -> int:
-        """Append one batch of metadata records; returns its base offset. Records that do not
-        replay (a change to a partition that does not exist) are written all the same, for tests
-        of the reader; the writer then takes no more snapshots."""
-        if epoch is not None:
-            self.epoch = epoch
-        batch = build_batch([NewRecord(timestamp, None, encode_record(r)) for r in records], base_offset=0)
-        result = self._log.append(batch, leader_epoch=self.epoch)
-        try:
-            for r in records:
-                if self._replay is not None:
-                    self._replay.apply(r)
-        except ValueError:
-            self._replay = None
-        return result.base_offset
-
-    def append_leader_change(self, leader_id: int, voters: Iterable[int] = (), *, epoch: int | None = None,
-                             timestamp: int = 0) -> int:
-        """The LeaderChangeMessage control batch a raft leader writes first in its epoch."""
-        if epoch is not None:
-            self.epoch = epoch
-        voter_list = tuple(Voter(v) for v in voters)
-        message = LeaderChangeMessage(0, leader_id, voter_list, voter_list)
-        return self._log.append(control_batch(LEADER_CHANGE, message, timestamp=timestamp), leader_epoch=self.epoch).base_offset
-
-    def snapshot(self, *, timestamp: int = 0, records_per_batch: int = 100, delete_log_before: bool = False) -> Path:
-        """Write a snapshot of everything appended so far, named after the log end offset and the
-        current epoch (written as ``.checkpoint.part``, fsynced, renamed, as Kafka freezes one).
-        ``delete_log_before`` then deletes the segments the snapshot wholly covers, as
-        KafkaMetadataLog's cleaning does once the log start offset moves to the snapshot."""
-        if self._replay is None:
-            raise ValueError("the log holds records that do not replay: no snapshot of it can be written")
-        if self._replay._saved is not None:
-            raise ValueError("a snapshot cannot be taken inside an open metadata transaction")
-        self._log.flush()
-        snapshot_id = SnapshotId(self.log_end_offset, self.epoch)
-        path = self.path / snapshot_id.file_name
-        write_atomically(path, encode_snapshot(self._replay.image_records(), epoch=self.epoch, timestamp=timestamp,
-                                               records_per_batch=records_per_batch))
-        if delete_log_before:
-            self._delete_segments_below(snapshot_id.end_offset)
-        return path
-
-    def _delete_segments_below(self, offset: int) -> None:
-        self._log.roll()
-        self._log.close()
-        for s in list_segments(self.path):
-            if s.next_base_offset is not None and s.next_base_offset <= offset:
-                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, PRODUCER_SNAPSHOT_SUFFIX):
-                    (self.path / offset_file_name(s.base_offset, suffix)).unlink(missing_ok=True)
-        self._log = PartitionLog.open(self.path, self.config, topic_id=METADATA_TOPIC_ID, metadata_log=True,
-                                      log_start_offset=offset)
-
-    def close(self) -> None:
-        self._log.close()
-
-    def __enter__(self) -> MetadataLogWriter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
 def encode_snapshot(records: Sequence[Any], *, epoch: int, timestamp: int = 0, records_per_batch: int = 100,
                     last_contained_log_timestamp: int = 0) -> bytes:
     """A snapshot file's bytes (RecordsSnapshotWriter): a header control batch at offset 0, the
@@ -1019,9 +929,9 @@ def encode_snapshot(records: Sequence[Any], *, epoch: int, timestamp: int = 0, r
 
 __all__ = [
     "AbortTransactionRecord", "BeginTransactionRecord", "ClusterMetadata", "EndTransactionRecord", "FeatureLevelRecord",
-    "Leadership", "LeaderChangeMessage", "MetadataLogError", "MetadataLogWriter", "NoOpRecord", "PartitionChangeRecord",
+    "Leadership", "LeaderChangeMessage", "MetadataLogError", "MetadataReplay", "NoOpRecord", "PartitionChangeRecord",
     "PartitionRecord", "RegisterBrokerRecord", "RemoveTopicRecord", "SnapshotFooterRecord", "SnapshotHeaderRecord",
     "SnapshotId", "TopicRecord", "UnknownRecord", "Voter", "control_batch", "decode_message", "decode_record",
     "encode_message", "encode_record", "encode_snapshot", "encode_uvarint", "list_snapshots", "merge_partition_change",
-    "metadata_partition_dir", "read_cluster_metadata",
+    "metadata_partition_dir", "read_cluster_metadata", "replay_partition_dir",
 ]

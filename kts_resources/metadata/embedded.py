@@ -54,10 +54,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from kts_resources import home_watch
-from kts_resources.local_processes import alive as _alive
-from kts_resources.local_processes import locked as _locked
-from kts_resources.local_processes import same_process, start_time
+from kts_resources.servers import home_watch
+from kts_resources.servers.local_processes import alive as _alive
+from kts_resources.servers.local_processes import locked as _locked
+from kts_resources.servers.local_processes import same_process, start_time
 from kts_resources.private_dirs import make_dirs
 from kts_resources.settings import kts_home
 

@@ -65,7 +65,7 @@ class Partition(Base):
     # below it was gone before kts could copy it, so it is never counted as lost.
     first_observed_offset: Mapped[int | None] = mapped_column(sa.BigInteger)
     # The partition's current leader-epoch lineage, [[epoch, start offset], ...] (NULL: none
-    # recorded yet): the newest any replica's kts saw (kts_resources/lineage.py, migration 0007).
+    # recorded yet): the newest any replica's kts saw (kts_resources/tiering/lineage.py, migration 0007).
     leader_epochs: Mapped[list[Any] | None] = mapped_column(JSONB, nullable=True)
 
     __table_args__ = (

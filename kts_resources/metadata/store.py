@@ -39,7 +39,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from kts_resources.kafka.checkpoints import EpochEntry
 from kts_resources.kafka.partition import TopicPartition, topic_name_problem
-from kts_resources.lineage import current_lineage
+from kts_resources.tiering.lineage import current_lineage
 from kts_resources.metadata import database
 from kts_resources.metadata.models import (
     LostRange,
@@ -65,7 +65,7 @@ from kts_resources.remote_log import (
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from kts_resources.quotas import QuotaConfig
+    from kts_resources.tiering.quotas import QuotaConfig
 
 T = TypeVar("T")
 S = RemoteLogSegmentState
@@ -131,7 +131,7 @@ class PartitionState:
     log_start_offset: int = 0
     highest_copied_offset: int = -1
     delete_state: RemotePartitionDeleteState | None = None
-    # The partition's current leader-epoch lineage (empty: none recorded yet; kts_resources/lineage.py).
+    # The partition's current leader-epoch lineage (empty: none recorded yet; kts_resources/tiering/lineage.py).
     lineage: tuple[EpochEntry, ...] = ()
 
 
@@ -387,7 +387,7 @@ class RemoteLogMetadataStore:
 
     def quota_config(self) -> "QuotaConfig":
         """The KIP-956 quota settings every process shares (QuotaConfigError for a bad stored value)."""
-        from kts_resources.quotas import QuotaConfig
+        from kts_resources.tiering.quotas import QuotaConfig
 
         return QuotaConfig.from_properties(self.broker_configs())
 

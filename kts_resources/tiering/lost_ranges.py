@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from kts_resources.kafka.logdir import SegmentFiles
-from kts_resources.lineage import readable_spans
+from kts_resources.tiering.lineage import readable_spans
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 
 if TYPE_CHECKING:

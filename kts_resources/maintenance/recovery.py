@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from crc32c import crc32c
 
-from kts_resources import remote_index as ri
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
+from kts_resources.reading import remote_index as ri
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
 from kts_resources.kafka.checkpoints import parse_leader_epoch_checkpoint
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.lost_ranges import uncovered
-from kts_resources.remote_integrity import scan_log_object
+from kts_resources.tiering.lost_ranges import uncovered
+from kts_resources.maintenance.remote_integrity import scan_log_object
 from kts_resources.remote_log import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.base import RemoteStorageError, StoredObject, segment_custom_metadata
 from kts_resources.remote_storage.keys import (
@@ -559,7 +559,7 @@ def _record_rebuilt(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager"
                     finished: Sequence[RemoteLogSegmentMetadata]) -> str:
     """Describe the segment as its copy did, write its manifest, record it finished; the line to
     report. _NotRebuilt when its topic or partition cannot take it."""
-    from kts_resources.copier import manifest_context_for, segment_leader_epochs, write_manifest
+    from kts_resources.tiering.copier import manifest_context_for, segment_leader_epochs, write_manifest
     from kts_resources.metadata.store import StaleTopicIdError
 
     written_ms = int(survey.modified.get(found.key, 0) * 1000)

@@ -29,11 +29,11 @@ PlanOutcome = tuple["dict | None", "str | None"]  # the plan's numbers, or None;
 def _plan_one(key: str, log_dirs: list[str], owned: list[str], database_url: str, now_ms: int, store_cache: dict) -> tuple[str | None, str | None]:
     from pathlib import Path
 
-    from kts_resources.expiry import plan_partition
+    from kts_resources.tiering.expiry import plan_partition
     from kts_resources.kafka.partition import parse_topic_partition
     from kts_resources.metadata.store import RemoteLogMetadataStore
     from kts_resources.remote_log import TopicIdPartition
-    from kts_resources.tiers import locate_partitions, topic_id_partition
+    from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
 
     try:
         store = store_cache.get("store")

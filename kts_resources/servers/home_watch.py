@@ -27,11 +27,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kts_resources.local_processes import try_lock
+from kts_resources.servers.local_processes import try_lock
 
 WATCH_LOCK = ".watch.lock"
 # Which module drives each kind of server (imported by the watchdog only: no import cycle).
-KINDS = {"postgres": "kts_resources.metadata.embedded", "spark-connect": "kts_resources.spark_connect"}
+KINDS = {"postgres": "kts_resources.metadata.embedded", "spark-connect": "kts_resources.spark.connect_server"}
 SPAWN_TIMEOUT_S = 60
 
 
@@ -85,7 +85,7 @@ def ensure_watched(kind: str, home: Path, server: Watched | None) -> None:
             return  # watched already
         package_root = str(Path(__file__).resolve().parent.parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
-        argv = [sys.executable, "-m", "kts_resources.home_watch", kind, str(home), str(held), str(lock),
+        argv = [sys.executable, "-m", "kts_resources.servers.home_watch", kind, str(home), str(held), str(lock),
                 str(server.pid), str(server.started or ""), str(server.outside or "")]
         # Through `sh -c '… &'`: the shell returns at once and the watchdog is init's child, not a
         # zombie of a long-lived starter; a session of its own keeps a Ctrl-C in the starter's terminal from it.
@@ -151,7 +151,7 @@ def _say(line: str) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 7 or argv[0] not in KINDS:
-        print(f"usage: python -m kts_resources.home_watch {{{','.join(KINDS)}}} STATE_DIR DIR_FD LOCK_FD PID STARTED OUTSIDE "
+        print(f"usage: python -m kts_resources.servers.home_watch {{{','.join(KINDS)}}} STATE_DIR DIR_FD LOCK_FD PID STARTED OUTSIDE "
               "(started by ensure_watched)", file=sys.stderr)
         return 2
     from kts_resources.settings import idle_check_s

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from kts_resources import settings
-from kts_resources.inventory import read_inventory_table
+from kts_resources.spark.inventory import read_inventory_table
 from kts_resources.kafka.logdir import PartitionDir
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def build_spark_session(app_name: str = "kts", master: str | None = None, extra:
         return _classic_session(app_name, master or settings.spark_classic_master(), extra)
     if mode == REMOTE:
         return connect_session(remote or settings.spark_remote(), embedded=False)
-    from kts_resources import spark_connect
+    from kts_resources.spark import connect_server as spark_connect
 
     return connect_session(spark_connect.ensure_running().session_url, embedded=True)
 

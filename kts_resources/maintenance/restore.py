@@ -46,7 +46,7 @@ from kts_resources.kafka.logdir import (
     offset_file_name,
 )
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.lineage import readable_spans
+from kts_resources.tiering.lineage import readable_spans
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.base import RemoteStorageManager, StoredObject, stored_objects
 

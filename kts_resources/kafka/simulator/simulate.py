@@ -52,10 +52,10 @@ from .broker_log import (
     PartitionLog,
     next_sequence,
 )
-from .codecs import CODEC_NAMES, codec_id
-from .indexes import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
-from .partition import TopicPartition, topic_name_problem
-from .records import ATTR_TRANSACTIONAL, NO_PRODUCER_ID, NewRecord, build_batch, build_control_batch, restamp_batch
+from ..codecs import CODEC_NAMES, codec_id
+from ..indexes import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
+from ..partition import TopicPartition, topic_name_problem
+from ..records import ATTR_TRANSACTIONAL, NO_PRODUCER_ID, NewRecord, build_batch, build_control_batch, restamp_batch
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -57,18 +57,18 @@ from .broker_log import (
     LogConfig,
     PartitionLog,
 )
-from .checkpoints import EpochEntry
-from .indexes import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
-from .logdir import LOG_SUFFIX, offset_file_name
-from .metadata_log import (
+from ..checkpoints import EpochEntry
+from ..indexes import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_SEGMENT_INDEX_BYTES
+from ..logdir import LOG_SUFFIX, offset_file_name
+from ..metadata_log import (
     FeatureLevelRecord,
-    MetadataLogWriter,
     PartitionChangeRecord,
     PartitionRecord,
     TopicRecord,
 )
-from .partition import TopicPartition, topic_name_problem
-from .records import decode_batch, scan_batches
+from .metadata_log_writer import MetadataLogWriter
+from ..partition import TopicPartition, topic_name_problem
+from ..records import decode_batch, scan_batches
 
 MiB = 1024 * 1024
 DEFAULT_REPLICA_FETCH_MAX_BYTES = 1 * MiB  # replica.fetch.max.bytes

@@ -30,8 +30,8 @@ from typing import Iterable
 
 from .broker_log import AppendResult, PartitionLog
 from .cluster_simulation import DEFAULT_REPLICA_FETCH_MAX_BYTES, ClusterSimulation
-from .partition import TopicPartition
-from .records import build_control_batch
+from ..partition import TopicPartition
+from ..records import build_control_batch
 from .simulate import ProgressCallback, SimulationConfig, _derived_seed, _Producer, _Simulation
 
 MAX_ELECTIONS = 10_000

@@ -3,7 +3,7 @@
 DeleteRecords moves the partition's log start offset (recorded in the store under the partition
 lock, so reads stop below it at once; in owned log dirs also the log-start-offset-checkpoint and
 the leader-epoch-checkpoint, truncated from the start as Kafka's cache is). The next expiry removes
-the segments below it (``kts_resources.expiry``: the log start offset breach).
+the segments below it (``kts_resources.tiering.expiry``: the log start offset breach).
 
 Topic deletion (and ``remote.storage.enable=false`` with ``remote.log.delete.on.disable=true``)
 walks each partition through DELETE_PARTITION_MARKED → DELETE_PARTITION_STARTED → every remote
@@ -27,11 +27,11 @@ from kts_resources.kafka.checkpoints import (
     write_offset_checkpoint,
 )
 from kts_resources.remote_log import RemoteLogSegmentState, RemotePartitionDeleteState, TopicIdPartition
-from kts_resources.tiers import LocatedPartition, log_start_offset, truncate_from_start
+from kts_resources.tiering.tiers import LocatedPartition, log_start_offset, truncate_from_start
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
-    from kts_resources.quotas import Clock
+    from kts_resources.tiering.quotas import Clock
     from kts_resources.remote_storage.base import RemoteStorageManager
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -57,7 +57,7 @@ def current_log_start_offset(located: LocatedPartition | None, tip: TopicIdParti
         checkpointed = located.log_dir.log_start_offset(tp)
         hw = located.log_dir.high_watermark(tp)
         if hw is None:  # no replication-offset-checkpoint: the log end bounds it
-            from kts_resources.tiers import active_log_end_offset
+            from kts_resources.tiering.tiers import active_log_end_offset
 
             hw = active_log_end_offset(segments) if segments else summary.end_offset + 1 if summary.segments else 0
     else:
@@ -127,8 +127,8 @@ def delete_partition_remote_data(tip: TopicIdPartition, store: "RemoteLogMetadat
                                  *, clock: "Clock", home: Path | None, lock_timeout_s: float | None = 30.0) -> RemoteDataDeletion:
     """Every remote segment of the partition and its remote log index, through the partition
     delete states (idempotent: a finished deletion is a no-op, an interrupted one continues)."""
-    from kts_resources.copier import delete_remote_log_segment
-    from kts_resources.remote_index_cache import cache_directory
+    from kts_resources.tiering.copier import delete_remote_log_segment
+    from kts_resources.reading.remote_index_cache import cache_directory
 
     result = RemoteDataDeletion(tip)
     with store.partition_lock(tip, timeout_s=lock_timeout_s):

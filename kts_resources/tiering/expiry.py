@@ -1,6 +1,6 @@
 """Expiry: a partition's retention plan from its files and the store, and carrying it out.
 
-Planning reads what :mod:`kts_resources.retention`'s rules need — the topic's configs, the
+Planning reads what :mod:`kts_resources.tiering.retention`'s rules need — the topic's configs, the
 COPY_SEGMENT_FINISHED segments, the leader-epoch lineage, local segments' sizes and largest
 timestamps (a closed segment's time index ends with its largest timestamp; without timestamps the
 file's modification time stands in) — and asks them.
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 
 from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import SegmentFiles
-from kts_resources.lineage import current_lineage, diverges_at, last_epoch, readable_spans
-from kts_resources.lost_ranges import uncovered
+from kts_resources.tiering.lineage import current_lineage, diverges_at, last_epoch, readable_spans
+from kts_resources.tiering.lost_ranges import uncovered
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.manifest import put_log_start_offset
-from kts_resources.retention import (
+from kts_resources.tiering.retention import (
     LocalPlan,
     LocalSegment,
     RemotePlan,
@@ -44,11 +44,11 @@ from kts_resources.retention import (
     plan_remote_retention,
     segment_uuid_text,
 )
-from kts_resources.tiers import LocatedPartition, log_start_offset
+from kts_resources.tiering.tiers import LocatedPartition, log_start_offset
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
-    from kts_resources.quotas import Clock
+    from kts_resources.tiering.quotas import Clock
     from kts_resources.remote_storage.base import RemoteStorageManager
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ def expire_partition(
     ``remote=False``: only the local part (a follower's kts in a cluster whose leadership is known:
     the remote tier's retention is the leader's kts's, as Kafka runs RemoteLogManager's expiration
     on the leader only — a follower counts its own uncopied bytes, which lag, as the log's)."""
-    from kts_resources.copier import delete_remote_log_segment
+    from kts_resources.tiering.copier import delete_remote_log_segment
 
     with store.partition_lock(tip, timeout_s=lock_timeout_s):
         if located is not None and located.owned:

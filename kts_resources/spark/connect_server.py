@@ -24,10 +24,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from kts_resources import home_watch, settings
-from kts_resources.local_processes import alive as _alive
-from kts_resources.local_processes import same_process, start_time
-from kts_resources.local_processes import locked as _locked
+from kts_resources import settings
+from kts_resources.servers import home_watch
+from kts_resources.servers.local_processes import alive as _alive
+from kts_resources.servers.local_processes import same_process, start_time
+from kts_resources.servers.local_processes import locked as _locked
 from kts_resources.metadata.embedded import _free_port
 from kts_resources.private_dirs import make_dirs
 
@@ -151,7 +152,7 @@ def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
 
     spark_home = Path(pyspark.__file__).resolve().parent
     port = _free_port()
-    from kts_resources.spark import spark_conf
+    from kts_resources.spark.session import spark_conf
 
     # kts's local session settings (loopback driver, no UI), plus where Connect listens: loopback only.
     conf = spark_conf(master, {

@@ -12,7 +12,7 @@ first segment that is kept:
 * log start offset breach: a segment whose end offset < the log start offset (DeleteRecords);
 
 each segment weighing only the bytes of the offsets it serves on the partition's current
-leader-epoch lineage (kts_resources/lineage.py: overlapping copies count once). Outside that walk,
+leader-epoch lineage (kts_resources/tiering/lineage.py: overlapping copies count once). Outside that walk,
 segments a reader never reads go without moving the log start offset: those off the lineage (an
 old leader's records after an unclean election: Kafka's isRemoteSegmentWithinLeaderEpochs) and
 those wholly covered by others (two replicas' copies of the same offsets). Segments deleted by
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kts_resources.kafka.checkpoints import EpochEntry
-from kts_resources.lineage import readable_spans, unused_segments
+from kts_resources.tiering.lineage import readable_spans, unused_segments
 from kts_resources.remote_log import RemoteLogSegmentMetadata
 
 BY_SIZE = "retention.bytes"
@@ -141,7 +141,7 @@ def plan_remote_retention(
     now_ms: int,
 ) -> RemotePlan:
     """What the remote tier should drop. ``segments``: the partition's COPY_SEGMENT_FINISHED
-    segments; ``lineage``: the partition's current leader-epoch lineage (kts_resources/lineage.py).
+    segments; ``lineage``: the partition's current leader-epoch lineage (kts_resources/tiering/lineage.py).
 
     Retention counts what a reader can read: the lineage's spans, each offset's bytes once.
     Segments no span uses — off the lineage, or wholly covered by others — go first, without moving

@@ -18,19 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from kts_resources import remote_index as ri
-from kts_resources import remote_index_cache as index_cache
+from kts_resources.reading import remote_index as ri
+from kts_resources.reading import remote_index_cache as index_cache
 
 from kts_resources.kafka.checkpoints import EpochEntry, epochs_up_to, format_leader_epoch_checkpoint
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.errors import FileChangedError
 from kts_resources.kafka.segment import verify_segment_file
-from kts_resources.lineage import copy_start_offset, diverges_at, last_epoch
-from kts_resources.segment_slice import SegmentSlice, SliceError, slice_segment
-from kts_resources.lost_ranges import LOST_CAUSE, detect_lost_ranges
+from kts_resources.tiering.lineage import copy_start_offset, diverges_at, last_epoch
+from kts_resources.tiering.segment_slice import SegmentSlice, SliceError, slice_segment
+from kts_resources.tiering.lost_ranges import LOST_CAUSE, detect_lost_ranges
 from kts_resources.metadata.store import RemoteLogMetadataStore, StaleTopicIdError
-from kts_resources.quotas import Clock, RLMQuotaManager, SystemClock
+from kts_resources.tiering.quotas import Clock, RLMQuotaManager, SystemClock
 from kts_resources.remote_log import (
     LogSegmentData,
     RemoteLogSegmentId,
@@ -43,7 +43,7 @@ from kts_resources.remote_log import (
 from kts_resources.remote_storage.base import RemoteStorageManager, StoredObject, segment_custom_metadata, stored_objects
 from kts_resources.remote_storage.keys import MANIFEST_SUFFIX
 from kts_resources.remote_storage.manifest import SegmentManifest, encode_manifest
-from kts_resources.tiers import active_log_end_offset, adopt_first_log_start_offset, copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
+from kts_resources.tiering.tiers import active_log_end_offset, adopt_first_log_start_offset, copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +348,7 @@ def copy_partition(
 def _where_to_copy(store: RemoteLogMetadataStore, tip: TopicIdPartition, lineage: Sequence[EpochEntry],
                    segments: Sequence[SegmentFiles]) -> tuple[int, int | None]:
     """(the first offset to copy, the first offset not to copy or None) for a replica with
-    ``lineage``, as Kafka's RemoteLogManager decides (kts_resources/lineage.py): the replica's
+    ``lineage``, as Kafka's RemoteLogManager decides (kts_resources/tiering/lineage.py): the replica's
     lineage becomes the partition's if it is newer; copying starts one past findHighestRemoteOffset
     over the replica's own lineage; a replica behind the partition's lineage (an old leader not
     truncated yet, a follower that has not fetched the new epoch) copies only below where it
@@ -438,7 +438,7 @@ def _damage_in_this_tier(store: RemoteLogMetadataStore, storage: RemoteStorageMa
     (damage recorded against another tier, a wrong KTS_REMOTE_URI, must not stick: issue 34).
     None, with a line in ``damaged_left``, when the tier holds no object of any of the partition's
     finished segments: another tier, where nothing is re-copied."""
-    from kts_resources.remote_integrity import inspect_finished_segments, tier_holds_any, wrong_tier_line
+    from kts_resources.maintenance.remote_integrity import inspect_finished_segments, tier_holds_any, wrong_tier_line
 
     listed = {o.key: o.size for o in storage.list_objects(storage.keys.partition_prefix(tip))}
     finished = store.list_remote_log_segments(tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
@@ -508,7 +508,7 @@ def _prepare(
     if segment.base_offset < from_offset <= end_offset:
         # The copy starts inside it (after a leader change the tier holds its first part): only its
         # part from the first batch reaching from_offset goes up, as a segment of its own
-        # (kts_resources/segment_slice.py), so no offset goes up twice.
+        # (kts_resources/tiering/segment_slice.py), so no offset goes up twice.
         try:
             cut = slice_segment(segment, from_offset)
         except SliceError as e:

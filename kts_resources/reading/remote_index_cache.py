@@ -1,8 +1,8 @@
 """A partition's remote log index on this machine, under ``KTS_HOME``.
 
-The files (:mod:`kts_resources.remote_index`) live in
+The files (:mod:`kts_resources.reading.remote_index`) live in
 ``KTS_HOME/remote-log-index/<topic>-<topic id>/<partition>/``: a copy of the file sets the remote
-tier names as current (:mod:`kts_resources.remote_index_tier` ships and fetches them). Each remote
+tier names as current (:mod:`kts_resources.reading.remote_index_tier` ships and fetches them). Each remote
 segment's entries are also kept on their own (``segments/<segment id>.entries``), so an incremental
 build reads only the segments that are new since the last one.
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kts_resources import remote_index as ri
+from kts_resources.reading import remote_index as ri
 from kts_resources.kafka.records import scan_batches
-from kts_resources.remote_index_check import segment_coverage_problems
+from kts_resources.reading.remote_index_check import segment_coverage_problems
 from kts_resources.remote_log import RemoteLogSegmentMetadata, TopicIdPartition
 from kts_resources.remote_storage.keys import ObjectKeys
 

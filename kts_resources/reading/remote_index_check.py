@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from kts_resources import remote_index as ri
+from kts_resources.reading import remote_index as ri
 from kts_resources.remote_log import RemoteLogSegmentMetadata
 
 

@@ -6,7 +6,7 @@ Under ``<partition prefix>remote-log-index/``::
     <version>/<20-digit base offset>.remoteLogIndex   (and .remoteOffsetIndex, .remoteTimeIndex)
     current                                           the pointer (manifest.encode_index_pointer)
 
-The files are the seeds' (:mod:`kts_resources.remote_index`), byte for byte; only where they live
+The files are the seeds' (:mod:`kts_resources.reading.remote_index`), byte for byte; only where they live
 is new. A version is ``<12-digit generation>-<8 random hex digits>``, so no two builds — not even
 two that lost track of each other — write the same key.
 
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
-from kts_resources import remote_index as ri
-from kts_resources import remote_index_cache as index_cache
+from kts_resources.reading import remote_index as ri
+from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteResourceNotFoundError, TopicIdPartition
 from kts_resources.remote_storage.manifest import (
     INDEX_FILE_KINDS,

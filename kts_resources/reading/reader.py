@@ -2,7 +2,7 @@
 
 The public API (README, "Reading the tiered log")::
 
-    from kts_resources.reader import TieredLogReader
+    from kts_resources.reading.reader import TieredLogReader
     with TieredLogReader.from_environment() as reader:
         result = reader.fetch("orders", 0, offset=1234, max_bytes=1 << 20, isolation="read_committed")
         for record in result.records: ...
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kts_resources import remote_index as ri
-from kts_resources import remote_index_cache as index_cache
-from kts_resources import remote_index_tier as index_tier
+from kts_resources.reading import remote_index as ri
+from kts_resources.reading import remote_index_cache as index_cache
+from kts_resources.reading import remote_index_tier as index_tier
 from kts_resources.kafka.checkpoints import EpochEntry, epoch_for_offset
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.files import keep_large_buffers_in_the_heap
@@ -53,7 +53,7 @@ from kts_resources.kafka.records import (
     verified_batch_positions,
 )
 from kts_resources.kafka.snapshots import AbortedTxn, decode_aborted_txns, read_producer_snapshot, read_txn_index
-from kts_resources.lineage import Span, copy_start_offset, current_lineage, readable_spans
+from kts_resources.tiering.lineage import Span, copy_start_offset, current_lineage, readable_spans
 from kts_resources.remote_log import (
     IndexType,
     RemoteLogSegmentMetadata,
@@ -62,7 +62,7 @@ from kts_resources.remote_log import (
     RemoteStorageError,
     TopicIdPartition,
 )
-from kts_resources.tiers import (
+from kts_resources.tiering.tiers import (
     LocatedPartition,
     active_log_end_offset,
     leader_epoch_lineage,
@@ -72,9 +72,9 @@ from kts_resources.tiers import (
 )
 
 if TYPE_CHECKING:
-    from kts_resources.chunk_cache import ChunkCache
+    from kts_resources.reading.chunk_cache import ChunkCache
     from kts_resources.metadata.store import RemoteLogMetadataStore
-    from kts_resources.quotas import FetchQuotaManager
+    from kts_resources.tiering.quotas import FetchQuotaManager
     from kts_resources.remote_storage.base import RemoteStorageManager
 
 log = logging.getLogger(__name__)
@@ -317,7 +317,7 @@ class PartitionReader:
         recorded = -1
         recorded_lineage: Sequence[EpochEntry] = ()
         if store is not None:
-            from kts_resources.tiers import topic_id_partition
+            from kts_resources.tiering.tiers import topic_id_partition
 
             if located is not None:
                 self.tip = topic_id_partition(located.partition, store)
@@ -332,7 +332,7 @@ class PartitionReader:
         if located is None and not self.finished:
             raise UnknownPartitionError(f"{topic}-{partition}: the partition is in no log dir and has no data in the remote tier")
         # The remote tier as a reader sees it: the current leader-epoch lineage's offsets, each
-        # served by one segment that holds it in that lineage's epoch (kts_resources/lineage.py).
+        # served by one segment that holds it in that lineage's epoch (kts_resources/tiering/lineage.py).
         # Never a segment that ends before the offset (one may lie inside another: two copiers'
         # roll points), nor one of another lineage (an old leader's after an unclean election).
         self.current_lineage = current_lineage(recorded_lineage, self._local_lineage())
@@ -1188,9 +1188,9 @@ class TieredLogReader:
         with the fetch quota the store holds. The reader closes the store and the tier.
         ValueError (QuotaConfigError for a bad stored quota) for a bad setting, the store closed."""
         from kts_resources import settings
-        from kts_resources.chunk_cache import ChunkCache
+        from kts_resources.reading.chunk_cache import ChunkCache
         from kts_resources.metadata.store import RemoteLogMetadataStore
-        from kts_resources.quotas import fetch_quota_manager
+        from kts_resources.tiering.quotas import fetch_quota_manager
         from kts_resources.remote_storage.factory import remote_storage_from_uri
 
         store = store if store is not None else RemoteLogMetadataStore.from_env()

@@ -45,7 +45,7 @@ def _entries_of(task: EntriesTask, remote_uri: str, endpoint_url: str | None, ch
     from crc32c import crc32c
 
     from kts_resources.kafka.partition import TopicPartition
-    from kts_resources.remote_index_cache import encode_segment_entries, segment_entries_from_bytes
+    from kts_resources.reading.remote_index_cache import encode_segment_entries, segment_entries_from_bytes
     from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
     from kts_resources.remote_storage.factory import remote_storage_from_uri, s3_client
 

@@ -23,16 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .kafka.checkpoints import META_PROPERTIES, MissingCheckpointError, read_meta_properties
-from .kafka.errors import shown
-from .kafka.metadata_log import (
+from ..kafka.checkpoints import META_PROPERTIES, MissingCheckpointError, read_meta_properties
+from ..kafka.errors import shown
+from ..kafka.metadata_log import (
     METADATA_PARTITION_DIR,
     ClusterMetadata,
     Leadership,
     metadata_partition_dir,
     read_cluster_metadata,
 )
-from .kafka.partition import TopicPartition
+from ..kafka.partition import TopicPartition
 
 __all__ = [
     "BrokerReplicas", "Leadership", "MetadataLogLocationError", "broker_replicas", "cluster_metadata", "copy_refusal",

@@ -1,6 +1,6 @@
 """The tiered log as a Spark DataFrame, for backfills that should not touch the brokers.
 
-    from kts_resources.spark_reader import read_tiered
+    from kts_resources.spark.reader import read_tiered
     df = read_tiered(spark, "orders", [0, 1], start=0, end=None)                      # offsets
     df = read_tiered(spark, "orders", None, start=t0_ms, end=t1_ms, by="timestamp")    # every partition, by time
 
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kts_resources.reader import READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, ReadError, TieredLogReader
+from kts_resources.reading.reader import READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, ReadError, TieredLogReader
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -134,7 +134,7 @@ def plan_tasks(reader: TieredLogReader, topic: str, partitions: Sequence[int] | 
 
 
 def _partitions_of(reader: TieredLogReader, topic: str) -> list[int]:
-    from kts_resources.tiers import log_dir_partitions
+    from kts_resources.tiering.tiers import log_dir_partitions
 
     found = {loc.partition.partition for loc in log_dir_partitions(reader.log_dirs) if loc.partition.topic == topic}
     if reader.store is not None:

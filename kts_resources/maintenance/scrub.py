@@ -44,11 +44,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kts_resources import remote_index_tier as index_tier
-from kts_resources.copier import delete_remote_log_segment, manifest_context_for, write_manifest
-from kts_resources.lost_ranges import uncovered
-from kts_resources.quotas import SystemClock
-from kts_resources.remote_integrity import inspect_finished_segments, object_checksum_problem, scan_log_object
+from kts_resources.reading import remote_index_tier as index_tier
+from kts_resources.tiering.copier import delete_remote_log_segment, manifest_context_for, write_manifest
+from kts_resources.tiering.lost_ranges import uncovered
+from kts_resources.tiering.quotas import SystemClock
+from kts_resources.maintenance.remote_integrity import inspect_finished_segments, object_checksum_problem, scan_log_object
 from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from kts_resources.remote_storage.base import ObjectInfo, RemoteStorageError, RemoteStorageManager, stored_objects
 from kts_resources.remote_storage.keys import LOG_SUFFIX, ParsedObjectKey

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from kts_resources.kafka.checkpoints import EpochEntry
-from kts_resources.lineage import current_lineage, readable_spans
+from kts_resources.tiering.lineage import current_lineage, readable_spans
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name, partition_dir_present
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
@@ -178,7 +178,7 @@ def copy_candidates(
     """The eligible segments not yet copied, ascending: those reaching max(highest copied offset
     + 1, log start offset) by their file names. The copier takes the one holding that offset from
     there on (after a leader change, or an unclean election, the tier holds this replica's lineage
-    only up to there: kts_resources/segment_slice.py); one whose last batch turns out to lie below
+    only up to there: kts_resources/tiering/segment_slice.py); one whose last batch turns out to lie below
     it (a segment vanished after it, so file names overstate it) it skips once it has read it.
 
     ``copy_limit``: the first offset not to copy (a replica behind the partition's leader-epoch
@@ -358,7 +358,7 @@ def partition_tiers(
     state = store.partition_state(tip) if tip is not None else None
     highest_copied = state.highest_copied_offset if state is not None else -1
     # The tier as a reader sees it: the current lineage's offsets, each counted once
-    # (kts_resources/lineage.py); a segment off the lineage or covered by others counts nowhere.
+    # (kts_resources/tiering/lineage.py); a segment off the lineage or covered by others counts nowhere.
     spans = readable_spans(finished, current_lineage(state.lineage if state is not None else (), partition.leader_epochs()))
     remote_start = spans[0].start_offset if spans else -1
     lagging = set(copy_lag_base_offsets([s.base_offset for s in segments], highest_copied))

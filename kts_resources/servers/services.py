@@ -71,7 +71,7 @@ def _stop_postgres(kts_home: Path) -> bool:
 
 
 def _describe_spark_connect(kts_home: Path) -> Service | None:
-    from kts_resources import spark_connect
+    from kts_resources.spark import connect_server as spark_connect
 
     home = kts_home / "spark-connect"
     recorded = spark_connect.recorded(home)
@@ -82,7 +82,7 @@ def _describe_spark_connect(kts_home: Path) -> Service | None:
 
 
 def _stop_spark_connect(kts_home: Path) -> bool:
-    from kts_resources import spark_connect
+    from kts_resources.spark import connect_server as spark_connect
 
     home = kts_home / "spark-connect"
     return home.is_dir() and spark_connect.stop(home)
@@ -143,7 +143,7 @@ def machine_servers(under: Path | None = None, *, watchdogs: bool = False) -> li
     """Every kts server of this account (under root, also those running as the embedded
     PostgreSQL's account), orphans included, and under root every cluster in
     ``/var/lib/kts/postgres``; with ``under``, only those whose KTS_HOME lies under it."""
-    from kts_resources import local_processes as procs
+    from kts_resources.servers import local_processes as procs
     from kts_resources.metadata import embedded
 
     accounts = {os.getuid()}
@@ -167,8 +167,9 @@ def stop_machine_servers(servers: list[MachineServer]) -> list[MachineServer]:
     """Stop each running server (through its KTS_HOME's own state while that is there, else by
     its pid) and remove each orphaned cluster; the ones stopped or removed. CLI servers first:
     their commands use the others."""
-    from kts_resources import home_watch, spark_connect
-    from kts_resources.local_processes import same_process
+    from kts_resources.servers import home_watch
+    from kts_resources.spark import connect_server as spark_connect
+    from kts_resources.servers.local_processes import same_process
     from kts_resources.metadata import embedded
 
     done = []
@@ -201,7 +202,7 @@ def stop_machine_servers(servers: list[MachineServer]) -> list[MachineServer]:
 
 def _postgres_process(pid: int, argv: list[str]) -> MachineServer | None:
     """A postmaster kts started (``embedded._start``: loopback only, no Unix socket)."""
-    from kts_resources.local_processes import start_time
+    from kts_resources.servers.local_processes import start_time
     from kts_resources.metadata import embedded
 
     if not argv or os.path.basename(argv[0]) != "postgres" or "-D" not in argv[:-1]:
@@ -219,8 +220,9 @@ def _postgres_process(pid: int, argv: list[str]) -> MachineServer | None:
 def _spark_connect_process(pid: int, argv: list[str]) -> MachineServer | None:
     """The JVM of an embedded Spark Connect server (``spark_connect._start``): its spark.local.dir
     is ``KTS_HOME/spark-connect/tmp``."""
-    from kts_resources import home_watch, spark_connect
-    from kts_resources.local_processes import start_time
+    from kts_resources.servers import home_watch
+    from kts_resources.spark import connect_server as spark_connect
+    from kts_resources.servers.local_processes import start_time
 
     if spark_connect.SERVER_CLASS not in argv or spark_connect.APP_NAME not in argv:
         return None
@@ -234,11 +236,11 @@ def _spark_connect_process(pid: int, argv: list[str]) -> MachineServer | None:
 
 def _kts_module_process(pid: int, argv: list[str]) -> MachineServer | None:
     """A CLI server (``python -m kts_assets.cli_server serve HOME``) or a watchdog (``python -m
-    kts_resources.home_watch KIND HOME``)."""
-    from kts_resources import home_watch
-    from kts_resources.local_processes import start_time
+    kts_resources.servers.home_watch KIND HOME``)."""
+    from kts_resources.servers import home_watch
+    from kts_resources.servers.local_processes import start_time
 
-    kinds = {"kts_assets.cli_server": "cli-server", "kts_resources.home_watch": WATCHDOG}
+    kinds = {"kts_assets.cli_server": "cli-server", "kts_resources.servers.home_watch": WATCHDOG}
     if len(argv) < 5 or argv[1] != "-m" or argv[2] not in kinds:
         return None
     home = Path(argv[4])
@@ -268,7 +270,7 @@ def _end_process(pid: int, started: int | None, grace_s: float = 30.0) -> None:
     import signal
     import time
 
-    from kts_resources.local_processes import same_process
+    from kts_resources.servers.local_processes import same_process
 
     try:
         os.kill(pid, signal.SIGTERM)

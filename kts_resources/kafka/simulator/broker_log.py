@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
 
-from .checkpoints import (
+from ..checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     META_PROPERTIES,
@@ -60,9 +60,9 @@ from .checkpoints import (
     write_offset_checkpoint,
     write_partition_metadata,
 )
-from .errors import CheckpointError
-from .files import mapped, write_atomically
-from .indexes import (
+from ..errors import CheckpointError
+from ..files import mapped, write_atomically
+from ..indexes import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_SEGMENT_INDEX_BYTES,
     OFFSET_ENTRY_SIZE,
@@ -76,7 +76,7 @@ from .indexes import (
     read_offset_index,
     read_time_index,
 )
-from .logdir import (
+from ..logdir import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -89,8 +89,8 @@ from .logdir import (
     list_segments,
     offset_file_name,
 )
-from .partition import TopicPartition
-from .records import (
+from ..partition import TopicPartition
+from ..records import (
     ATTR_TIMESTAMP_TYPE,
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -102,7 +102,7 @@ from .records import (
     scan_batches,
     with_base_offset_and_epoch,
 )
-from .snapshots import (
+from ..snapshots import (
     NO_TXN_FIRST_OFFSET,
     TXN_INDEX_ENTRY_SIZE,
     AbortedTxn,
