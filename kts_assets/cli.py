@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from kts_resources.kafka.errors import KafkaFormatError, shown
+from kts_resources.kafka.errors import KafkaFormatError, os_error_line, shown
 
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
@@ -83,15 +83,6 @@ def print_table(rows: list[dict], columns: Sequence[str]) -> None:
 def report(lines: Sequence[str]) -> None:
     for line in lines:
         print(f"kts: {line}", file=sys.stderr)
-
-
-def os_error_line(e: OSError) -> str:
-    """``<path>: <what the system said>``, e.g. ``/mnt/ro/orders-0: read-only file system``; the
-    message itself when kts formed it (no errno)."""
-    if not e.strerror:
-        return str(e)
-    where = f"{shown(e.filename)}: " if isinstance(e.filename, (str, bytes, os.PathLike)) else ""
-    return f"{where}{e.strerror.lower()}"
 
 
 def _unreachable(p: Path) -> None:
@@ -828,6 +819,7 @@ def _sync(args) -> int:
     # Topics no kts has seen in a log dir for the grace period lose their remote data, as a deletion would.
     from kts_resources.tiering.partition_admin import delete_topics_gone_from_log_dirs
     from kts_resources.tiering.quotas import SystemClock
+    from kts_resources.tiering.status import status_rows_and_lost
 
     store = _metadata_store()
     storage = _remote_storage()
@@ -838,7 +830,7 @@ def _sync(args) -> int:
                     f"its remote data is deleted, DELETE_PARTITION_FINISHED"])
         # The totals are what `kts status` reports now, computed by the same function.
         unreadable: dict[str, str] = {}
-        with_lost = _status_rows_and_lost(store, unreadable)
+        with_lost = status_rows_and_lost(store, unreadable)
     finally:
         storage.close()
         store.close()
@@ -871,13 +863,6 @@ def _sync(args) -> int:
     return EXIT_FINDINGS if outcome.failed or lost_lines or damaged or unread else 0
 
 
-STATUS_FIELDS = (
-    "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",
-    "remote_log_start_offset", "remote_log_end_offset", "local_bytes", "remote_bytes", "local_segments",
-    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges", "damaged_remote_segments", "replica",
-)
-
-
 def cmd_status(args) -> int:
     """Per partition: both tiers' offsets (Lx ≤ Ly ≤ Lz locally, Rx ≤ Ry remotely), bytes, segments
     and copy lag, from the log dirs and the metadata store (ARCHITECTURE.md's status fields).
@@ -885,6 +870,7 @@ def cmd_status(args) -> int:
     that is not there is a wrong environment, not an empty broker: one line each and exit 1 (an
     existing log dir with no partitions yet is a broker's first minutes, and prints an empty table)."""
     from kts_resources import preflight, settings
+    from kts_resources.tiering.status import STATUS_FIELDS
 
     missing = preflight.missing_log_dirs(settings.log_dirs())
     if missing:
@@ -906,59 +892,13 @@ def status_rows(unreadable: dict[str, str] | None = None) -> list[dict]:
     `kts sync` totals. ``lost_ranges``: the open (unacknowledged) lost ranges, [start, end] each;
     ``damaged_remote_segments``: finished segments found damaged in the tier, not yet re-copied.
     A partition whose files cannot be read goes into ``unreadable`` (key → one line) instead."""
+    from kts_resources.tiering.status import status_rows_and_lost
+
     store = _metadata_store()
     try:
-        return [row for row, _ in _status_rows_and_lost(store, unreadable)]
+        return [row for row, _ in status_rows_and_lost(store, unreadable)]
     finally:
         store.close()
-
-
-def _status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> list[tuple[dict, list]]:
-    """Each status row with its open lost ranges (LostOffsetRange), for `kts sync`'s alarm lines.
-    A partition dir or segment that cannot be read (a symbolic link loop, no permission) is that
-    partition's one line in ``unreadable``, and every other partition is still listed (without
-    ``unreadable``, it raises)."""
-    import dataclasses
-
-    from kts_resources import settings
-    from kts_resources.tiering.leadership import broker_replicas
-    from kts_resources.tiering.tiers import active_log_end_offset, log_dir_partitions, partition_tiers, topic_id_partition
-
-    try:  # who leads, from the broker's KRaft metadata log (none: "-", every replica copies)
-        role = broker_replicas(settings.log_dirs(), settings.metadata_log_dir()).role
-    except (KafkaFormatError, ValueError) as e:
-        if unreadable is None:
-            raise
-        unreadable["metadata log"] = str(e)
-        role = lambda tp: "unknown"  # noqa: E731
-    rows = []
-    for located in log_dir_partitions(settings.log_dirs()):
-        partition = located.partition
-        try:
-            segments = partition.segments()
-            tiers = partition_tiers(located, store, segments=segments, log_end_offset=active_log_end_offset(segments))
-        except ConnectionError:
-            raise  # the store is down: not this partition's problem
-        except OSError as e:
-            if unreadable is None:
-                raise
-            unreadable.setdefault(located.key, os_error_line(e))
-            continue
-        except KafkaFormatError as e:  # a log dir's corrupt checkpoint: one line (file, position) for all its partitions
-            if unreadable is None:
-                raise
-            if str(e) not in unreadable.values():
-                unreadable[located.key] = str(e)
-            continue
-        tip = topic_id_partition(partition, store)
-        lost = store.lost_ranges(tip) if tip is not None else []
-        row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers),
-               "lost_ranges": [[r.start_offset, r.end_offset] for r in lost],
-               # Found damaged in the tier and not yet re-copied (copier.recopy_damaged).
-               "damaged_remote_segments": len(store.damaged_segments(tip)) if tip is not None else 0,
-               "replica": role(partition.topic_partition)}
-        rows.append(({name: row[name] for name in STATUS_FIELDS}, lost))
-    return rows
 
 
 def cmd_ack_loss(args) -> int:

@@ -18,7 +18,7 @@ from dagster._daemon.sensor import execute_sensor_iteration
 
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
-from kts_assets.cli import STATUS_FIELDS
+from kts_resources.tiering.status import STATUS_FIELDS
 from kts_assets.sensors.cursor import decode_cursor
 from kts_assets.sensors.roll import survey_log_dirs
 from kts_resources.kafka.logdir import LogDir

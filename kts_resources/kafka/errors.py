@@ -16,6 +16,15 @@ def shown(path: str | os.PathLike) -> str:
     return text.translate(_CONTROL) if any(ord(c) < 0x20 or c in "\x7f\\" for c in text) else text
 
 
+def os_error_line(e: OSError) -> str:
+    """``<path>: <what the system said>``, e.g. ``/mnt/ro/orders-0: read-only file system``; the
+    message itself when kts formed it (no errno)."""
+    if not e.strerror:
+        return str(e)
+    where = f"{shown(e.filename)}: " if isinstance(e.filename, (str, bytes, os.PathLike)) else ""
+    return f"{where}{e.strerror.lower()}"
+
+
 class KafkaFormatError(Exception):
     """Bytes that do not follow Kafka's format, located by file and byte position."""
 

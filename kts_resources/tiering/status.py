@@ -1,0 +1,60 @@
+"""What ``kts status`` prints and ``kts sync`` totals: one row per partition in the broker's log dirs,
+both tiers' offsets, bytes, segments and copy lag (:func:`tiers.partition_tiers`), open lost ranges,
+damaged remote segments and this broker's replica role. Neither Dagster nor PySpark is imported."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kts_resources import settings
+from kts_resources.kafka.errors import KafkaFormatError, os_error_line
+from kts_resources.tiering.leadership import broker_replicas
+from kts_resources.tiering.tiers import active_log_end_offset, log_dir_partitions, partition_tiers, topic_id_partition
+
+STATUS_FIELDS = (
+    "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",
+    "remote_log_start_offset", "remote_log_end_offset", "local_bytes", "remote_bytes", "local_segments",
+    "remote_segments", "copy_lag_bytes", "copy_lag_segments", "lost_ranges", "damaged_remote_segments", "replica",
+)
+
+
+def status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> list[tuple[dict, list]]:
+    """Each status row with its open lost ranges (LostOffsetRange), for `kts sync`'s alarm lines.
+    A partition dir or segment that cannot be read (a symbolic link loop, no permission) is that
+    partition's one line in ``unreadable``, and every other partition is still listed (without
+    ``unreadable``, it raises)."""
+    try:  # who leads, from the broker's KRaft metadata log (none: "-", every replica copies)
+        role = broker_replicas(settings.log_dirs(), settings.metadata_log_dir()).role
+    except (KafkaFormatError, ValueError) as e:
+        if unreadable is None:
+            raise
+        unreadable["metadata log"] = str(e)
+        role = lambda tp: "unknown"  # noqa: E731
+    rows = []
+    for located in log_dir_partitions(settings.log_dirs()):
+        partition = located.partition
+        try:
+            segments = partition.segments()
+            tiers = partition_tiers(located, store, segments=segments, log_end_offset=active_log_end_offset(segments))
+        except ConnectionError:
+            raise  # the store is down: not this partition's problem
+        except OSError as e:
+            if unreadable is None:
+                raise
+            unreadable.setdefault(located.key, os_error_line(e))
+            continue
+        except KafkaFormatError as e:  # a log dir's corrupt checkpoint: one line (file, position) for all its partitions
+            if unreadable is None:
+                raise
+            if str(e) not in unreadable.values():
+                unreadable[located.key] = str(e)
+            continue
+        tip = topic_id_partition(partition, store)
+        lost = store.lost_ranges(tip) if tip is not None else []
+        row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers),
+               "lost_ranges": [[r.start_offset, r.end_offset] for r in lost],
+               # Found damaged in the tier and not yet re-copied (copier.recopy_damaged).
+               "damaged_remote_segments": len(store.damaged_segments(tip)) if tip is not None else 0,
+               "replica": role(partition.topic_partition)}
+        rows.append(({name: row[name] for name in STATUS_FIELDS}, lost))
+    return rows
