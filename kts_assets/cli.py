@@ -603,8 +603,6 @@ def cmd_services(args) -> int:
     from kts_resources.servers.services import services, stop_services
     from kts_resources.settings import kts_home
 
-    from kts_assets import cli_server
-
     if getattr(args, "all", False):
         return _services_of_machine(args)
     if getattr(args, "under", None) is not None:
@@ -614,15 +612,11 @@ def cmd_services(args) -> int:
     only = getattr(args, "only", None)
     what = f"embedded {only} server" if only else "embedded server"
     if args.services_command == "stop":
-        # The CLI server first: its running commands use the other two.
-        stopped = ["cli-server"] if only is None and cli_server.stop(cli_server.state_dir(home)) else []
-        stopped += stop_services(home, only)
+        stopped = stop_services(home, only)
         # Stopping what is not running is no error: the goal, nothing running, holds.
         print(f"stopped {', '.join(stopped)} of {home}" if stopped else f"no {what} of {home} is running")
         return 0
     found = services(home, only)
-    if only is None and (server := cli_server.describe(home)) is not None:
-        found.append(server)
     if args.json:
         print_json([s.as_json() for s in found])
     elif found:

@@ -3,10 +3,11 @@ imported that runs each ``kts sync`` in a child it forks, so a sync stops paying
 imports every fresh Python process pays before its first event (the Spark Connect server spared
 it the JVM; this spares it the interpreter).
 
-Like the embedded Spark Connect server (``spark_connect.py``): started by the first ``kts sync``
-that finds none, reused by later ones, state under ``KTS_HOME/cli-server`` (``server.json``,
-``server.log``), an fcntl lock so concurrent first starts share one server, listed and stopped by
-``kts services`` (with the embedded servers of ``kts_resources.servers.services``). ``KTS_CLI_SERVER=off``
+Like the embedded Spark Connect server, on the servers' one lifecycle
+(``kts_resources.servers.lifecycle``): started by the first ``kts sync`` that finds none, reused by
+later ones, state under ``KTS_HOME/cli-server`` (``server.json``, ``server.log``), a start lock so
+concurrent first starts share one server, listed and stopped by ``kts services`` as one more
+service kind (``kts_resources.servers.cli_server_state`` holds what that needs). ``KTS_CLI_SERVER=off``
 runs every command in its own process, as before.
 
 What a command sees is what it would see run in its own process: the child takes the client's
@@ -35,19 +36,18 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from kts_resources.servers import lifecycle
+# The server's state and stopping it are the lifecycle's; tests, benches and the CLI use them from here too.
+from kts_resources.servers.cli_server_state import (LOG_FILE, SERVER_MODULE, STATE_DIR, STOP_GRACE_S, CliServer,  # noqa: F401
+                                                    recorded, running, state_dir, stop)
+from kts_resources.servers.cli_server_state import end as _stop_pid
 from kts_resources.servers.home_watch import home_gone
-from kts_resources.servers.local_processes import alive, locked
 
-STATE_DIR = "cli-server"
-STATE_FILE = "server.json"
-LOG_FILE = "server.log"
 # A server with no command for this long exits (it holds ~300 MB; the next sync starts another).
 IDLE_EXIT_S = 30 * 60
 START_TIMEOUT_S = 120
-STOP_GRACE_S = 20
 # A client has this long after connecting to send its request; until it arrives the connection
 # waits in the loop beside the others, so a stalled one delays nobody's command.
 REQUEST_TIMEOUT_S = 10
@@ -61,22 +61,6 @@ _PR_SET_PDEATHSIG = 1
 
 class CliServerError(RuntimeError):
     """The server could not be started or reached; the message says where to look."""
-
-
-@dataclass(frozen=True, slots=True)
-class CliServer:
-    home: Path  # KTS_HOME/cli-server
-    pid: int
-    address: str  # the abstract socket's name (without the leading NUL)
-    fingerprint: str
-
-    @property
-    def log(self) -> Path:
-        return self.home / LOG_FILE
-
-
-def state_dir(kts_home: Path) -> Path:
-    return kts_home / STATE_DIR
 
 
 def code_fingerprint() -> str:
@@ -109,36 +93,6 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:32]
 
 
-# -- state ----------------------------------------------------------------------------------------
-
-
-def recorded(home: Path) -> CliServer | None:
-    """The server ``home``'s state file names, alive or not; None when there is none."""
-    try:
-        raw = json.loads((home / STATE_FILE).read_text())
-        return CliServer(home, int(raw["pid"]), str(raw["address"]), str(raw["fingerprint"]))
-    except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, TypeError):
-        return None
-
-
-def running(home: Path) -> CliServer | None:
-    """The recorded server when its process is alive and is this server (not a reused pid)."""
-    server = recorded(home)
-    if server is None or not _is_our_server(server):
-        return None
-    return server
-
-
-def _is_our_server(server: CliServer) -> bool:
-    if not alive(server.pid):
-        return False
-    try:
-        cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"kts_assets.cli_server" in cmdline and str(server.home.resolve()).encode() in cmdline
-
-
 def _connect(server: CliServer) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -152,23 +106,25 @@ def _connect(server: CliServer) -> socket.socket:
 def ensure_running(home: Path, fingerprint: str) -> CliServer:
     """The server of ``home`` running this very code, started (or replaced) if need be. The lock
     makes concurrent first starts share one server."""
-    from kts_resources.private_dirs import make_dirs
 
-    make_dirs(home)
-    with locked(home / "lock"):
+    def current() -> CliServer | None:
         server = running(home)
-        if server is not None and server.fingerprint == fingerprint:
-            return server
+        return server if server is not None and server.fingerprint == fingerprint else None
+
+    def replace() -> CliServer:
+        server = running(home)
         if server is not None:  # older code than the client's: it must not run this command
             _stop_pid(server)
-        (home / STATE_FILE).unlink(missing_ok=True)
+        lifecycle.clear_state(home)
         return _start(home, fingerprint)
+
+    return lifecycle.ensure_started(home, current, replace)
 
 
 def _start(home: Path, fingerprint: str) -> CliServer:
     log = open(home / LOG_FILE, "ab")
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "kts_assets.cli_server", "serve", str(home.resolve())],
+        proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, "serve", str(home.resolve())],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
                                 # Its own directory, not the first client's: that one may go, and
                                 # `-m` puts it first on sys.path.
@@ -189,41 +145,6 @@ def _start(home: Path, fingerprint: str) -> CliServer:
         time.sleep(0.05)
     _stop_pid(CliServer(home, proc.pid, "", ""))
     raise CliServerError(f"the CLI server under {home} did not start in {START_TIMEOUT_S} s; see {home / LOG_FILE}")
-
-
-def describe(kts_home: Path):
-    """The server as ``kts services`` lists it (a ``Service``), or None when there is none."""
-    from kts_resources.servers.services import RUNNING, STALE, Service
-
-    home = state_dir(kts_home)
-    server = recorded(home)
-    if server is None:
-        return None
-    return Service("cli-server", RUNNING if running(home) is not None else STALE, server.pid, None, home)
-
-
-def stop(home: Path) -> bool:
-    """Stop ``home``'s server (SIGTERM: its running commands get SIGTERM too); True when one was running."""
-    server = running(home)
-    if server is None:
-        if home.is_dir():
-            (home / STATE_FILE).unlink(missing_ok=True)  # a stale record: nothing to stop
-        return False
-    _stop_pid(server)
-    (home / STATE_FILE).unlink(missing_ok=True)
-    return True
-
-
-def _stop_pid(server: CliServer) -> None:
-    try:
-        os.kill(server.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + STOP_GRACE_S + 5
-    while time.monotonic() < deadline and alive(server.pid):
-        time.sleep(0.05)
-    if alive(server.pid):
-        os.kill(server.pid, signal.SIGKILL)
 
 
 # -- the client -----------------------------------------------------------------------------------
@@ -340,10 +261,7 @@ def serve(home: Path) -> int:
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGCHLD, lambda _n, _f: None)  # only to wake the loop (wakeup fd)
 
-    state = {"pid": os.getpid(), "address": address, "fingerprint": fingerprint}
-    tmp = home / f".{STATE_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps(state) + "\n")
-    os.replace(tmp, home / STATE_FILE)
+    lifecycle.write_state(home, {"pid": os.getpid(), "address": address, "fingerprint": fingerprint})
     print(f"cli server {os.getpid()} serving {home} ({time.monotonic() - started:.1f} s to import)", flush=True)
 
     selector = selectors.DefaultSelector()
@@ -423,7 +341,7 @@ def serve(home: Path) -> int:
         try:
             current = recorded(home)
             if current is not None and current.pid == os.getpid():
-                (home / STATE_FILE).unlink(missing_ok=True)
+                lifecycle.clear_state(home)
         except OSError:
             pass
 

@@ -150,14 +150,8 @@ class RemoteTierResource(dg.ConfigurableResource):
     def endpoint_url(self) -> str | None:
         return self.s3_endpoint_url or settings.s3_endpoint_url()
 
-    def s3(self) -> Any:
-        """The tier's ``KtsS3Resource`` (dagster-aws's S3Resource over kts's client builder)."""
-        return kts_s3_resource_class()(endpoint_url=self.endpoint_url())
-
     def storage(self) -> "RemoteStorageManager":
-        uri = self.uri()
-        client = self.s3().get_client() if uri.startswith("s3://") else None
-        return remote_storage_from_uri(uri, client=client)
+        return remote_storage_from_uri(self.uri(), endpoint_url=self.endpoint_url())
 
 
 # --- quotas ------------------------------------------------------------------------------------

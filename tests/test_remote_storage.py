@@ -580,9 +580,9 @@ def test_s3_missing_bucket_is_named(s3_endpoint, tmp_path):
         storage.copy_log_segment_data(seg.metadata, seg.data)
 
 
-def test_s3_from_uri_honours_kts_s3_endpoint_url(s3_endpoint, s3_bucket, tmp_path, monkeypatch):
+def test_an_s3_uri_honours_kts_s3_endpoint_url(s3_endpoint, s3_bucket, tmp_path, monkeypatch):
     monkeypatch.setenv("KTS_S3_ENDPOINT_URL", s3_endpoint)
-    storage = S3RemoteStorage.from_uri(f"s3://{s3_bucket}/kafka/tiered")
+    storage = remote_storage_from_uri(f"s3://{s3_bucket}/kafka/tiered")
     assert (storage.bucket, storage.keys.prefix) == (s3_bucket, "kafka/tiered")
     seg = make_segment(tmp_path / "log")
     meta = seg.copied(storage.copy_log_segment_data(seg.metadata, seg.data))

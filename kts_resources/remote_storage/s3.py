@@ -1,7 +1,7 @@
 """The remote tier on S3 or an S3-compatible store, over a boto3 S3 client.
 
-The client comes from kts's one builder (``factory.s3_client``), directly or through dagster-aws's
-``S3Resource`` (``resources.KtsS3Resource``), so every path has the same timeouts and retries. Objects
+The client comes from kts's one builder (``factory.s3_client``), by way of the one road to a tier
+(``factory.remote_storage_from_uri``), so every path has the same timeouts and retries. Objects
 up to ``multipart_threshold`` go up in one PUT, larger ones as an explicit multipart upload so a
 failure can abort it (S3 never shows an incomplete multipart upload as an object). Every PUT and part
 carries our CRC-32C, which S3 checks against the bytes it received; what the store echoes back (or,
@@ -30,7 +30,6 @@ from botocore.exceptions import (
 )
 from crc32c import crc32c
 
-from kts_resources import settings
 from kts_resources.remote_storage.base import (
     ObjectInfo,
     RangeReader,
@@ -92,15 +91,6 @@ class S3RemoteStorage(RemoteStorageManager):
         self.multipart_threshold = multipart_threshold
         self.part_size = part_size
         self.max_concurrency = max_concurrency
-
-    @classmethod
-    def from_uri(cls, uri: str, endpoint_url: str | None = None, **kwargs: Any) -> S3RemoteStorage:
-        """``s3://bucket/prefix`` over a client from kts's one builder (``factory.s3_client``);
-        ``endpoint_url`` defaults to ``KTS_S3_ENDPOINT_URL`` (an S3-compatible store), else AWS."""
-        from kts_resources.remote_storage.factory import s3_client
-
-        bucket, prefix = parse_s3_uri(uri)
-        return cls(s3_client(endpoint_url or settings.s3_endpoint_url()), bucket, prefix, **kwargs)
 
     @property
     def client(self) -> Any:

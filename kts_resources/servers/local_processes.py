@@ -1,8 +1,9 @@
 """The facts every server kts starts under ``KTS_HOME`` is managed by (the embedded PostgreSQL,
-the Spark Connect server, the CLI server): whether a recorded pid is still a live process (and
-still the same one), what a process runs, and an exclusive lock on a file, so concurrent first
-starts end up sharing one server. Standard library only: the CLI server's client reads them before
-every command, and the servers' watchdog (``home_watch.py``) imports little else."""
+the Spark Connect server, the CLI server; ``lifecycle.py`` puts them together): whether a recorded
+pid is still a live process (and still the same one, or its group), what a process runs, and an
+exclusive lock on a file, so concurrent first starts end up sharing one server. Standard library
+only: the CLI server's client reads them before every command, and the servers' watchdog
+(``home_watch.py``) imports little else."""
 
 from __future__ import annotations
 
@@ -43,6 +44,18 @@ def start_time(pid: int) -> int | None:
 def same_process(pid: int, started: int | None) -> bool:
     """``pid`` is alive and is the process that started at ``started`` (as ``start_time`` said)."""
     return alive(pid) and (started is None or start_time(pid) == started)
+
+
+def group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` still runs (zombies waiting to be reaped do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def command_line(pid: int) -> list[str]:

@@ -2,8 +2,9 @@
 services``): what each is, whether it is alive, and stopping it.
 
 Each kind of server registers a ``ServiceKind``: how to describe it and how to stop it, both
-from its own state files under ``KTS_HOME`` only, so kts never touches a process it did not
-start. The embedded Spark Connect server (``spark_connect.py``) is the second entry of ``SERVICE_KINDS``.
+from its own state files under ``KTS_HOME`` only (``lifecycle.py``), so kts never touches a process
+it did not start. ``SERVICE_KINDS`` holds the embedded PostgreSQL, the embedded Spark Connect server
+(``spark/connect_server.py``) and the standing CLI server (``cli_server_state.py``).
 
 ``machine_servers`` looks wider, for ``kts services --all``: every kts server of this machine's
 account, whichever KTS_HOME started it, found by its process; and under root every cluster in
@@ -39,11 +40,13 @@ class Service:
 @dataclass(frozen=True, slots=True)
 class ServiceKind:
     """A kind of server kts starts: ``describe(kts_home)`` → the Service or None when there is
-    none; ``stop(kts_home)`` → True when it stopped a running server (a no-op otherwise)."""
+    none; ``stop(kts_home)`` → True when it stopped a running server (a no-op otherwise). A kind
+    whose work ``uses_the_others`` (the CLI server's commands use the other two) stops first."""
 
     name: str
     describe: Callable[[Path], Service | None]
     stop: Callable[[Path], bool]
+    uses_the_others: bool = False
 
 
 def _describe_postgres(kts_home: Path) -> Service | None:
@@ -88,9 +91,27 @@ def _stop_spark_connect(kts_home: Path) -> bool:
     return home.is_dir() and spark_connect.stop(home)
 
 
+def _describe_cli_server(kts_home: Path) -> Service | None:
+    from kts_resources.servers import cli_server_state
+
+    home = cli_server_state.state_dir(kts_home)
+    server = cli_server_state.recorded(home)
+    if server is None:
+        return None
+    return Service("cli-server", RUNNING if cli_server_state.running(home) is not None else STALE, server.pid, None, home)
+
+
+def _stop_cli_server(kts_home: Path) -> bool:
+    from kts_resources.servers import cli_server_state
+
+    return cli_server_state.stop(cli_server_state.state_dir(kts_home))
+
+
+# Listed in this order.
 SERVICE_KINDS: tuple[ServiceKind, ...] = (
     ServiceKind("postgres", _describe_postgres, _stop_postgres),
     ServiceKind("spark-connect", _describe_spark_connect, _stop_spark_connect),
+    ServiceKind("cli-server", _describe_cli_server, _stop_cli_server, uses_the_others=True),
 )
 
 
@@ -104,8 +125,10 @@ def services(kts_home: Path, only: str | None = None) -> list[Service]:
 
 
 def stop_services(kts_home: Path, only: str | None = None) -> list[str]:
-    """Stop every embedded server of ``kts_home`` (of kind ``only``, when given); the kinds that were running and stopped."""
-    return [kind.name for kind in _kinds(only) if kind.stop(kts_home)]
+    """Stop every embedded server of ``kts_home`` (of kind ``only``, when given), the kinds that
+    use the others first; the kinds that were running and stopped."""
+    kinds = sorted(_kinds(only), key=lambda kind: not kind.uses_the_others)
+    return [kind.name for kind in kinds if kind.stop(kts_home)]
 
 
 # -- every kts server of this machine's account (``kts services --all``) -------------------------
@@ -167,7 +190,7 @@ def stop_machine_servers(servers: list[MachineServer]) -> list[MachineServer]:
     """Stop each running server (through its KTS_HOME's own state while that is there, else by
     its pid) and remove each orphaned cluster; the ones stopped or removed. CLI servers first:
     their commands use the others."""
-    from kts_resources.servers import home_watch
+    from kts_resources.servers import home_watch, lifecycle
     from kts_resources.spark import connect_server as spark_connect
     from kts_resources.servers.local_processes import same_process
     from kts_resources.metadata import embedded
@@ -195,7 +218,8 @@ def stop_machine_servers(servers: list[MachineServer]) -> list[MachineServer]:
             else:
                 spark_connect.end_watched(home_watch.Watched(server.pid, server.started), deleted=True)
         else:
-            _end_process(server.pid, server.started)  # the CLI server clears its own state as it exits
+            # The CLI server clears its own state as it exits.
+            lifecycle.end_process(server.pid, server.started, grace_s=30.0)
         done.append(server)
     return done
 
@@ -237,10 +261,10 @@ def _spark_connect_process(pid: int, argv: list[str]) -> MachineServer | None:
 def _kts_module_process(pid: int, argv: list[str]) -> MachineServer | None:
     """A CLI server (``python -m kts_assets.cli_server serve HOME``) or a watchdog (``python -m
     kts_resources.servers.home_watch KIND HOME``)."""
-    from kts_resources.servers import home_watch
+    from kts_resources.servers import cli_server_state, home_watch
     from kts_resources.servers.local_processes import start_time
 
-    kinds = {"kts_assets.cli_server": "cli-server", "kts_resources.servers.home_watch": WATCHDOG}
+    kinds = {cli_server_state.SERVER_MODULE: "cli-server", "kts_resources.servers.home_watch": WATCHDOG}
     if len(argv) < 5 or argv[1] != "-m" or argv[2] not in kinds:
         return None
     home = Path(argv[4])
@@ -264,23 +288,6 @@ def _clusters_without_server(running: set[Path]) -> list[MachineServer]:
         found.append(MachineServer("postgres", STOPPED, None, None, home, data_dir,
                                    home is not None and embedded.orphaned(home, data_dir)))
     return found
-
-
-def _end_process(pid: int, started: int | None, grace_s: float = 30.0) -> None:
-    import signal
-    import time
-
-    from kts_resources.servers.local_processes import same_process
-
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while same_process(pid, started) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if same_process(pid, started):
-        os.kill(pid, signal.SIGKILL)
 
 
 def _cwd(pid: int) -> str | None:

@@ -1,9 +1,10 @@
 """The embedded Spark Connect server of a ``KTS_HOME``: started by the first process that needs
 Spark, reused by every later process and run, detected when dead or stale and replaced.
 
-Like the embedded PostgreSQL (``metadata/embedded.py``): loopback only, state under
-``KTS_HOME/spark-connect`` (``server.json`` with pid and port, ``server.log``), an fcntl lock so
-concurrent first starts end up sharing one server, and stopping by the recorded pid only. The
+Like the embedded PostgreSQL (``metadata/embedded.py``), on the servers' one lifecycle
+(``servers/lifecycle.py``): loopback only, state under ``KTS_HOME/spark-connect`` (``server.json``
+with pid and port, ``server.log``), a start lock so concurrent first starts end up sharing one
+server, and stopping by the recorded pid only. The
 server is PySpark's own ``SparkConnectServer`` (the jar ships in the pip package), launched by
 ``bin/spark-submit`` in a session of its own (it outlives the process that started it); its Python
 workers (PySpark's daemon, in a group of its own) end when the JVM's pipe to them closes. Its workers run this interpreter (kts's virtualenv), so kts's code imports
@@ -12,31 +13,27 @@ on the executors. A watchdog beside it (``home_watch.py``) stops it when its ``K
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from kts_resources import settings
-from kts_resources.servers import home_watch
-from kts_resources.servers.local_processes import alive as _alive
-from kts_resources.servers.local_processes import same_process, start_time
-from kts_resources.servers.local_processes import locked as _locked
-from kts_resources.metadata.embedded import _free_port
+from kts_resources.servers import home_watch, lifecycle
+from kts_resources.servers.local_processes import start_time
 from kts_resources.private_dirs import make_dirs
+from kts_resources.spark.conf import spark_conf
 
-LOOPBACK = "127.0.0.1"
+LOOPBACK = lifecycle.LOOPBACK
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # spark-submit's --name for kts's server: how `kts services --all` tells it from other Connect servers.
 APP_NAME = "kts Spark Connect server"
-STATE_FILE = "server.json"
+STATE_FILE = lifecycle.STATE_FILE
 LOG_FILE = "server.log"
 
 
@@ -76,11 +73,7 @@ def server_home(home: Path | None = None) -> Path:
 def recorded(home: Path | None = None) -> ConnectServer | None:
     """What ``server.json`` under ``home`` says, alive or not (for ``kts services``)."""
     home = server_home(home)
-    try:
-        raw = json.loads((home / STATE_FILE).read_text())
-        return ConnectServer(home, int(raw["pid"]), int(raw["port"]), raw.get("session_id"))
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return None
+    return lifecycle.read_state(home, lambda raw: ConnectServer(home, int(raw["pid"]), int(raw["port"]), raw.get("session_id")))
 
 
 def running(home: Path | None = None) -> ConnectServer | None:
@@ -95,15 +88,12 @@ def running(home: Path | None = None) -> ConnectServer | None:
 def ensure_running(home: Path | None = None, *, master: str | None = None, timeout_s: float = 120.0) -> ConnectServer:
     """The embedded server under ``home``: reused when alive, else started (a stale one stopped first)."""
     home = server_home(home)
-    server = running(home)
-    if server is None:
-        make_dirs(home, 0o700)
-        with _locked(home / ".lock"):
-            # Another process may have started it while this one waited for the lock.
-            server = running(home)
-            if server is None:
-                stop(home)  # a recorded process that no longer answers: end it before replacing it
-                server = _start(home, master or settings.spark_master(), timeout_s)
+
+    def replace() -> ConnectServer:
+        stop(home)  # a recorded process that no longer answers: end it before replacing it
+        return _start(home, master or settings.spark_master(), timeout_s)
+
+    server = lifecycle.ensure_started(home, lambda: running(home), replace)
     home_watch.ensure_watched("spark-connect", home, watched(home))
     return server
 
@@ -114,22 +104,16 @@ def stop(home: Path | None = None, *, timeout_s: float = 30.0) -> bool:
     server = recorded(home)
     stopped = False
     if server is not None and _is_ours(server):
-        _end_group(server.pid, timeout_s)
+        _end_group(server.pid, None, timeout_s)
         stopped = True
-    (home / STATE_FILE).unlink(missing_ok=True)
+    lifecycle.clear_state(home)
     return stopped
 
 
-def _end_group(pid: int, timeout_s: float) -> None:
-    """SIGTERM to the server's process group, SIGKILL to what of it is left after ``timeout_s``."""
-    _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    _signal_group(pid, signal.SIGKILL)  # whatever of the group the SIGTERM left behind
-    deadline = time.monotonic() + 10
-    while _group_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+def _end_group(pid: int, started: int | None, timeout_s: float) -> None:
+    """SIGTERM to the server's process group (its Python workers too), SIGKILL to what of it is
+    left after ``timeout_s``."""
+    lifecycle.end_process(pid, started, grace_s=timeout_s, group=True, poll_s=0.2)
 
 
 def watched(home: Path) -> home_watch.Watched | None:
@@ -143,17 +127,14 @@ def watched(home: Path) -> home_watch.Watched | None:
 def end_watched(server: home_watch.Watched, deleted: bool) -> None:
     """Stop a server whose ``KTS_HOME`` is gone (its state with it), by its recorded pid: it keeps
     nothing outside ``KTS_HOME``."""
-    if same_process(server.pid, server.started):
-        _end_group(server.pid, 30.0)
+    _end_group(server.pid, server.started, 30.0)
 
 
 def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
     import pyspark
 
     spark_home = Path(pyspark.__file__).resolve().parent
-    port = _free_port()
-    from kts_resources.spark.session import spark_conf
-
+    port = lifecycle.free_port()
     # kts's local session settings (loopback driver, no UI), plus where Connect listens: loopback only.
     conf = spark_conf(master, {
         "spark.connect.grpc.binding.address": LOOPBACK,
@@ -189,37 +170,24 @@ def _start(home: Path, master: str, timeout_s: float) -> ConnectServer:
     # Recorded before it answers: a starter killed while it waits (a sync stopped in its first
     # seconds) must not leave a JVM nobody knows of. The next starter finds the record, and stop()
     # ends a recorded server that does not answer before it starts another.
-    _write_state(home, server)
+    lifecycle.write_state(home, {"pid": server.pid, "port": server.port, "url": server.url, "session_id": server.session_id})
     deadline = time.monotonic() + timeout_s
     while not _answers(port):
         if proc.poll() is not None:
-            (home / STATE_FILE).unlink(missing_ok=True)
+            lifecycle.clear_state(home)
             raise SparkConnectError(f"{home / LOG_FILE}: the Spark Connect server exited with status {proc.returncode} while starting")
         if time.monotonic() > deadline:
-            _signal_group(proc.pid, signal.SIGKILL)
-            (home / STATE_FILE).unlink(missing_ok=True)
+            lifecycle.end_process(proc.pid, grace_s=0, first=signal.SIGKILL, group=True)
+            lifecycle.clear_state(home)
             raise SparkConnectError(f"{home / LOG_FILE}: the Spark Connect server did not answer on {LOOPBACK}:{port} within {timeout_s:.0f} s")
         time.sleep(0.25)
     return server
 
 
-def _write_state(home: Path, server: ConnectServer) -> None:
-    fd, tmp = tempfile.mkstemp(dir=home, prefix=f".{STATE_FILE}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"pid": server.pid, "port": server.port, "url": server.url, "session_id": server.session_id}) + "\n")
-    os.replace(tmp, home / STATE_FILE)  # whole or not at all, for a concurrent reader
-
-
 def _is_ours(server: ConnectServer) -> bool:
     """The recorded pid is alive and is a Spark Connect server on the recorded port (a pid reused
     by another process after a reboot is left alone)."""
-    if not _alive(server.pid):
-        return False
-    try:
-        cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return SERVER_CLASS.encode() in cmdline and f"spark.connect.grpc.binding.port={server.port}".encode() in cmdline
+    return lifecycle.runs(server.pid, SERVER_CLASS, f"spark.connect.grpc.binding.port={server.port}")
 
 
 def _answers(port: int) -> bool:
@@ -227,21 +195,3 @@ def _answers(port: int) -> bool:
         sock.settimeout(1)
         return sock.connect_ex((LOOPBACK, port)) == 0
 
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """A process of group ``pgid`` still runs (zombies waiting to be reaped do not count)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False

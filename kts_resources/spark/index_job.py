@@ -47,10 +47,9 @@ def _entries_of(task: EntriesTask, remote_uri: str, endpoint_url: str | None, ch
     from kts_resources.kafka.partition import TopicPartition
     from kts_resources.reading.remote_index_cache import encode_segment_entries, segment_entries_from_bytes
     from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
-    from kts_resources.remote_storage.factory import remote_storage_from_uri, s3_client
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
 
-    client = s3_client(endpoint_url) if remote_uri.startswith("s3://") else None
-    storage = remote_storage_from_uri(remote_uri, client=client)
+    storage = remote_storage_from_uri(remote_uri, endpoint_url=endpoint_url)
     # Only the fields entries need: the segment id, the size and where its bytes are.
     tip = TopicIdPartition(uuid.UUID(int=0), TopicPartition("_", 0))
     md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.UUID(task.segment_id)), task.start_offset, task.end_offset,

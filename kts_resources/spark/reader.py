@@ -50,11 +50,10 @@ class ReaderConfig:
 
     def reader(self) -> TieredLogReader:
         from kts_resources.metadata.store import RemoteLogMetadataStore
-        from kts_resources.remote_storage.factory import remote_storage_from_uri, s3_client
+        from kts_resources.remote_storage.factory import remote_storage_from_uri
 
         store = RemoteLogMetadataStore.from_url(self.database_url, migrate=False)
-        client = s3_client(self.s3_endpoint_url) if self.remote_uri.startswith("s3://") else None
-        rsm = remote_storage_from_uri(self.remote_uri, client=client)
+        rsm = remote_storage_from_uri(self.remote_uri, endpoint_url=self.s3_endpoint_url)
         return TieredLogReader(log_dirs=[Path(p) for p in self.log_dirs], store=store, rsm=rsm, home=Path(self.home),
                                owned=[store, rsm])
 
