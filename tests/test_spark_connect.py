@@ -5,6 +5,7 @@ starts share one server, later processes reuse it, a dead or stale one is replac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kts_resources.servers.local_processes import group_alive
 from kts_resources.spark import connect_server as spark_connect
 from kts_resources.spark.conf import spark_conf
 from kts_resources.spark.session import EMBEDDED, build_spark_session, forget_connect_sessions, lost_connect_server, spark_mode
@@ -121,7 +123,7 @@ def test_two_processes_starting_spark_at_once_share_one_server_and_services_stop
         stopped = kts(home, "services", "stop")
         assert stopped.returncode == 0 and "spark-connect" in stopped.stdout, stopped.stderr
         assert not accepts_connections(server.port)
-        assert not spark_connect._group_alive(server.pid)  # the JVM and whatever it started in its group
+        assert not group_alive(server.pid)  # the JVM and whatever it started in its group
         assert spark_connect.recorded(home / "spark-connect") is None
         deadline = time.monotonic() + 30
         while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
@@ -229,12 +231,13 @@ def test_a_starter_killed_before_its_server_answers_leaves_no_unrecorded_server(
 
         server = spark_connect.ensure_running(home)
         assert server.pid != first.pid and accepts_connections(server.port)
-        assert not spark_connect._group_alive(first.pid)  # the unanswered one was ended, not left running
+        assert not group_alive(first.pid)  # the unanswered one was ended, not left running
     finally:
         starter.kill()
         spark_connect.stop(home)
         if "first" in locals() and first is not None:
-            spark_connect._signal_group(first.pid, 9)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(first.pid, 9)
 
 
 def test_a_recorded_pid_that_is_not_a_spark_server_is_left_alone_and_not_reused(tmp_path):

@@ -56,7 +56,7 @@ from typing import Mapping
 
 from kts_resources.servers import home_watch, lifecycle
 from kts_resources.servers.local_processes import alive as _alive
-from kts_resources.servers.local_processes import start_time
+from kts_resources.servers.local_processes import command_line, start_time
 from kts_resources.private_dirs import make_dirs
 from kts_resources.settings import kts_home
 
@@ -512,11 +512,9 @@ def _is_postgres(pid: int) -> bool:
         return False
     except OSError:
         pass  # another account's process (or no /proc): fall back to its command line
-    try:
-        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
-    except OSError:
-        return True  # nothing more to go on; pg_ctl itself checks the data dir's lock
-    return os.path.basename(argv0) == b"postgres"
+    argv = command_line(pid)
+    # An unreadable one: nothing more to go on; pg_ctl itself checks the data dir's lock.
+    return not argv or os.path.basename(argv[0]) == "postgres"
 
 
 def _postmaster_port(data_dir: Path) -> int | None:

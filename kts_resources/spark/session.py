@@ -1,7 +1,7 @@
 """Spark for the per-segment work: the session and the segment inventory scan.
 
 Three kinds of session (``spark_mode``): by default a Spark Connect session on the embedded server
-of ``KTS_HOME`` (``spark_connect.py``); ``KTS_SPARK_REMOTE`` attaches to a cluster's Spark Connect
+of ``KTS_HOME`` (``connect_server.py``); ``KTS_SPARK_REMOTE`` attaches to a cluster's Spark Connect
 endpoint; ``KTS_SPARK_MASTER`` builds a classic in-process session. Jobs use DataFrame APIs only,
 so they run unchanged on all three.
 
