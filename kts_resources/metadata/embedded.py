@@ -58,8 +58,8 @@ from kts_resources.servers import home_watch, lifecycle
 from kts_resources.servers.local_processes import alive as _alive
 from kts_resources.servers.local_processes import command_line, start_time
 from kts_resources.private_dirs import make_dirs
-from kts_resources.settings import kts_home
 
+STATE_DIR = "postgres"  # under KTS_HOME
 SUPERUSER = "postgres"
 DATABASE = "kts"
 # PostgreSQL refuses to run as root; the wheel's helper creates this account for that case.
@@ -111,7 +111,7 @@ class EmbeddedServer:
 
 def server_home(home: Path | None = None) -> Path:
     """``KTS_HOME/postgres`` (or ``home`` when given, as tests do)."""
-    return Path(home) if home is not None else kts_home() / "postgres"
+    return lifecycle.state_dir(STATE_DIR, home)
 
 
 def running(home: Path | None = None) -> EmbeddedServer | None:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
+from kts_resources import settings
 from kts_resources.private_dirs import make_dirs
 from kts_resources.servers.local_processes import command_line, group_alive, locked, same_process
 
@@ -33,6 +34,11 @@ START_LOCK = ".lock"
 LOOPBACK = "127.0.0.1"
 
 T = TypeVar("T")
+
+
+def state_dir(name: str, home: Path | None = None) -> Path:
+    """``KTS_HOME/name``, a server's state directory (or ``home`` when given, as tests do)."""
+    return Path(home) if home is not None else settings.kts_home() / name
 
 
 def read_state(home: Path, build: Callable[[dict], T]) -> T | None:

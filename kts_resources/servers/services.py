@@ -52,7 +52,7 @@ class ServiceKind:
 def _describe_postgres(kts_home: Path) -> Service | None:
     from kts_resources.metadata import embedded
 
-    home = kts_home / "postgres"
+    home = kts_home / embedded.STATE_DIR
     if not home.is_dir():
         return None
     live = embedded.running(home)
@@ -69,14 +69,14 @@ def _describe_postgres(kts_home: Path) -> Service | None:
 def _stop_postgres(kts_home: Path) -> bool:
     from kts_resources.metadata import embedded
 
-    home = kts_home / "postgres"
+    home = kts_home / embedded.STATE_DIR
     return home.is_dir() and embedded.stop(home)
 
 
 def _describe_spark_connect(kts_home: Path) -> Service | None:
     from kts_resources.spark import connect_server as spark_connect
 
-    home = kts_home / "spark-connect"
+    home = kts_home / spark_connect.STATE_DIR
     recorded = spark_connect.recorded(home)
     if recorded is None:
         return None
@@ -87,7 +87,7 @@ def _describe_spark_connect(kts_home: Path) -> Service | None:
 def _stop_spark_connect(kts_home: Path) -> bool:
     from kts_resources.spark import connect_server as spark_connect
 
-    home = kts_home / "spark-connect"
+    home = kts_home / spark_connect.STATE_DIR
     return home.is_dir() and spark_connect.stop(home)
 
 

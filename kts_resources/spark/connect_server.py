@@ -33,6 +33,7 @@ LOOPBACK = lifecycle.LOOPBACK
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # spark-submit's --name for kts's server: how `kts services --all` tells it from other Connect servers.
 APP_NAME = "kts Spark Connect server"
+STATE_DIR = "spark-connect"  # under KTS_HOME
 STATE_FILE = lifecycle.STATE_FILE
 LOG_FILE = "server.log"
 
@@ -67,7 +68,7 @@ class ConnectServer:
 
 def server_home(home: Path | None = None) -> Path:
     """``KTS_HOME/spark-connect`` (or ``home`` when given, as tests do)."""
-    return Path(home) if home is not None else settings.kts_home() / "spark-connect"
+    return lifecycle.state_dir(STATE_DIR, home)
 
 
 def recorded(home: Path | None = None) -> ConnectServer | None:
