@@ -24,7 +24,7 @@ from tests.conftest import REPO_ROOT
 
 # Each test here starts servers of its own (a KTS_HOME each), not the session's.
 ATTACH = (
-    "from kts_resources import spark_connect\n"
+    "from kts_resources.spark import connect_server as spark_connect\n"
     "from kts_resources.spark.session import build_spark_session\n"
     "spark = build_spark_session()\n"
     "rows = spark.range(0, 4, 1, numPartitions=2).mapInArrow(lambda batches: batches, 'id long').count()\n"
@@ -214,7 +214,7 @@ def test_a_starter_killed_before_its_server_answers_leaves_no_unrecorded_server(
     home = tmp_path / "spark-connect"
     # The starter never sees its server answer (as if it were killed before it did).
     starter = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom pathlib import Path\nfrom kts_resources import spark_connect\n"
+        [sys.executable, "-c", "import sys\nfrom pathlib import Path\nfrom kts_resources.spark import connect_server as spark_connect\n"
                                "spark_connect._answers = lambda port: False\n"
                                "spark_connect.ensure_running(Path(sys.argv[1]))\n", str(home)],
         env=embedded_env(tmp_path), cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
