@@ -150,8 +150,14 @@ class RemoteTierResource(dg.ConfigurableResource):
     def endpoint_url(self) -> str | None:
         return self.s3_endpoint_url or settings.s3_endpoint_url()
 
+    def s3(self) -> Any:
+        """The tier's ``KtsS3Resource`` (dagster-aws's S3Resource over kts's client builder)."""
+        return kts_s3_resource_class()(endpoint_url=self.endpoint_url())
+
     def storage(self) -> "RemoteStorageManager":
-        return remote_storage_from_uri(self.uri(), endpoint_url=self.endpoint_url())
+        # The S3 client through dagster-aws, made only for an S3 tier (importing it costs seconds).
+        return remote_storage_from_uri(self.uri(), endpoint_url=self.endpoint_url(),
+                                       make_s3_client=lambda _endpoint_url: self.s3().get_client())
 
 
 # --- quotas ------------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """The one road from a tier URI (``KTS_REMOTE_URI``, ARCHITECTURE.md's environment contract) to a
 remote storage object, ``remote_storage_from_uri``, and the one builder of S3 clients, ``s3_client``.
-The CLI, the pipeline's ``RemoteTierResource``, the Spark tasks and the tests all open the tier
-through the first, so every S3 client has the same timeouts, retries and addressing style (dagster-aws's
-``S3Resource``, as ``resources.KtsS3Resource``, gets its client from the second)."""
+The CLI, the pipeline's ``RemoteTierResource`` (its S3 client through dagster-aws's ``S3Resource``,
+``resources.KtsS3Resource``, which calls the second), the Spark tasks and the tests all open the
+tier through the first, so every S3 client has the same timeouts, retries and addressing style."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from kts_resources import settings
@@ -78,10 +78,13 @@ def default_remote_uri() -> str:
 FROM_SETTINGS: Any = object()
 
 
-def remote_storage_from_uri(uri: str | None = None, *, endpoint_url: str | None = FROM_SETTINGS) -> RemoteStorageManager:
+def remote_storage_from_uri(uri: str | None = None, *, endpoint_url: str | None = FROM_SETTINGS,
+                            make_s3_client: Callable[[str | None], Any] | None = None) -> RemoteStorageManager:
     """``file:///path`` → FileSystemRemoteStorage, ``s3://bucket/prefix`` → S3RemoteStorage over
-    ``s3_client(endpoint_url)`` (None: AWS; by default ``settings.s3_endpoint_url()``); None →
-    ``default_remote_uri()``. Nothing is contacted yet: call ``check_access()`` for an early, clear error."""
+    ``make_s3_client(endpoint_url)`` (by default ``s3_client``; the pipeline's goes through
+    dagster-aws), ``endpoint_url`` None meaning AWS and by default ``settings.s3_endpoint_url()``;
+    None → ``default_remote_uri()``. Nothing is contacted yet: call ``check_access()`` for an early,
+    clear error."""
     uri = uri or default_remote_uri()
     parts = urlsplit(uri)
     if parts.scheme == "file":
@@ -96,7 +99,7 @@ def remote_storage_from_uri(uri: str | None = None, *, endpoint_url: str | None 
         bucket, prefix = parse_s3_uri(uri)
         if endpoint_url is FROM_SETTINGS:
             endpoint_url = settings.s3_endpoint_url()
-        return S3RemoteStorage(s3_client(endpoint_url), bucket, prefix)
+        return S3RemoteStorage((make_s3_client or s3_client)(endpoint_url), bucket, prefix)
     raise ValueError(f"remote tier {uri!r}: expected file:///path or s3://bucket/prefix")
 
 
