@@ -8,7 +8,7 @@ from kts_assets.cli import EXIT_USAGE, CommandError, b64, bounded, parse_size, p
 
 def _reader():
     from kts_assets.cli import _metadata_store, _remote_uri
-    from kts_resources.tiering.quotas import QuotaConfigError
+    from kts_resources.metadata.quota_config import QuotaConfigError
     from kts_resources.reading.reader import TieredLogReader
 
     _remote_uri()
@@ -75,7 +75,7 @@ def cmd_broker_config(args) -> int:
     """The KIP-956 quota settings every kts process shares, kept in the metadata store."""
     from kts_assets.cli import _metadata_store, key_values
     from kts_resources.metadata.topic_config import InvalidTopicConfig, broker_retention, validate_broker_retention
-    from kts_resources.tiering.quotas import QuotaConfig, QuotaConfigError
+    from kts_resources.metadata.quota_config import QuotaConfig, QuotaConfigError
 
     from kts_resources.tiering.partition_admin import DEFAULT_TOPIC_ABSENCE_GRACE_MS, TOPIC_ABSENCE_GRACE_KEY
     from kts_resources.tiering.retention import BROKER_RETENTION_DEFAULTS  # the lowest values

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from kts_resources.metadata.store import RemoteLogMetadataStore
-    from kts_resources.tiering.quotas import QuotaConfig, RLMQuotaManager
+    from kts_resources.metadata.quota_config import QuotaConfig
+    from kts_resources.tiering.quotas import RLMQuotaManager
     from kts_resources.remote_storage.base import RemoteStorageManager
 
 
@@ -174,7 +175,7 @@ class CopyQuotaResource(dg.ConfigurableResource):
     window_size_seconds: int = 1
 
     def config(self) -> "QuotaConfig":
-        from kts_resources.tiering.quotas import (
+        from kts_resources.metadata.quota_config import (
             COPY_MAX_BYTES_PER_SECOND,
             COPY_QUOTA_WINDOW_NUM,
             COPY_QUOTA_WINDOW_SIZE_SECONDS,

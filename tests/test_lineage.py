@@ -1,4 +1,5 @@
-"""The leader-epoch lineage rules (kts_resources/tiering/lineage.py, issue 30 items 2-4): which lineage is the
+"""The leader-epoch lineage rules (kts_resources/tiering/lineage.py and, for which lineage is current,
+kts_resources/metadata/lineage.py; issue 30 items 2-4): which lineage is the
 partition's, where a replica starts copying (Kafka's findHighestRemoteOffset), and which segment
 serves each offset — never one that ends before it, never one of another lineage."""
 
@@ -8,9 +9,9 @@ import uuid
 from dataclasses import dataclass, field
 
 from kts_resources.kafka.checkpoints import EpochEntry as E
+from kts_resources.metadata.lineage import current_lineage
 from kts_resources.tiering.lineage import (
     copy_start_offset,
-    current_lineage,
     diverges_at,
     on_lineage,
     readable_spans,

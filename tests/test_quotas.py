@@ -1,4 +1,4 @@
-"""Copy and fetch quotas (KIP-956) in kts_resources.tiering.quotas, checked against Kafka's arithmetic.
+"""Copy and fetch quotas (KIP-956) in kts_resources.tiering.quotas (their settings: kts_resources.metadata.quota_config), checked against Kafka's arithmetic.
 
 Kafka's rule (RLMQuotaManager with a SimpleRate, QuotaUtils.throttleTime): rate = bytes in the live
 samples / window size, window size = time since the oldest live sample started but at least one
@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kts_resources.metadata.models import quota_samples
-from kts_resources.tiering.quotas import (
+from kts_resources.metadata.quota_config import (
     COPY_MAX_BYTES_PER_SECOND,
     COPY_QUOTA_WINDOW_NUM,
     COPY_QUOTA_WINDOW_SIZE_SECONDS,
@@ -46,12 +46,14 @@ from kts_resources.tiering.quotas import (
     FETCH_QUOTA_WINDOW_NUM,
     FETCH_QUOTA_WINDOW_SIZE_SECONDS,
     LONG_MAX,
+    QuotaConfig,
+    QuotaConfigError,
+)
+from kts_resources.tiering.quotas import (
     FetchQuotaManager,
     InMemorySamples,
     ManualClock,
     PostgresSamples,
-    QuotaConfig,
-    QuotaConfigError,
     RateReading,
     RLMQuotaManager,
     SystemClock,

@@ -152,7 +152,8 @@ def test_every_codec_is_in_the_remote_part(tiered):
 
 
 def test_an_exceeded_fetch_quota_returns_no_remote_data_and_says_throttled(tiered):
-    from kts_resources.tiering.quotas import ManualClock, QuotaConfig, fetch_quota_manager
+    from kts_resources.metadata.quota_config import QuotaConfig
+    from kts_resources.tiering.quotas import ManualClock, fetch_quota_manager
 
     reader, _expected, gone = tiered
     clock = ManualClock(1_000_000)

@@ -19,7 +19,7 @@ from kts_resources.tiering.retention import (
     BY_TIME,
     LOCAL_BY_SIZE,
     LOCAL_BY_TIME,
-    LocalSegment,
+    ClosedSegment,
     RetentionConfig,
     plan_local_retention,
     plan_remote_retention,
@@ -92,7 +92,7 @@ def test_unbounded_retention_expires_nothing():
 
 
 def local(base, end, ts, size=100):
-    return LocalSegment(base, end, size, ts)
+    return ClosedSegment(base, end, size, ts)
 
 
 def local_plan(segments, *, hw=1000, copied=1000, local_ms=-1, local_bytes=-1, copy_enabled=True, active=0, log_start=0):

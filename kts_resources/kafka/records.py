@@ -219,6 +219,22 @@ class SegmentScan:
         return [b for b in self.batches if b.crc_ok is False] if self.crc_failure_count else []
 
 
+def minimum_batch_length(magic: int) -> int:
+    """The smallest batchLength (magic 2) or message size (magic 0/1) a frame of ``magic`` can
+    declare: its header without the offset and length fields before it."""
+    return (V2_HEADER_SIZE if magic == 2 else LEGACY_V1_HEADER_SIZE if magic == 1 else LEGACY_V0_HEADER_SIZE) - LOG_OVERHEAD
+
+
+def framing_problem(magic: int, batch_length: int, remaining: int) -> str:
+    """Why the ``remaining`` bytes at a position, whose header says ``magic`` and ``batch_length``,
+    are not a whole batch (magic 2) or message (magic 0/1): the reason an :class:`InvalidBytes` gives."""
+    legacy = magic != 2
+    minimum = minimum_batch_length(magic)
+    if batch_length < minimum:
+        return f"{'message size' if legacy else 'batch length'} {batch_length} is below the minimum of {minimum}"
+    return f"partial {'message' if legacy else 'batch'}: {remaining} of {batch_length + LOG_OVERHEAD} bytes"
+
+
 # --- varints ------------------------------------------------------------------------------------
 
 
@@ -287,7 +303,7 @@ def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: in
             batch_length = f[1]
             size = batch_length + LOG_OVERHEAD
             if batch_length < min_v2_length or size > remaining:
-                scan.invalid = InvalidBytes(pos, remaining, _framing_problem(batch_length, remaining, min_v2_length, legacy=False))
+                scan.invalid = InvalidBytes(pos, remaining, framing_problem(2, batch_length, remaining))
                 break
             crc_ok = None
             if verify_crc:
@@ -306,12 +322,11 @@ def scan_batches(data: bytes | memoryview, *, verify_crc: bool = True, start: in
         size = batch_length + LOG_OVERHEAD
         if magic == 2:
             # Fewer bytes left than a magic-2 header: too short a length, or a batch cut off.
-            scan.invalid = InvalidBytes(pos, remaining, _framing_problem(batch_length, remaining, min_v2_length, legacy=False))
+            scan.invalid = InvalidBytes(pos, remaining, framing_problem(2, batch_length, remaining))
             break
         elif magic in (0, 1):
-            minimum = (LEGACY_V0_HEADER_SIZE if magic == 0 else LEGACY_V1_HEADER_SIZE) - LOG_OVERHEAD
-            if batch_length < minimum or size > remaining:
-                scan.invalid = InvalidBytes(pos, remaining, _framing_problem(batch_length, remaining, minimum, legacy=True))
+            if batch_length < minimum_batch_length(magic) or size > remaining:
+                scan.invalid = InvalidBytes(pos, remaining, framing_problem(magic, batch_length, remaining))
                 break
             try:
                 legacy = _legacy_header(view, pos, size, verify_crc)
@@ -563,13 +578,6 @@ def tally_batches(data: bytes | memoryview, tally: BatchTally, *, base: int = 0)
     for batch in rest.batches:
         tally.add(batch, base + batch.position)
     return SegmentScan(valid_bytes=rest.valid_bytes, invalid=rest.invalid, crc_failure_count=0)
-
-
-def _framing_problem(batch_length: int, remaining: int, minimum: int, *, legacy: bool) -> str:
-    """Why the bytes at a position are not a whole batch (magic 2) or message (magic 0/1)."""
-    if batch_length < minimum:
-        return f"{'message size' if legacy else 'batch length'} {batch_length} is below the minimum of {minimum}"
-    return f"partial {'message' if legacy else 'batch'}: {remaining} of {batch_length + LOG_OVERHEAD} bytes"
 
 
 # batchLength i at 8, magic b at 16, crc I at 17: what checking a batch needs.

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 
 from .errors import FileChangedError
 from .records import (
-    LEGACY_V0_HEADER_SIZE,
-    LEGACY_V1_HEADER_SIZE,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     V2_HEADER_SIZE,
@@ -22,7 +20,8 @@ from .records import (
     SegmentScan,
     SegmentVerification,
     SegmentVerifier,
-    _framing_problem,
+    framing_problem,
+    minimum_batch_length,
     scan_batches,
     tally_batches,
 )
@@ -186,8 +185,7 @@ def scan_segment_file(path: str | os.PathLike, *, verify_crc: bool = True,
             if magic >= 0 and need > file_rest > chunk_bytes:
                 # A length past the end of the file (a partial write, or garbage that looks like a
                 # header): not worth reading up to a GiB to say so.
-                minimum = (V2_HEADER_SIZE if magic == 2 else LEGACY_V1_HEADER_SIZE if magic == 1 else LEGACY_V0_HEADER_SIZE) - LOG_OVERHEAD
-                scan.invalid = InvalidBytes(position, file_rest, _framing_problem(batch_length, file_rest, minimum, legacy=magic != 2))
+                scan.invalid = InvalidBytes(position, file_rest, framing_problem(magic, batch_length, file_rest))
                 scan.valid_bytes = position
                 return size, scan
             need = min(need, file_rest)
@@ -204,8 +202,7 @@ def _next_header(rest: memoryview) -> tuple[int, int, int] | None:
         return -1, -1, V2_HEADER_SIZE
     batch_length = int.from_bytes(rest[8:12], "big", signed=True)
     magic = rest[16]
-    minimum = {2: V2_HEADER_SIZE, 1: LEGACY_V1_HEADER_SIZE, 0: LEGACY_V0_HEADER_SIZE}.get(magic)
-    if minimum is None or batch_length < minimum - LOG_OVERHEAD:
+    if magic not in (0, 1, 2) or batch_length < minimum_batch_length(magic):
         return None
     return magic, batch_length, max(batch_length + LOG_OVERHEAD, V2_HEADER_SIZE if magic == 2 else 0)
 
@@ -302,9 +299,7 @@ def _verify_window(verifier: SegmentVerifier, view: memoryview, base: int, size:
     magic, batch_length, need = header
     if magic >= 0 and need > file_rest:
         # A length past the end of the file (a partial write, or garbage that looks like a header).
-        minimum = (V2_HEADER_SIZE if magic == 2 else LEGACY_V1_HEADER_SIZE if magic == 1 else LEGACY_V0_HEADER_SIZE) - LOG_OVERHEAD
-        verifier.problem = (position, f"{file_rest} invalid bytes "
-                                      f"({_framing_problem(batch_length, file_rest, minimum, legacy=magic != 2)})")
+        verifier.problem = (position, f"{file_rest} invalid bytes ({framing_problem(magic, batch_length, file_rest)})")
         return len(view)
     return rest.valid_bytes
 

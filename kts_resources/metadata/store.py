@@ -31,7 +31,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -39,8 +39,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from kts_resources.kafka.checkpoints import EpochEntry
 from kts_resources.kafka.partition import TopicPartition, topic_name_problem
-from kts_resources.tiering.lineage import current_lineage
 from kts_resources.metadata import database
+from kts_resources.metadata.lineage import current_lineage
 from kts_resources.metadata.models import (
     LostRange,
     Partition,
@@ -50,6 +50,7 @@ from kts_resources.metadata.models import (
     Topic,
     broker_configs,
 )
+from kts_resources.metadata.quota_config import QuotaConfig
 from kts_resources.metadata.topic_config import TopicConfig, parse_value
 from kts_resources.remote_log import (
     RemoteLogSegmentId,
@@ -63,9 +64,6 @@ from kts_resources.remote_log import (
 )
 
 log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    from kts_resources.tiering.quotas import QuotaConfig
 
 T = TypeVar("T")
 S = RemoteLogSegmentState
@@ -385,10 +383,8 @@ class RemoteLogMetadataStore:
                 conn.execute(sa.insert(broker_configs).values(name=name, value=str(value)))
         self._tx(work)
 
-    def quota_config(self) -> "QuotaConfig":
+    def quota_config(self) -> QuotaConfig:
         """The KIP-956 quota settings every process shares (QuotaConfigError for a bad stored value)."""
-        from kts_resources.tiering.quotas import QuotaConfig
-
         return QuotaConfig.from_properties(self.broker_configs())
 
     def topic_configs(self, name: str) -> TopicConfig:
@@ -830,7 +826,7 @@ class RemoteLogMetadataStore:
 
     def record_lineage(self, tip: TopicIdPartition, own: Iterable[EpochEntry]) -> tuple[EpochEntry, ...]:
         """Make a replica's leader-epoch lineage (``own``) the partition's when it is newer than
-        the recorded one (``lineage.current_lineage``: the higher newest epoch wins, so an old
+        the recorded one (``metadata.lineage.current_lineage``: the higher newest epoch wins, so an old
         leader that has not truncated yet never takes it back); returns the partition's lineage."""
         own = list(own)
 

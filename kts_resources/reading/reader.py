@@ -53,7 +53,8 @@ from kts_resources.kafka.records import (
     verified_batch_positions,
 )
 from kts_resources.kafka.snapshots import AbortedTxn, decode_aborted_txns, read_producer_snapshot, read_txn_index
-from kts_resources.tiering.lineage import Span, copy_start_offset, current_lineage, readable_spans
+from kts_resources.metadata.lineage import current_lineage
+from kts_resources.tiering.lineage import Span, copy_start_offset, readable_spans
 from kts_resources.remote_log import (
     IndexType,
     RemoteLogSegmentMetadata,

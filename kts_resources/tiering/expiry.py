@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING
 
 from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import SegmentFiles
-from kts_resources.tiering.lineage import current_lineage, diverges_at, last_epoch, readable_spans
+from kts_resources.metadata.lineage import current_lineage
+from kts_resources.tiering.lineage import diverges_at, last_epoch, readable_spans
 from kts_resources.tiering.lost_ranges import uncovered
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.manifest import put_log_start_offset
 from kts_resources.tiering.retention import (
     LocalPlan,
-    LocalSegment,
+    ClosedSegment,
     RemotePlan,
     RetentionConfig,
     plan_local_retention,
@@ -120,7 +121,7 @@ def largest_timestamp(segment: SegmentFiles) -> int:
         return -1
 
 
-def local_segments(segments: Sequence[SegmentFiles]) -> tuple[list[LocalSegment], int]:
+def local_segments(segments: Sequence[SegmentFiles]) -> tuple[list[ClosedSegment], int]:
     """(the closed segments as retention sees them, the active segment's size)."""
     closed = []
     for s in segments:
@@ -130,7 +131,7 @@ def local_segments(segments: Sequence[SegmentFiles]) -> tuple[list[LocalSegment]
             size = s.log.stat().st_size
         except FileNotFoundError:
             continue  # deleted since listed
-        closed.append(LocalSegment(s.base_offset, s.next_base_offset - 1, size, largest_timestamp(s)))
+        closed.append(ClosedSegment(s.base_offset, s.next_base_offset - 1, size, largest_timestamp(s)))
     active = segments[-1] if segments and segments[-1].active else None
     try:
         active_size = active.log.stat().st_size if active else 0

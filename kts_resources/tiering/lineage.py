@@ -8,7 +8,8 @@ election they disagree from the divergence point on, and the lineage whose newes
 the new leader's — is the partition's. From that:
 
 * **Which lineage is current**: the store keeps the newest lineage any replica's kts saw
-  (:func:`current_lineage`); a replica never replaces it with an older one.
+  (``metadata.lineage.current_lineage``, the store's own rule); a replica never replaces it with
+  an older one.
 * **Where copying starts**: Kafka's ``findHighestRemoteOffset`` over the replica's own lineage
   (:func:`copy_start_offset`), and a replica whose lineage is behind the current one copies
   only below its divergence point (:func:`diverges_at`).
@@ -38,20 +39,6 @@ class LineageSegment(Protocol):
 
 def last_epoch(lineage: Sequence[EpochEntry]) -> int:
     return lineage[-1].epoch if lineage else -1
-
-
-def current_lineage(recorded: Sequence[EpochEntry], own: Sequence[EpochEntry]) -> list[EpochEntry]:
-    """The partition's lineage, from the one the store ``recorded`` and a replica's ``own``: the
-    one whose newest epoch is higher (on a tie, the same leader's: either), with the other's
-    history below its first offset (a lineage truncated at its log start offset keeps none)."""
-    if not own or not recorded:
-        return list(own or recorded)
-    newer, older = (own, recorded) if own[-1].epoch > recorded[-1].epoch else (recorded, own)
-    first = newer[0]
-    head = [e for e in older if e.start_offset < first.start_offset and e.epoch <= first.epoch]
-    if head and head[-1].epoch == first.epoch:
-        return [*head, *newer[1:]]  # the epoch began earlier than the truncated lineage shows
-    return [*head, *newer]
 
 
 def diverges_at(own: Sequence[EpochEntry], current: Sequence[EpochEntry]) -> int | None:

@@ -99,8 +99,10 @@ class Expired:
 
 
 @dataclass(frozen=True)
-class LocalSegment:
-    """What local retention needs of a local segment."""
+class ClosedSegment:
+    """A closed (rolled) local segment, the only kind local retention deletes, as its rules weigh
+    it. (The simulated broker's own view of its segments, active one included, is
+    ``kafka.simulator.broker_log.LocalSegment``.)"""
 
     base_offset: int
     end_offset: int  # the next segment's base offset − 1
@@ -190,7 +192,7 @@ def segment_uuid_text(md) -> str:
 
 
 def plan_local_retention(
-    segments: Sequence[LocalSegment],
+    segments: Sequence[ClosedSegment],
     *,
     active_size_bytes: int,
     high_watermark: int,
@@ -222,7 +224,7 @@ def plan_local_retention(
         over = [active_size_bytes + sum(s.size_bytes for s in ordered) - sum(e.size_bytes for e in expired)
                 - config.local_retention_bytes]
 
-        def by_size(s: LocalSegment) -> str | None:
+        def by_size(s: ClosedSegment) -> str | None:
             if over[0] - s.size_bytes >= 0:
                 over[0] -= s.size_bytes
                 return LOCAL_BY_SIZE

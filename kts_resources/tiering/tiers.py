@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from kts_resources.kafka.checkpoints import EpochEntry
-from kts_resources.tiering.lineage import current_lineage, readable_spans
+from kts_resources.metadata.lineage import current_lineage
+from kts_resources.tiering.lineage import readable_spans
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name, partition_dir_present
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
