@@ -19,11 +19,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # not re-exported at the top level
-    AssetCheckEvaluationTargetMaterializationData,
-)
 
 from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_LOG_INDEX, REMOTE_SEGMENTS, RETENTION_STATE
+from kts_assets.dagster_internals import MaterializationTarget, materialization_target
 from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
 from kts_assets.sizes import counted
@@ -87,13 +85,11 @@ def _report(context: dg.AssetExecutionContext, asset_key: dg.AssetKey, check_nam
                      else f"{check_name}: all {len(verdicts)} partitions pass")
 
 
-def _targets(records: dict[str, dg.EventLogRecord]) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+def _targets(records: dict[str, dg.EventLogRecord]) -> dict[str, MaterializationTarget]:
     """Each partition's latest materialisation, which its evaluation is about: without it the UI
     counts the evaluation as stale and shows no status for the partition. Dagster looks these up
     itself only for a single-partition run; over a range they come from ``_latest_records``."""
-    return {key: AssetCheckEvaluationTargetMaterializationData(storage_id=record.storage_id, run_id=record.run_id,
-                                                               timestamp=record.timestamp)
-            for key, record in records.items()}
+    return {key: materialization_target(record) for key, record in records.items()}
 
 
 def _latest_records(instance: dg.DagsterInstance, asset_key: dg.AssetKey, keys: list[str]) -> dict[str, dg.EventLogRecord]:

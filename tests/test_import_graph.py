@@ -6,6 +6,8 @@
   else in kafka/ uses the simulator.
 * kts_resources is the procedures, free of the orchestrator: nothing in it imports kts_assets or
   Dagster, except the Dagster resources module and the run-storage adapter named below.
+* Dagster's private API (``dagster._core``) is used in one adapter, ``kts_assets.dagster_internals``,
+  which says why each use has no public road.
 * The metadata layer sits below the tiering rules: nothing in ``metadata/`` imports ``tiering/``.
 * No import cycles among kts modules.
 
@@ -192,6 +194,11 @@ def test_kts_resources_imports_neither_kts_assets_nor_dagster_but_in_its_two_nam
 def test_the_named_adapters_are_modules_that_exist():
     # An adapter renamed or deleted must leave this list, not linger as a stale exception.
     assert set(DAGSTER_ADAPTERS) <= set(kts_modules(REPO, ("kts_resources",)))
+
+
+def test_only_the_dagster_internals_adapter_imports_dagsters_private_api():
+    leaks = [str(i) for i in KTS_IMPORTS if _in(i.imported, "dagster._core") and i.importer != "kts_assets.dagster_internals"]
+    assert leaks == []
 
 
 def test_the_metadata_layer_imports_nothing_of_the_tiering_rules():

@@ -1,7 +1,11 @@
-"""A sensor's cursor: ``{partition key: offset}`` as versioned JSON, packed and zlib-compressed
-once it grows large. The roll sensor keeps the newest base offset it requested per partition
-and the copy lag it last reported; sensors that follow other offsets per partition (retention,
-index rebuild) keep theirs the same way.
+"""The roll sensor's cursor: named ``{partition key: int}`` maps — the newest base offset it
+requested per partition (``requested``) and the copy lag it last reported — as versioned JSON,
+packed and zlib-compressed once it grows large. ``kts sync`` moves it too
+(``sensors.roll.advance_roll_cursor``).
+
+The other sensors keep small cursors of their own, which are not maps over every partition: the
+retention sensor an event-log position and the partitions whose retention.ms falls due, the
+index-rebuild sensor its place in the round of partitions; discovery and dead runs keep none.
 
 No Dagster here: the codec is plain data, tested and benchmarked on its own.
 """

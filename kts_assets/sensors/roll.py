@@ -29,6 +29,7 @@ import dagster as dg
 from kts_assets import broker_scope
 from kts_assets.assets import remote_segments
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, KeyRangeBatch, batch_key_ranges, range_run_request
+from kts_assets.dagster_internals import update_sensor_cursor
 from kts_assets.jobs import COPY_JOB_NAME
 from kts_assets.partitions import topic_partitions
 from kts_assets.sensors.cursor import REQUESTED, decode_cursor_maps, encode_cursor
@@ -324,41 +325,13 @@ def advance_roll_cursor(instance: dg.DagsterInstance, copied: Mapping[str, int])
     (failed partitions, left out of ``copied``, it still requests). Returns how many stored states
     were written.
 
-    The stored state is the one the daemon keeps (``InstigatorState``, found by the sensor's
-    selector); with none yet (the daemon never ran on this instance), one is added as the daemon
-    itself would add it for a sensor running by default, cursor included. The copy lag the sensor
-    last reported is left as it was: the next tick reports what the pass changed."""
-    from dagster._core.definitions.selector import InstigatorSelector
-    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
-    from dagster._core.scheduler.instigation import (
-        InstigatorState,
-        InstigatorStatus,
-        InstigatorType,
-        SensorInstigatorData,
-    )
-
+    The stored state is the one the daemon keeps; with none yet (the daemon never ran on this
+    instance), one is added as the daemon would add it, cursor included
+    (``dagster_internals.update_sensor_cursor``). The copy lag the sensor last reported is left as
+    it was: the next tick reports what the pass changed."""
     if not copied:
         return 0
-    name = segment_roll_sensor.name
-    selector_id = InstigatorSelector(location_name=CODE_LOCATION_NAME, repository_name=SINGLETON_REPOSITORY_NAME,
-                                     name=name).get_id()
-    states = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.selector_id == selector_id]
-    if not states:
-        state = InstigatorState(_roll_sensor_origin(), InstigatorType.SENSOR, InstigatorStatus.DECLARED_IN_CODE,
-                                SensorInstigatorData(min_interval=segment_roll_sensor.minimum_interval_seconds,
-                                                     cursor=_advanced(None, copied), sensor_type=segment_roll_sensor.sensor_type))
-        instance.add_instigator_state(state)
-        return 1
-    written = 0
-    for state in states:
-        data = state.instigator_data
-        if not isinstance(data, SensorInstigatorData):
-            continue
-        cursor = _advanced(data.cursor, copied)
-        if cursor != data.cursor:  # nothing new: nothing written
-            instance.update_instigator_state(state.with_data(data._replace(cursor=cursor)))
-            written += 1
-    return written
+    return update_sensor_cursor(instance, segment_roll_sensor, CODE_LOCATION_NAME, lambda cursor: _advanced(cursor, copied))
 
 
 def _advanced(cursor: str | None, copied: Mapping[str, int]) -> str | None:
@@ -369,24 +342,3 @@ def _advanced(cursor: str | None, copied: Mapping[str, int]) -> str | None:
     before = maps.pop(REQUESTED, {})
     requested = {**before, **copied}
     return cursor if requested == before and cursor else encode_cursor(requested, maps)
-
-
-def _roll_sensor_origin():
-    """The origin `dagster dev` gives the sensor when it loads workspace.yaml (a managed gRPC
-    server on this interpreter running ``kts_assets.definitions``); the daemon finds the state by
-    its selector (location, repository and sensor name), which this origin carries — so a broker's
-    location, served by `kts code-server` beside a cluster, finds it too."""
-    import sys
-
-    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
-    from dagster._core.remote_origin import (
-        ManagedGrpcPythonEnvCodeLocationOrigin,
-        RemoteInstigatorOrigin,
-        RemoteRepositoryOrigin,
-    )
-    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
-    location = ManagedGrpcPythonEnvCodeLocationOrigin(
-        LoadableTargetOrigin(executable_path=sys.executable, module_name="kts_assets.definitions"),
-        location_name=CODE_LOCATION_NAME)
-    return RemoteInstigatorOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), segment_roll_sensor.name)

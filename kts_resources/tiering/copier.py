@@ -86,7 +86,8 @@ def delete_remote_log_segment(
     DELETE_SEGMENT_STARTED → every object of the segment (log, indexes, snapshot, epochs) →
     DELETE_SEGMENT_FINISHED; returns the segment's final metadata.
 
-    The one procedure for the copy's clean-up and repair now, and expiry and scrub later.
+    The one procedure every remote delete goes through: the copy's clean-up and repair, expiry,
+    scrub and the deletion of a topic's partitions (``partition_admin``).
     Idempotent, so an interrupted delete is finished by calling it again: the state is the store's
     (not ``metadata``'s, which may be stale), a segment already in DELETE_SEGMENT_STARTED continues,
     one already DELETE_SEGMENT_FINISHED is left as it is, and objects already gone are fine. The

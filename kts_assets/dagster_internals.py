@@ -1,0 +1,92 @@
+"""The one module that uses Dagster's private API (``dagster._core``), and why each use has no
+public road in Dagster 1.13.
+
+* :func:`materialization_target` — an ``AssetCheckEvaluation`` for one partition of a ranged run
+  must name the materialisation it checked (without it the UI counts the evaluation as stale and
+  shows no status for the partition). ``dg.AssetCheckEvaluation`` takes it as
+  ``target_materialization_data``, but its type, ``AssetCheckEvaluationTargetMaterializationData``,
+  is not exported at the top level; Dagster fills it in itself only for a single-partition run.
+* :func:`update_sensor_cursor` — `kts sync` moves the roll sensor's stored cursor for what it
+  copied, outside any sensor tick. The public cursor API (``context.update_cursor``) exists only
+  inside an evaluation; the other roads (``dagster sensor cursor --set``, GraphQL's
+  ``setSensorCursor``) need a loaded workspace or a running webserver and replace the whole
+  cursor. The instance's ``*_instigator_state`` methods are public, but the state, selector and
+  origin types they take are all under ``dagster._core``.
+
+Pinned with the dagster release in pyproject.toml; tests/test_roll_sensor.py and tests/test_checks.py
+fail if these types move.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import dagster as dg
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
+
+if TYPE_CHECKING:
+    from dagster._core.remote_origin import RemoteInstigatorOrigin
+
+# The type ``dg.AssetCheckEvaluation``'s ``target_materialization_data`` takes.
+MaterializationTarget = AssetCheckEvaluationTargetMaterializationData
+
+# The module every code location of kts loads (workspace.yaml, `kts ui`, `kts code-server`).
+DEFINITIONS_MODULE = "kts_assets.definitions"
+
+
+def materialization_target(record: dg.EventLogRecord) -> MaterializationTarget:
+    """What ``dg.AssetCheckEvaluation(target_materialization_data=...)`` takes for the
+    materialisation ``record``: the one the evaluation is about."""
+    return MaterializationTarget(storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+
+
+def update_sensor_cursor(instance: dg.DagsterInstance, sensor: dg.SensorDefinition, location_name: str,
+                         change: Callable[[str | None], str | None]) -> int:
+    """Replace the stored cursor of ``sensor`` (in the code location ``location_name``) with
+    ``change(cursor)``, as the daemon would after a tick; returns how many stored states were
+    written (none where ``change`` leaves the cursor as it was).
+
+    The stored state is the one the daemon keeps, found by the sensor's selector (location,
+    repository, sensor name). With none yet (the daemon never ran on this instance) one is added
+    as the daemon itself would add it for a sensor running by default, ``change(None)`` its cursor."""
+    # Imported here: the scheduler's state types cost ~150 ms that loading the definitions avoids.
+    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+    from dagster._core.definitions.selector import InstigatorSelector
+    from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, InstigatorType, SensorInstigatorData
+
+    selector_id = InstigatorSelector(location_name=location_name, repository_name=SINGLETON_REPOSITORY_NAME,
+                                     name=sensor.name).get_id()
+    states = [s for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR) if s.selector_id == selector_id]
+    if not states:
+        instance.add_instigator_state(InstigatorState(
+            _sensor_origin(sensor, location_name), InstigatorType.SENSOR, InstigatorStatus.DECLARED_IN_CODE,
+            SensorInstigatorData(min_interval=sensor.minimum_interval_seconds, cursor=change(None),
+                                 sensor_type=sensor.sensor_type)))
+        return 1
+    written = 0
+    for state in states:
+        data = state.instigator_data
+        if not isinstance(data, SensorInstigatorData):
+            continue
+        cursor = change(data.cursor)
+        if cursor != data.cursor:
+            instance.update_instigator_state(state.with_data(data._replace(cursor=cursor)))
+            written += 1
+    return written
+
+
+def _sensor_origin(sensor: dg.SensorDefinition, location_name: str) -> RemoteInstigatorOrigin:
+    """The origin `dagster dev` gives the sensor when it loads workspace.yaml (a managed gRPC
+    server on this interpreter running the definitions module); the daemon finds the state by its
+    selector (location, repository and sensor name), which this origin carries — so a broker's
+    location, served by `kts code-server` beside a cluster, finds it too."""
+    from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+    from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin, RemoteInstigatorOrigin, RemoteRepositoryOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(
+        LoadableTargetOrigin(executable_path=sys.executable, module_name=DEFINITIONS_MODULE),
+        location_name=location_name)
+    return RemoteInstigatorOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), sensor.name)
