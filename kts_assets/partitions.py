@@ -8,3 +8,6 @@ from kts_assets import broker_scope
 # The set is named per broker beside a cluster (kts_assets.broker_scope): each broker's log dirs
 # hold their own partitions, and the instance keeps dynamic partitions by name.
 topic_partitions = dg.DynamicPartitionsDefinition(name=broker_scope.current().partitions_def_name)
+
+# Why a sensor or schedule over the known partitions skips its tick before discovery added any.
+NO_PARTITIONS_YET = "no partitions known yet (the discovery sensor adds them)"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dagster as dg
 
 from kts_assets.batching import batch_key_ranges, range_run_request
-from kts_assets.partitions import topic_partitions
+from kts_assets.partitions import NO_PARTITIONS_YET, topic_partitions
 from kts_assets.jobs import COPY_JOB_NAME
 
 # Every partition is wanted, so ranges have no gaps; larger runs than the sensor's are fine here.
@@ -28,7 +28,7 @@ def reconcile_schedule(context: dg.ScheduleEvaluationContext):
     """One ranged copy run per RECONCILE_PARTITIONS_PER_RUN known partitions."""
     keys = list(context.instance.get_dynamic_partitions(topic_partitions.name))
     if not keys:
-        return dg.SkipReason("no partitions known yet (the discovery sensor adds them)")
+        return dg.SkipReason(NO_PARTITIONS_YET)
     batches = batch_key_ranges(keys, keys, max_partitions_per_run=RECONCILE_PARTITIONS_PER_RUN)
     context.log.info(f"reconciling {len(keys)} partitions in {len(batches)} runs")
     # Schedules scope run keys to the tick: a retried tick does not launch a range twice.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from kts_resources.kafka.partition import TopicPartition
+from kts_resources.kafka.partition import HasTopicPartition, TopicPartition
 
 
 class RemoteLogSegmentState(enum.Enum):
@@ -81,20 +81,12 @@ def check_partition_delete_transition(current: RemotePartitionDeleteState | None
 
 
 @dataclass(frozen=True, slots=True)
-class TopicIdPartition:
+class TopicIdPartition(HasTopicPartition):
     """A partition named by its topic's id as well as its name: object keys and metadata use both,
     so a topic deleted and re-created under the same name never shares remote data."""
 
     topic_id: uuid.UUID
     topic_partition: TopicPartition
-
-    @property
-    def topic(self) -> str:
-        return self.topic_partition.topic
-
-    @property
-    def partition(self) -> int:
-        return self.topic_partition.partition
 
 
 @dataclass(frozen=True, slots=True)

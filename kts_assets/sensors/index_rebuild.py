@@ -20,7 +20,7 @@ import dagster as dg
 
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, batch_key_ranges, range_run_request
 from kts_assets.jobs import INDEX_REBUILD_JOB_NAME, REBUILD_CONFIG
-from kts_assets.partitions import topic_partitions
+from kts_assets.partitions import NO_PARTITIONS_YET, topic_partitions
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources import settings
 from kts_resources.maintenance.local_indexes import segments_to_reindex
@@ -69,7 +69,7 @@ def index_rebuild_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Ka
                          metadata_store: MetadataStoreResource):
     known = sorted(context.instance.get_dynamic_partitions(topic_partitions.name))
     if not known:
-        return dg.SkipReason("no partitions known yet (the discovery sensor adds them)")
+        return dg.SkipReason(NO_PARTITIONS_YET)
     start = _decode(context.cursor) % len(known)
     window = (known[start:] + known[:start])[:PARTITIONS_PER_TICK]
     store = metadata_store.store()

@@ -17,7 +17,7 @@ import dagster as dg
 
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, batch_key_ranges, range_run_request
 from kts_assets.jobs import EXPIRY_JOB_NAME
-from kts_assets.partitions import topic_partitions
+from kts_assets.partitions import NO_PARTITIONS_YET, topic_partitions
 from kts_resources.tiering.expiry import plan_partition
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 from kts_resources.tiering.tiers import locate_partitions
@@ -87,7 +87,7 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
                      metadata_store: MetadataStoreResource):
     known = sorted(context.instance.get_dynamic_partitions(topic_partitions.name))
     if not known:
-        return dg.SkipReason("no partitions known yet (the discovery sensor adds them)")
+        return dg.SkipReason(NO_PARTITIONS_YET)
     store = metadata_store.store()
     last_event, due, seen = _decode(context.cursor)
     now_ms = int(time.time() * 1000)

@@ -25,6 +25,12 @@ def os_error_line(e: OSError) -> str:
     return f"{where}{e.strerror.lower()}"
 
 
+def error_line(e: BaseException) -> str:
+    """An error as one line of a report: its message with every run of whitespace (the newlines
+    of boto3's or psycopg2's messages) one space, or its type's name when it has no message."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 class KafkaFormatError(Exception):
     """Bytes that do not follow Kafka's format, located by file and byte position."""
 

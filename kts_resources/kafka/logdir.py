@@ -28,7 +28,7 @@ from .checkpoints import (
     read_partition_metadata,
 )
 from .errors import shown
-from .partition import TopicPartition, parse_topic_partition
+from .partition import HasTopicPartition, TopicPartition, parse_topic_partition
 
 # --- file names (LogFileUtils) ------------------------------------------------------------------
 
@@ -262,7 +262,7 @@ def list_producer_snapshots(partition_dir: str | os.PathLike) -> dict[int, Path]
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionDir:
+class PartitionDir(HasTopicPartition):
     """A live partition directory: ``<log dir>/<topic>-<partition>``."""
 
     path: Path
@@ -286,14 +286,6 @@ class PartitionDir:
         if not isinstance(verdict, TopicPartition):
             raise ValueError(f"{shown(path)}: {verdict}")
         return cls(path, verdict)
-
-    @property
-    def topic(self) -> str:
-        return self.topic_partition.topic
-
-    @property
-    def partition(self) -> int:
-        return self.topic_partition.partition
 
     @property
     def leader_epoch_checkpoint_path(self) -> Path:

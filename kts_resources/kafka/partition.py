@@ -31,6 +31,22 @@ class TopicPartition:
         return self.dir_name
 
 
+class HasTopicPartition:
+    """``topic`` and ``partition`` of a value that names its partition by a ``topic_partition``
+    field (a partition directory, a partition with its topic id)."""
+
+    __slots__ = ()
+    topic_partition: TopicPartition
+
+    @property
+    def topic(self) -> str:
+        return self.topic_partition.topic
+
+    @property
+    def partition(self) -> int:
+        return self.topic_partition.partition
+
+
 def topic_name_problem(topic: str) -> str | None:
     """Why ``topic`` is not a legal Kafka topic name, or None when it is."""
     if topic in (".", ".."):

@@ -38,7 +38,7 @@ from kts_resources.reading import remote_index as ri
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
 from kts_resources.kafka.checkpoints import parse_leader_epoch_checkpoint
-from kts_resources.kafka.errors import KafkaFormatError
+from kts_resources.kafka.errors import KafkaFormatError, error_line
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.tiering.lost_ranges import uncovered
 from kts_resources.maintenance.remote_integrity import scan_log_object
@@ -644,5 +644,5 @@ def _rebuild_index(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager",
     try:
         update = index_tier.update_partition_index(store, rsm, index_cache.cache_directory(home, tip), tip, entries_for)
     except Exception as e:  # noqa: BLE001 — one partition's index is its own; the store rows stand
-        return _IndexOutcome(error=" ".join(str(e).split()) or type(e).__name__)
+        return _IndexOutcome(error=error_line(e))
     return _IndexOutcome(written=len(update.build.written), published=update.uploaded, read=read)

@@ -44,6 +44,7 @@ def _entries_of(task: EntriesTask, remote_uri: str, endpoint_url: str | None, ch
 
     from crc32c import crc32c
 
+    from kts_resources.kafka.errors import error_line
     from kts_resources.kafka.partition import TopicPartition
     from kts_resources.reading.remote_index_cache import encode_segment_entries, segment_entries_from_bytes
     from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
@@ -70,7 +71,7 @@ def _entries_of(task: EntriesTask, remote_uri: str, endpoint_url: str | None, ch
         entries = segment_entries_from_bytes(data, md, task.key, chunk_bytes=chunk_bytes, where=storage.location(task.key))
         return encode_segment_entries(entries), None
     except Exception as e:  # noqa: BLE001 - one segment's failure is its row's error, not the job's
-        return None, " ".join(str(e).split()) or type(e).__name__
+        return None, error_line(e)
     finally:
         storage.close()
 
@@ -109,6 +110,7 @@ def rebuild_local_indexes_job(spark: "SparkSession", log_paths: list[str]) -> li
     def run(batches):
         import pyarrow as pa
 
+        from kts_resources.kafka.errors import error_line
         from kts_resources.kafka.indexes import rebuild_segment_indexes
 
         for batch in batches:
@@ -118,7 +120,7 @@ def rebuild_local_indexes_job(spark: "SparkSession", log_paths: list[str]) -> li
                     rebuild_segment_indexes(log_paths[i], closed=True)
                     error = None
                 except Exception as e:  # noqa: BLE001 - reported per segment; the others go on
-                    error = " ".join(str(e).split()) or type(e).__name__
+                    error = error_line(e)
                 rows.append({"task": i, "error": error})
             if rows:
                 yield pa.RecordBatch.from_pylist(rows, schema=pa.schema([("task", pa.int64(), False), ("error", pa.string())]))

@@ -30,6 +30,7 @@ def _plan_one(key: str, log_dirs: list[str], owned: list[str], database_url: str
     from pathlib import Path
 
     from kts_resources.tiering.expiry import plan_partition
+    from kts_resources.kafka.errors import error_line
     from kts_resources.kafka.partition import parse_topic_partition
     from kts_resources.metadata.store import RemoteLogMetadataStore
     from kts_resources.remote_log import TopicIdPartition
@@ -54,7 +55,7 @@ def _plan_one(key: str, log_dirs: list[str], owned: list[str], database_url: str
                            "remote_expired": [[e.start_offset, e.end_offset, e.reason] for e in plan.remote.expired],
                            "local_expired": [[e.start_offset, e.end_offset, e.reason] for e in plan.local.expired]}), None
     except Exception as e:  # noqa: BLE001 - one partition's failure is its row's error
-        return None, " ".join(str(e).split()) or type(e).__name__
+        return None, error_line(e)
 
 
 def plan_partitions(spark: Callable[[], "SparkSession"], store: "RemoteLogMetadataStore", keys: list[str], *,
