@@ -126,3 +126,19 @@ def bench_database(tmpdir: Path) -> Iterator[tuple[str, dict]]:
         if home is not None:
             progress("stopping the embedded PostgreSQL")
             embedded.discard(home)  # under root its cluster is outside tmpdir
+
+
+def copy_pass(log_dir, store, storage, *, threads: int | None = None, **options) -> list:
+    """One copy pass over a log dir's partitions as the copy step (``remote_segments``) runs it,
+    without Dagster: ``copy_partition`` for each, ``threads`` side by side (the step's default,
+    ``PARALLEL_PARTITIONS``, unless given); results in the log dir's partition order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kts_resources.tiering.copier import PARALLEL_PARTITIONS, copy_partition
+
+    partitions = log_dir.partitions()
+    threads = PARALLEL_PARTITIONS if threads is None else threads
+    if threads <= 1 or len(partitions) <= 1:
+        return [copy_partition(p, log_dir, store, storage, **options) for p in partitions]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kts-bench-copy") as pool:
+        return list(pool.map(lambda p: copy_partition(p, log_dir, store, storage, **options), partitions))

@@ -15,19 +15,19 @@ baselines measured in the same run.
    - baseline "cp + sync": the same, then ``sync`` of every copied file and directory. kts fsyncs
      every object and the directory it is renamed into, so this is the like-for-like baseline;
    - baseline "cp + sync, partitions side by side": all the ``cp`` processes at once, then the
-     same ``sync``: ``copy_log_dir`` copies four partitions at a time, so ``cp`` gets to as well;
+     same ``sync``: ``copy_pass`` copies four partitions at a time, so ``cp`` gets to as well;
    - "storage": ``FileSystemRemoteStorage.copy_log_segment_data`` for every segment (temporary
      name, CRC-32C of every byte, fsync, rename, fsync the directory; plus the leader-epoch
      lineage, a small extra object that ``cp`` has no counterpart for);
    - "storage_known": the same, handed each .log's CRC-32C as the copy procedure hands it over
      after verifying the segment (the upload compares its own CRC-32C with it);
-   - "copy_log_dir": the whole copy procedure (``copy_log_dir``, four partitions at a time, its
+   - "copy_log_dir": the whole copy procedure (``copy_pass``, four partitions at a time, its
      default and the pipeline's) against the metadata store: partition lock, candidates, CRC check
      of every batch, COPY_SEGMENT_STARTED, upload, COPY_SEGMENT_FINISHED; the store's tables are
      emptied before each round;
    - info "verify": ``verify_segment_file`` (every batch CRC + the file's CRC-32C, read as the copy reads it) over the same .log
      files, to show how much of the procedure's time the check is; and one extra pass of
-     ``copy_log_dir`` with its store and storage wrapped in timers: seconds in the upload, in the
+     ``copy_pass`` with its store and storage wrapped in timers: seconds in the upload, in the
      store, and in the rest (waiting for the verification, listing, checkpoints, lock).
 
    The simulated log has one leader change per 10,000 batches and partition
@@ -88,13 +88,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchlib import add_json_argument, bench_database, format_rows, progress, write_json
+from benchlib import add_json_argument, bench_database, copy_pass, format_rows, progress, write_json
 
 import sqlalchemy as sa
 from crc32c import crc32c
 
 from kts_assets.cli import parse_size
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.checkpoints import epochs_up_to, format_leader_epoch_checkpoint
 from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir
@@ -202,7 +201,7 @@ def simulate_log_dir(root: Path, size: int, segment_size: int, partitions: int, 
 
 
 def eligible_segments(root: Path) -> list[Segment]:
-    """What ``copy_log_dir`` will copy, picked with its own rule (``copy_candidates``)."""
+    """What ``copy_pass`` will copy, picked with its own rule (``copy_candidates``)."""
     log_dir = LogDir(root)
     out = []
     for partition in log_dir.partitions():
@@ -245,7 +244,7 @@ def warm(paths: list[Path]) -> None:
 def copy_with_cp(segments: list[Segment], dest: Path, sync: bool, sync_seconds: list[float] | None = None,
                  side_by_side: bool = False) -> None:
     """One ``cp`` per partition, one after the other or (``side_by_side``) all at once, as
-    ``copy_log_dir`` copies partitions; then, with ``sync``, ``sync`` of everything copied."""
+    ``copy_pass`` copies partitions; then, with ``sync``, ``sync`` of everything copied."""
     by_partition: dict[str, list[str]] = {}
     for seg in segments:
         by_partition.setdefault(seg.partition_dir, []).extend(str(p) for p in seg.files)
@@ -267,7 +266,7 @@ def copy_with_cp(segments: list[Segment], dest: Path, sync: bool, sync_seconds: 
 
 
 def copy_with_storage(segments: list[Segment], dest: Path, checksum_known: bool = False) -> None:
-    """The storage layer alone. ``checksum_known``: as ``copy_log_dir`` calls it, with the .log's
+    """The storage layer alone. ``checksum_known``: as ``copy_pass`` calls it, with the .log's
     CRC-32C from its verification, which the upload's own must match."""
     storage = FileSystemRemoteStorage(dest)
     for seg in segments:
@@ -281,11 +280,11 @@ def copy_with_storage(segments: list[Segment], dest: Path, checksum_known: bool 
 
 
 def copy_procedure(root: Path, store: RemoteLogMetadataStore, dest: Path, expected: list[Segment]) -> None:
-    results = copy_log_dir(LogDir(root), store, FileSystemRemoteStorage(dest))
+    results = copy_pass(LogDir(root), store, FileSystemRemoteStorage(dest))
     copied = sum(len(r.copied) for r in results)
     stopped = [r.stopped or r.skipped for r in results if r.stopped or r.skipped]
     if stopped or copied != len(expected) or sum(r.copied_bytes for r in results) != sum(s.log_bytes for s in expected):
-        raise SystemExit(f"copy_log_dir did not copy the {len(expected)} eligible segments: {copied} copied; {stopped}")
+        raise SystemExit(f"the copy pass did not copy the {len(expected)} eligible segments: {copied} copied; {stopped}")
 
 
 class Timed:
@@ -311,13 +310,13 @@ class Timed:
 
 
 def copy_breakdown(root: Path, store: RemoteLogMetadataStore, dest: Path) -> dict[str, float]:
-    """One pass of ``copy_log_dir`` with its store and storage timed: seconds in the metadata
+    """One ``copy_pass`` with its store and storage timed: seconds in the metadata
     store, in the upload, and in the rest (waiting for the verification, segment listing,
     checkpoints, lock). One partition at a time, so that the parts add up to the whole."""
     totals = {"metadata": 0.0, "upload": 0.0}
     t0 = time.perf_counter()
-    copy_log_dir(LogDir(root), Timed(store, "metadata", totals), Timed(FileSystemRemoteStorage(dest), "upload", totals),
-                 parallel_partitions=1)
+    copy_pass(LogDir(root), Timed(store, "metadata", totals), Timed(FileSystemRemoteStorage(dest), "upload", totals),
+              threads=1)
     total = time.perf_counter() - t0
     return {"seconds": total, "upload_s": totals["upload"], "metadata_s": totals["metadata"],
             "rest_s": total - totals["upload"] - totals["metadata"]}
@@ -389,7 +388,7 @@ def measure_copy(args: argparse.Namespace, tmpdir: Path, store: RemoteLogMetadat
             rounds[name].append(timed(work))
     best = {name: min(seconds) for name, seconds in rounds.items()}
     median = {name: sorted(seconds)[len(seconds) // 2] for name, seconds in rounds.items()}
-    progress("copy: one more copy_log_dir pass, its store and storage timed (the breakdown)")
+    progress("copy: one more copy pass, its store and storage timed (the breakdown)")
     truncate_store(store)
     fresh_destination(False)
     breakdown = copy_breakdown(root, store, dest)
@@ -413,7 +412,7 @@ def measure_copy(args: argparse.Namespace, tmpdir: Path, store: RemoteLogMetadat
                         "ratio_vs_cp_sync_side_by_side": best["cp_sync_side_by_side"] / best[name],
                         # The same ratios from the median rounds: how much the best-of-N ones owe to one lucky round.
                         "median_ratio_vs_cp": median["cp"] / median[name], "median_ratio_vs_cp_sync": median["cp_sync"] / median[name]}
-    # Info: where one (separate, untimed-round) pass of copy_log_dir spent its time.
+    # Info: where one (separate, untimed-round) copy pass spent its time.
     result["copy_log_dir"]["breakdown"] = {**breakdown, **{
         f"{k[:-2]}_share": v / breakdown["seconds"] for k, v in breakdown.items() if k.endswith("_s")}}
     return result

@@ -33,13 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import add_json_argument, bench_database, format_rows, git_state, progress, write_json
+from benchlib import add_json_argument, bench_database, copy_pass, format_rows, git_state, progress, write_json
 
 from crc32c import crc32c
 
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -58,7 +57,7 @@ def prepare(tmp: Path, store: RemoteLogMetadataStore, storage, mib: int, topic: 
     simulate(logs, SimulationConfig(seed=3, topics=(topic,), partitions=1, total_bytes=mib * MiB, segment_bytes=8 * MiB,
                                     batch_size=64 * 1024, record_size=1024, transactional_producers=0,
                                     codecs=("none", "lz4", "zstd")))
-    copy_log_dir(LogDir(logs), store, storage)
+    copy_pass(LogDir(logs), store, storage)
     shutil.copytree(logs, full)
     tip = next(t for t in store.partitions() if t.topic == topic)
     finished = sorted(store.list_remote_log_segments(tip, states={FINISHED}), key=lambda m: m.start_offset)

@@ -22,9 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import add_json_argument, bench_database, format_rows, git_state, progress, write_json
+from benchlib import add_json_argument, bench_database, copy_pass, format_rows, git_state, progress, write_json
 
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -55,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         logs = tmp / "logs"
         simulate(logs, SimulationConfig(seed=4, topics=(TOPIC,), partitions=1, total_bytes=args.mib * MiB,
                                         segment_bytes=min(16 * MiB, args.mib * MiB // 4)))
-        copy_log_dir(LogDir(logs), store, storage)
+        copy_pass(LogDir(logs), store, storage)
         tip = next(t for t in store.partitions() if t.topic == TOPIC)
         finished = store.list_remote_log_segments(tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
         sources = [Path(storage.root, obj.key) if hasattr(storage, "root") else None

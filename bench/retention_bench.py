@@ -25,9 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
-from benchlib import add_json_argument, bench_database, format_rows, git_state, progress, write_json
+from benchlib import add_json_argument, bench_database, copy_pass, format_rows, git_state, progress, write_json
 
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.tiering.expiry import expire_partition, plan_partition
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
@@ -138,7 +137,7 @@ def expiry_bench(url: str, tmp: Path, tier: str, segments: int) -> dict:
         topic = f"expiry-{tier}"
         simulate(root, SimulationConfig(seed=2, topics=(topic,), partitions=1, total_bytes=segments * 8 * 1024,
                                         segment_bytes=8 * 1024, record_size=256, codecs=("none",), transactional_producers=0))
-        for copied in copy_log_dir(LogDir(root), store, storage):
+        for copied in copy_pass(LogDir(root), store, storage):
             if copied.stopped:
                 raise SystemExit(f"retention_bench: the copy to the {tier} tier failed: {copied.stopped}")
         tip = next(t for t in store.partitions() if t.topic == topic)
@@ -151,7 +150,8 @@ def expiry_bench(url: str, tmp: Path, tier: str, segments: int) -> dict:
             keys.append(key)
         store.set_topic_config(topic, "retention.ms", 1)
         started = time.perf_counter()
-        result = expire_partition(None, tip, store, storage, clock=ManualClock(T0 * 2))
+        # Planned and carried out, as retention_state does (the plan once, on the driver).
+        result = expire_partition(plan_partition(None, tip, store, now_ms=T0 * 2), None, store, storage, clock=ManualClock(T0 * 2))
         expiry_s = time.perf_counter() - started
         assert len(result.remote_deleted) == len(finished), (len(result.remote_deleted), len(finished))
         started = time.perf_counter()

@@ -23,9 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import REPO_ROOT, add_json_argument, bench_database, format_rows, git_state, progress, write_json
+from benchlib import REPO_ROOT, add_json_argument, bench_database, copy_pass, format_rows, git_state, progress, write_json
 
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> dict:
         simulate(root, SimulationConfig(seed=args.seed, topics=TOPICS, partitions=partitions // len(TOPICS),
                                         total_bytes=partitions * 64 * 1024, segment_bytes=16 * 1024))
         with RemoteLogMetadataStore.from_url(url, migrate=True) as store:
-            copied = copy_log_dir(LogDir(root), store, FileSystemRemoteStorage(Path(tmp) / "remote"))
+            copied = copy_pass(LogDir(root), store, FileSystemRemoteStorage(Path(tmp) / "remote"))
         segments = sum(len(p.segments()) for p in LogDir(root).partitions())
         env = {**os.environ, "KTS_HOME": str(Path(tmp) / "home"), "KTS_LOG_DIRS": str(root), "KTS_DATABASE_URL": url,
                "KTS_REMOTE_URI": (Path(tmp) / "remote").as_uri()}

@@ -9,7 +9,7 @@ A deterministic (seeded) broker log dir is simulated (``kts_resources.kafka.simu
 sit in closed, copy-eligible segments. Then, each round, every measurement into a fresh remote tier
 (a directory) and a fresh, migrated metadata database:
 
-- "copy alone": ``copy_log_dir(LogDir(...), store, FileSystemRemoteStorage(...))``, the copy
+- "copy alone": ``copy_pass(LogDir(...), store, FileSystemRemoteStorage(...))``, the copy
   procedure with nothing around it (four partitions side by side, its default) (the baseline);
 - info "copy under the copy quota": the same under the unbounded copy quota (whose samples live in
   the store), the way the copy's step (``remote_segments``) runs it, still without Dagster;
@@ -68,14 +68,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import REPO_ROOT, add_json_argument, format_rows, git_state, keep_simulated_data, progress, write_json
+from benchlib import REPO_ROOT, add_json_argument, copy_pass, format_rows, git_state, keep_simulated_data, progress, write_json
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from kts_assets import cli_server
 from kts_assets.cli import parse_size
-from kts_resources.tiering.copier import PARALLEL_PARTITIONS, copy_log_dir
+from kts_resources.tiering.copier import PARALLEL_PARTITIONS
 from kts_resources.dagster_storage import KtsDagsterStorage
 from kts_resources.kafka.logdir import LogDir, SegmentFiles
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
@@ -238,23 +238,23 @@ def warm(paths: list[Path]) -> None:
 
 
 def copy_alone(root: Path, url: str, dest: Path, expected: list[Eligible]) -> float:
-    """Seconds of one ``copy_log_dir`` pass (the store's engine is made before the clock starts)."""
+    """Seconds of one ``copy_pass`` (the store's engine is made before the clock starts)."""
     store = RemoteLogMetadataStore(database.create_engine(url))
     try:
         with store.engine.connect():
             pass  # the pool's first connection, untimed
         gc.collect()
         t0 = time.perf_counter()
-        results = copy_log_dir(LogDir(root), store, FileSystemRemoteStorage(dest))
+        results = copy_pass(LogDir(root), store, FileSystemRemoteStorage(dest))
         seconds = time.perf_counter() - t0
     finally:
         store.close()
-    check_copied(results, expected, "copy_log_dir")
+    check_copied(results, expected, "the copy pass")
     return seconds
 
 
 def copy_parallel(root: Path, url: str, dest: Path, expected: list[Eligible]) -> float:
-    """Seconds of ``copy_log_dir`` (PARALLEL_PARTITIONS at a time) under the (unbounded) shared
+    """Seconds of ``copy_pass`` (PARALLEL_PARTITIONS at a time) under the (unbounded) shared
     copy quota, whose samples live in the store: what the remote_segments step does, without Dagster."""
     from kts_resources.resources import CopyQuotaResource
 
@@ -265,11 +265,11 @@ def copy_parallel(root: Path, url: str, dest: Path, expected: list[Eligible]) ->
         gc.collect()
         t0 = time.perf_counter()
         quota = CopyQuotaResource().manager(store.engine)
-        results = copy_log_dir(LogDir(root), store, FileSystemRemoteStorage(dest), quota=quota)
+        results = copy_pass(LogDir(root), store, FileSystemRemoteStorage(dest), quota=quota)
         seconds = time.perf_counter() - t0
     finally:
         store.close()
-    check_copied(results, expected, "copy_log_dir under the copy quota")
+    check_copied(results, expected, "the copy pass under the copy quota")
     return seconds
 
 

@@ -7,9 +7,9 @@ its retention deletes segments whether they were copied or not, moves its log st
 first remaining segment, truncates its leader-epoch cache there and writes
 ``log-start-offset-checkpoint``, as UnifiedLog.deleteOldSegments and the checkpoint task do.
 
-One kts pass is the pipeline's own steps, without Dagster: the copy (``copy_log_dir``, which also
-runs the lost-range detection), the retention plans (``spark_retention.plan_partitions`` on the
-driver, what ``retention_state`` asks) and ``expire_partition`` for a plan with work, all with the
+One kts pass is the pipeline's own steps, without Dagster: the copy (``copy_partition`` over each
+partition, which also runs the lost-range detection), the retention plans (``spark_retention.plan_partitions`` on the
+driver, what ``retention_state`` asks) and ``expire_partition`` carrying out each plan with work, all with the
 caller's clock as "now".
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.tiering.expiry import expire_partition
 from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
@@ -29,7 +28,8 @@ from kts_resources.tiering.quotas import ManualClock
 from kts_resources.reading.reader import PartitionReader, TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from kts_resources.spark.retention_job import plan_partitions
-from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
+from kts_resources.tiering.tiers import locate_partitions
+from .partition_steps import copy_each_partition
 
 HOUR_MS = 3600 * 1000
 DAY_MS = 24 * HOUR_MS
@@ -98,7 +98,7 @@ def kts_pass(store: RemoteLogMetadataStore, storage, log_dir: Path, *, now_ms: i
     """One `kts sync` pass over ``log_dir`` at ``now_ms``: copy, plan retention, expire."""
     clock = ManualClock(now_ms)
     done = KtsPass()
-    for result in copy_log_dir(LogDir(log_dir), store, storage, parallel_partitions=1, clock=clock):
+    for result in copy_each_partition(LogDir(log_dir), store, storage, clock=clock):
         done.copied += result.copied
         done.lost += result.lost
         done.stopped += [s for s in (result.stopped, result.skipped) if s]
@@ -112,14 +112,14 @@ def kts_pass(store: RemoteLogMetadataStore, storage, log_dir: Path, *, now_ms: i
     plans = plan_partitions(no_spark, store, keys, log_dirs=[str(log_dir)], owned_log_dirs=[str(p) for p in owned_dirs],
                             database_url=database_url, now_ms=now_ms)
     for key in keys:
-        plan, error = plans[key]
-        assert error is None, f"{key}: retention not planned: {error}"
-        if plan.get("nothing_remote"):
+        outcome = plans[key]
+        assert outcome.error is None, f"{key}: retention not planned: {outcome.error}"
+        plan = outcome.plan
+        if plan is None:  # nothing remote
             continue
-        done.remote_expired += [tuple(e) for e in plan["remote_expired"]]
-        if plan["has_work"]:
-            loc = located[key]
-            result = expire_partition(loc, topic_id_partition(loc.partition, store), store, storage, clock=clock)
+        done.remote_expired += [(e.start_offset, e.end_offset, e.reason) for e in plan.remote.expired]
+        if plan.has_work:
+            result = expire_partition(plan, located[key], store, storage, clock=clock)
             done.remote_deleted += result.remote_deleted
     return done
 

@@ -82,8 +82,9 @@ class KtsBesideEachBroker:
             located = LocatedPartition(partition.path.name, log_dir, partition, owned=False)
             leads = replicas is None or replicas.copy_refusal(tp) is None
             tip = topic_id_partition(partition, self.store)
-            by_size = any(e.reason == BY_SIZE for e in plan_partition(located, tip, self.store, now_ms=self.clock.now_ms()).remote.expired)
-            expire_partition(located, tip, self.store, self.storage, clock=self.clock, remote=leads)
+            plan = plan_partition(located, tip, self.store, now_ms=self.clock.now_ms())
+            by_size = any(e.reason == BY_SIZE for e in plan.remote.expired)
+            expire_partition(plan, located, self.store, self.storage, clock=self.clock, remote=leads)
             limit = self.store.topic_configs(tp.topic).retention_bytes
             if replicas is not None and leads and limit >= 0:
                 # What the leader's retention left, with what it counted as local only then.

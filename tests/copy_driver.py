@@ -19,12 +19,12 @@ import signal
 import sys
 from pathlib import Path
 
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.base import RemoteStorageError
 from kts_resources.remote_storage.factory import remote_storage_from_uri
+from .partition_steps import copy_each_partition
 
 CRASH_POINTS = ("after-started", "mid-upload", "after-upload", "mid-delete")
 
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
         arm(crash_at, store, storage)
     # One partition at a time: the crash points count calls, and the test asserts the one state
     # the crash left (side by side, other partitions would be mid-way too).
-    results = copy_log_dir(log_dir, store, storage, parallel_partitions=1)
+    results = copy_each_partition(log_dir, store, storage)
     print(json.dumps({str(r.topic_partition): [md.start_offset for md in r.copied] for r in results}))
     return 0
 

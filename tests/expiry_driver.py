@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 from kts_resources.tiering import expiry
-from kts_resources.tiering.expiry import expire_partition
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.tiering.quotas import ManualClock
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
+from .partition_steps import plan_and_expire
 
 CRASH_POINTS = ("after-log-start", "after-started", "mid-objects", "mid-local")
 
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     key = f"{topic}-0"
     located, _ = locate_partitions([log_dir], [key], owned_log_dirs=[log_dir])
     loc = located[key]
-    result = expire_partition(loc, topic_id_partition(loc.partition, store), store, storage, clock=ManualClock(now_ms))
+    result = plan_and_expire(loc, topic_id_partition(loc.partition, store), store, storage, clock=ManualClock(now_ms))
     print(f"deleted remote {result.remote_deleted} local {result.local_deleted}")
     return 0
 

@@ -193,6 +193,27 @@ def test_a_partition_dir_whose_topic_id_disagrees_with_its_siblings_is_not_copie
     assert len(warnings) == 1 and "not copied" in warnings[0]
 
 
+def test_a_partition_dir_whose_topic_id_is_not_its_siblings_is_reported_and_not_copied(pg_url, tmp_path, kts_home, instance,
+                                                                                       metadata_store):
+    root = tmp_path / "logs"
+    simulate(root, SimulationConfig(seed=9, topics=("orders",), partitions=3, total_bytes=144 * 1024, segment_bytes=24 * 1024))
+    siblings_id = LogDir(root).partitions()[0].metadata().topic_id
+    stray_id = uuid.uuid4()
+    write_partition_metadata(root / "orders-2" / "partition.metadata", PartitionMetadata(0, stray_id))
+    instance.add_dynamic_partitions(topic_partitions.name, ["orders-2"])
+    result = dg.materialize([local_and_remote_segments], selection=[remote_segments.key], instance=instance,
+                            resources=pipeline_resources(root, pg_url, tmp_path / "remote"),
+                            tags={RANGE_START: "orders-0", RANGE_END: "orders-2"}, raise_on_error=False)
+    md = partition_metadata(result, "remote_segments")
+    assert md["orders-0"]["copied_segments"] and md["orders-1"]["copied_segments"]
+    stray = md["orders-2"]
+    assert "copied_segments" not in stray and str(root / "orders-2") in stray["skipped"]
+    assert str(stray_id) in stray["skipped"] and str(siblings_id) in stray["skipped"]
+    assert [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.WARNING] == [stray["skipped"]]
+    stray_tp = LogDir(root).partitions()[2].topic_partition
+    assert metadata_store.list_remote_log_segments(TopicIdPartition(stray_id, stray_tp)) == []
+
+
 def test_copy_lag_counts_eligible_segments_not_yet_copied(log_dir, pg_url, tmp_path, kts_home, instance):
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
     dg.materialize([local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0", instance=instance, resources=resources)

@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import read_records
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_storage.factory import remote_storage_from_uri
+from .partition_steps import copy_each_partition
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def env(pg_url, tmp_path, metadata_store):
     simulate(log_dir, SimulationConfig(seed=3, topics=("orders",), partitions=1, total_bytes=160 * 1024,
                                        segment_bytes=32 * 1024, transactional_producers=0))
     remote = tmp_path / "remote"
-    copy_log_dir(LogDir(log_dir), metadata_store, remote_storage_from_uri(remote.as_uri()))
+    copy_each_partition(LogDir(log_dir), metadata_store, remote_storage_from_uri(remote.as_uri()))
     first = sorted((log_dir / "orders-0").glob("*.log"))[0]
     records = [r for _h, rs in read_records(first.read_bytes()) for r in rs]
     for f in (log_dir / "orders-0").glob(first.stem + ".*"):

@@ -16,14 +16,8 @@ from pathlib import Path
 import pytest
 
 from kts_resources.reading import remote_index_cache as index_cache
-from kts_resources.tiering.copier import copy_log_dir, copy_partition, segment_leader_epochs
-from kts_resources.kafka.checkpoints import (
-    EpochEntry,
-    PartitionMetadata,
-    read_offset_checkpoint,
-    write_offset_checkpoint,
-    write_partition_metadata,
-)
+from kts_resources.tiering.copier import copy_partition, segment_leader_epochs
+from kts_resources.kafka.checkpoints import EpochEntry, read_offset_checkpoint, write_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.tiering.quotas import ManualClock, RLMQuotaManager, InMemorySamples
@@ -31,6 +25,7 @@ from kts_resources.remote_log import IndexType, RemoteLogSegmentState, RemotePar
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .fixtures_s3 import make_s3_storage
+from .partition_steps import copy_each_partition
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +110,7 @@ def _assert_remote_tier_mirrors_eligible_segments(root: Path, store, storage) ->
 
 def test_a_pass_copies_exactly_the_eligible_segments_byte_for_byte(log_dir, metadata_store, tier):
     storage, _ = tier
-    results = copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    results = copy_each_partition(LogDir(log_dir), metadata_store, storage)
     assert all(r.stopped is None and r.skipped is None for r in results)
     assert sum(len(r.copied) for r in results) == sum(len(v) for v in _eligible(log_dir).values()) > 2
     _assert_remote_tier_mirrors_eligible_segments(log_dir, metadata_store, storage)
@@ -124,7 +119,7 @@ def test_a_pass_copies_exactly_the_eligible_segments_byte_for_byte(log_dir, meta
 def test_the_copy_hands_the_index_cache_each_segments_entries_as_a_read_of_the_remote_object_finds_them(log_dir, metadata_store, tier, tmp_path):
     storage, _ = tier
     home = tmp_path / "kts-home"
-    results = copy_log_dir(LogDir(log_dir), metadata_store, storage, index_cache_home=home)
+    results = copy_each_partition(LogDir(log_dir), metadata_store, storage, index_cache_home=home)
     copied = [(r, md) for r in results for md in r.copied]
     assert len(copied) > 2
     for _r, md in copied:
@@ -139,7 +134,7 @@ def test_a_copy_whose_index_entries_cannot_be_cached_still_copies(log_dir, metad
     home = tmp_path / "not-a-directory"
     home.write_text("")
     with caplog.at_level(logging.WARNING, logger="kts_resources.tiering.copier"):
-        results = copy_log_dir(LogDir(log_dir), metadata_store, storage, index_cache_home=home)
+        results = copy_each_partition(LogDir(log_dir), metadata_store, storage, index_cache_home=home)
     assert all(r.stopped is None for r in results) and sum(len(r.copied) for r in results) > 2
     assert "not cached (the index build reads it)" in caplog.text
     _assert_remote_tier_mirrors_eligible_segments(log_dir, metadata_store, storage)
@@ -147,7 +142,7 @@ def test_a_copy_whose_index_entries_cannot_be_cached_still_copies(log_dir, metad
 
 def test_what_travels_with_a_segment_includes_snapshot_lineage_and_txn_index(log_dir, metadata_store, tier):
     storage, _ = tier
-    result = copy_log_dir(LogDir(log_dir), metadata_store, storage)[0]
+    result = copy_each_partition(LogDir(log_dir), metadata_store, storage)[0]
     partition = LogDir(log_dir).partitions()[0]
     for md in result.copied:
         end = md.end_offset
@@ -163,11 +158,11 @@ def test_what_travels_with_a_segment_includes_snapshot_lineage_and_txn_index(log
 
 def test_a_second_pass_copies_only_what_rolled_since(log_dir, metadata_store, tier):
     storage, _ = tier
-    first = sum(len(r.copied) for r in copy_log_dir(LogDir(log_dir), metadata_store, storage))
-    assert sum(len(r.copied) for r in copy_log_dir(LogDir(log_dir), metadata_store, storage)) == 0
+    first = sum(len(r.copied) for r in copy_each_partition(LogDir(log_dir), metadata_store, storage))
+    assert sum(len(r.copied) for r in copy_each_partition(LogDir(log_dir), metadata_store, storage)) == 0
     simulate(log_dir, SimulationConfig(seed=9, topics=("orders", "page.views"), partitions=1,
                                        total_bytes=120 * 1024, segment_bytes=24 * 1024))
-    second = copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    second = copy_each_partition(LogDir(log_dir), metadata_store, storage)
     assert sum(len(r.copied) for r in second) > 0
     assert first + sum(len(r.copied) for r in second) == sum(len(v) for v in _eligible(log_dir).values())
     _assert_remote_tier_mirrors_eligible_segments(log_dir, metadata_store, storage)
@@ -211,14 +206,14 @@ def test_a_failed_upload_is_cleaned_up_through_the_delete_states(log_dir, metada
 
 def test_a_recreated_topic_is_tiered_from_its_own_offsets_and_the_old_id_is_marked_deleted(log_dir, metadata_store, tmp_path):
     storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
-    copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    copy_each_partition(LogDir(log_dir), metadata_store, storage)
     old = {p.topic_partition: TopicIdPartition(p.metadata().topic_id, p.topic_partition) for p in LogDir(log_dir).partitions()}
     old_segments = {tp: metadata_store.list_remote_log_segments(tip) for tp, tip in old.items()}
     # Deleted and created again under the same names: new topic ids, offsets from 0 again.
     shutil.rmtree(log_dir)
     simulate(log_dir, SimulationConfig(seed=10, topics=("orders", "page.views"), partitions=1,
                                        total_bytes=96 * 1024, segment_bytes=24 * 1024))
-    results = copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    results = copy_each_partition(LogDir(log_dir), metadata_store, storage)
     assert all(r.skipped is None and r.stopped is None for r in results)
     for partition in LogDir(log_dir).partitions():
         tp = partition.topic_partition
@@ -228,23 +223,6 @@ def test_a_recreated_topic_is_tiered_from_its_own_offsets_and_the_old_id_is_mark
             s.base_offset for s in _eligible(log_dir)[str(tp)]]
         assert metadata_store.partition_state(old[tp]).delete_state is RemotePartitionDeleteState.DELETE_PARTITION_MARKED
         assert metadata_store.list_remote_log_segments(old[tp]) == old_segments[tp]  # kept for topic deletion
-
-
-def test_a_partition_dir_whose_topic_id_is_not_its_siblings_is_reported_and_not_copied(tmp_path, metadata_store, caplog):
-    root = tmp_path / "logs"
-    simulate(root, SimulationConfig(seed=9, topics=("orders",), partitions=3, total_bytes=144 * 1024, segment_bytes=24 * 1024))
-    siblings_id = LogDir(root).partitions()[0].metadata().topic_id
-    stray_id = uuid.uuid4()
-    write_partition_metadata(root / "orders-2" / "partition.metadata", PartitionMetadata(0, stray_id))
-    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
-    with caplog.at_level(logging.WARNING, logger="kts_resources.tiering.copier"):
-        results = {str(r.topic_partition): r for r in copy_log_dir(LogDir(root), metadata_store, storage)}
-    assert results["orders-0"].copied and results["orders-1"].copied
-    stray = results["orders-2"]
-    assert stray.copied == [] and str(root / "orders-2") in stray.skipped
-    assert str(stray_id) in stray.skipped and str(siblings_id) in stray.skipped
-    assert [r.getMessage() for r in caplog.records] == [stray.skipped]
-    assert metadata_store.list_remote_log_segments(TopicIdPartition(stray_id, results["orders-2"].topic_partition)) == []
 
 
 def test_a_dir_of_an_earlier_incarnation_is_skipped_with_both_ids_not_a_crash(log_dir, metadata_store, tmp_path):

@@ -244,13 +244,14 @@ def test_simulate_into_a_read_only_dir_is_one_line_naming_it(tmp_path: Path):
 
 
 def test_restore_into_a_read_only_dir_is_one_line_naming_it(tmp_path: Path, log_dir: Path, metadata_store, pg_url):
-    from kts_resources.tiering.copier import copy_log_dir
     from kts_resources.remote_storage.factory import remote_storage_from_uri
+
+    from .partition_steps import copy_each_partition
 
     env = store_env(tmp_path, log_dir, pg_url)
     storage = remote_storage_from_uri(env["KTS_REMOTE_URI"])
     try:
-        copied = copy_log_dir(LogDir(log_dir), metadata_store, storage)
+        copied = copy_each_partition(LogDir(log_dir), metadata_store, storage)
     finally:
         storage.close()
     assert all(r.copied for r in copied)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.tiering.expiry import expire_partition, plan_partition, remove_deleted_leftovers
+
+from .partition_steps import copy_each_partition, plan_and_expire
 from kts_resources.kafka.checkpoints import read_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
@@ -34,7 +35,7 @@ def tiered(tmp_path, metadata_store):
     simulate(root, SimulationConfig(seed=11, topics=(TOPIC,), partitions=1, total_bytes=300 * 1024, segment_bytes=32 * 1024,
                                     messages_per_second=10.0, transactional_producers=0))
     storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     tip = next(iter(metadata_store.partitions()))
     return root, storage, tip
 
@@ -56,7 +57,7 @@ def test_delete_segments_by_retention_time_in_both_tiers(tiered, metadata_store)
 
     # Local retention first: the four oldest segments leave the owned local log, the remote tier keeps them.
     metadata_store.set_topic_config(TOPIC, "local.retention.ms", now - finished[3].max_timestamp_ms - 1)
-    result = expire_partition(located(root, owned=True), tip, metadata_store, storage, clock=ManualClock(now))
+    result = plan_and_expire(located(root, owned=True), tip, metadata_store, storage, clock=ManualClock(now))
     assert result.local_deleted == [md.start_offset for md in finished[:4]] and result.remote_deleted == []
     local_start = finished[4].start_offset
     assert records_per_tier(reader, TOPIC, 0) == (local_start, total - local_start)
@@ -65,7 +66,7 @@ def test_delete_segments_by_retention_time_in_both_tiers(tiered, metadata_store)
     metadata_store.set_topic_config(TOPIC, "retention.ms", now - finished[1].max_timestamp_ms)
     plan = plan_partition(located(root, owned=True), tip, metadata_store, now_ms=now)
     assert [e.start_offset for e in plan.remote.expired] == [md.start_offset for md in finished[:2]]
-    result = expire_partition(located(root, owned=True), tip, metadata_store, storage, clock=ManualClock(now))
+    result = expire_partition(plan, located(root, owned=True), metadata_store, storage, clock=ManualClock(now))
     new_start = finished[2].start_offset
     assert result.log_start_offset == new_start == metadata_store.partition_state(tip).log_start_offset
     assert result.remote_deleted == [md.start_offset for md in finished[:2]]
@@ -88,7 +89,7 @@ def test_a_broker_owned_log_dir_is_only_reported_on(tiered, metadata_store):
     logs_before = sorted(p.name for p in (root / f"{TOPIC}-0").iterdir())
     plan = plan_partition(located(root, owned=False), tip, metadata_store, now_ms=finished[-1].max_timestamp_ms + 10_000)
     assert len(plan.local.expired) == len(finished)  # every copied segment may go...
-    result = expire_partition(located(root, owned=False), tip, metadata_store, storage,
+    result = expire_partition(plan, located(root, owned=False), metadata_store, storage,
                               clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
     assert result.local_deleted == [] and result.remote_deleted == []  # ...but the broker deletes them
     assert sorted(p.name for p in (root / f"{TOPIC}-0").iterdir()) == logs_before
@@ -103,7 +104,7 @@ def test_local_retention_never_takes_a_segment_that_is_not_remote(tiered, metada
                                     messages_per_second=10.0, transactional_producers=0))
     segments = located(root, owned=True).partition.segments()
     assert len(segments) > len(finished) + 1
-    result = expire_partition(located(root, owned=True), tip, metadata_store, storage,
+    result = plan_and_expire(located(root, owned=True), tip, metadata_store, storage,
                               clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
     assert result.local_deleted == [md.start_offset for md in finished]
     left = [s.base_offset for s in located(root, owned=True).partition.segments()]
@@ -127,7 +128,7 @@ def test_with_copying_disabled_local_retention_moves_the_log_start_and_loses_not
     assert uncopied, "more closed segments than were copied"
     metadata_store.set_topic_config(TOPIC, "retention.bytes", 1)  # every closed segment is past it, in both tiers
 
-    result = expire_partition(located(root, owned=True), tip, metadata_store, storage, clock=ManualClock(10**13))
+    result = plan_and_expire(located(root, owned=True), tip, metadata_store, storage, clock=ManualClock(10**13))
 
     active = segments[-1].base_offset
     assert result.local_deleted == [s.base_offset for s in segments[:-1]]
@@ -181,7 +182,7 @@ def test_delete_segments_by_retention_size(tiered, metadata_store):
     metadata_store.set_topic_config(TOPIC, "retention.ms", -1)
     reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=root.parent / "home")
     total = sum(records_per_tier(reader, TOPIC, 0))
-    result = expire_partition(located(root, owned=False), tip, metadata_store, storage, clock=ManualClock(10**13))
+    result = plan_and_expire(located(root, owned=False), tip, metadata_store, storage, clock=ManualClock(10**13))
     assert result.remote_deleted == [finished[0].start_offset, finished[1].start_offset]
     new_start = finished[2].start_offset
     assert sum(records_per_tier(reader, TOPIC, new_start)) == total - new_start
@@ -194,15 +195,15 @@ def test_roll_and_offload_copies_each_rolled_segment_and_serves_it_after_local_d
     storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
     config = dict(seed=13, topics=(TOPIC,), partitions=1, segment_bytes=32 * 1024, transactional_producers=0)
     simulate(root, SimulationConfig(total_bytes=100 * 1024, **config))
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     tip = next(iter(metadata_store.partitions()))
     first = len(metadata_store.list_remote_log_segments(tip, states={FINISHED}))
     simulate(root, SimulationConfig(total_bytes=100 * 1024, **config))  # more rolls
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
     assert len(finished) > first
     metadata_store.set_topic_config(TOPIC, "local.retention.ms", 1)
-    result = expire_partition(located(root, owned=True), tip, metadata_store, storage,
+    result = plan_and_expire(located(root, owned=True), tip, metadata_store, storage,
                               clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
     assert result.local_deleted == [md.start_offset for md in finished]
     reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")

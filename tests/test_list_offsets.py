@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kts_resources.reading import remote_index_cache as index_cache
-from kts_resources.tiering.copier import copy_log_dir, delete_remote_log_segment
+from kts_resources.tiering.copier import delete_remote_log_segment
 from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.checkpoints import (
     EpochEntry,
@@ -30,6 +30,7 @@ from kts_resources.tiering.quotas import SystemClock
 from kts_resources.reading.reader import READ_UNCOMMITTED, TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
+from .partition_steps import copy_each_partition
 
 TOPIC = "topicA"
 T = 1_700_000_000_000
@@ -62,7 +63,7 @@ def cluster(request, tmp_path, metadata_store):
         log.flush()
         log_dir.checkpoint()
     storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     tip = next(iter(metadata_store.partitions()))
     finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
     assert [(md.start_offset, md.end_offset) for md in finished] == [(0, 1), (2, 3)]

@@ -13,8 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kts_resources.tiering.copier import copy_log_dir
-from kts_resources.tiering.expiry import expire_partition, plan_partition
+from kts_resources.tiering.expiry import plan_partition
 from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import NewRecord, build_batch
@@ -24,6 +23,7 @@ from kts_resources.reading.reader import TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiering.tiers import locate_partitions
+from .partition_steps import copy_each_partition, plan_and_expire
 
 T0 = 1_700_000_000_000
 OPERATIONS = ("produce", "copy", "expire", "local_retention", "delete_records", "killed_expiry", "sigkill_expiry")
@@ -64,7 +64,7 @@ class Scenario:
         return found.get(self.key)
 
     def copy(self) -> None:
-        copy_log_dir(LogDir(self.logs), self.store, self.storage)
+        copy_each_partition(LogDir(self.logs), self.store, self.storage)
         if self.tip is None:
             self.tip = next((t for t in self.store.partitions() if t.topic == self.topic), None)
 
@@ -72,7 +72,7 @@ class Scenario:
         if self.tip is None:
             return
         self.set_retention(retention_ms, local_retention_ms)
-        expire_partition(self.located(), self.tip, self.store, self.storage, clock=self.clock)
+        plan_and_expire(self.located(), self.tip, self.store, self.storage, clock=self.clock)
         # Converged: a plan made right after has nothing left to do.
         assert not plan_partition(self.located(), self.tip, self.store, now_ms=self.clock.now_ms()).has_work
 
@@ -97,8 +97,7 @@ class Scenario:
         if not plan.remote.expired:
             return
         self.store.update_log_start_offset(self.tip, plan.new_log_start_offset)
-        first = self.store.segment(uuid.UUID(str(getattr(plan.remote.expired[0].metadata.segment_id, "id",
-                                                         plan.remote.expired[0].metadata.segment_id))))
+        first = self.store.segment(plan.remote.expired[0].segment_id)
         self.store.update_remote_log_segment_metadata(first.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
                                                       self.clock.now_ms())
 

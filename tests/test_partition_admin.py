@@ -12,8 +12,7 @@ import pytest
 
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
-from kts_resources.tiering.copier import copy_log_dir, copy_partition
-from kts_resources.tiering.expiry import expire_partition
+from kts_resources.tiering.copier import copy_partition
 from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import NewRecord, build_batch
@@ -32,6 +31,7 @@ from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiering.tiers import locate_partitions
 
 from .tiered_reads import records_per_tier
+from .partition_steps import copy_each_partition, plan_and_expire
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 T = 1_700_000_000_000
@@ -58,7 +58,7 @@ def two_epochs(tmp_path, metadata_store):
         log.flush()
         log_dir.checkpoint()
     storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     tip = next(iter(metadata_store.partitions()))
     finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda m: m.start_offset)
     assert [(m.start_offset, m.end_offset) for m in finished] == [(0, 1), (2, 3), (4, 5), (6, 7)]
@@ -78,7 +78,7 @@ def test_delete_records_across_a_leader_change_then_expiry_removes_what_is_below
         reader.partition("topicA", 0).fetch(4)
     assert reader.offsets("topicA", 0, "earliest").offset == 5
     assert records_per_tier(reader, "topicA", 5) == (3, 2)
-    result = expire_partition(located(root, "topicA-0"), tip, metadata_store, storage, clock=ManualClock(T + 100))
+    result = plan_and_expire(located(root, "topicA-0"), tip, metadata_store, storage, clock=ManualClock(T + 100))
     assert result.remote_deleted == [0, 2]  # [4, 5] holds offset 5: it stays
     assert [m.start_offset for m in metadata_store.list_remote_log_segments(tip, states={FINISHED})] == [4, 6]
     assert records_per_tier(reader, "topicA", 5) == (3, 2)
@@ -116,7 +116,7 @@ def simulated(tmp_path, metadata_store):
 
 def test_disabling_tiering_with_delete_on_disable_deletes_the_remote_data(simulated, metadata_store):
     root, storage = simulated
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     tip = next(iter(metadata_store.partitions()))
     assert not delete_on_disable_applies(metadata_store, "orders")
     metadata_store.set_topic_config("orders", "remote.log.delete.on.disable", "true")
@@ -128,7 +128,7 @@ def test_disabling_tiering_with_delete_on_disable_deletes_the_remote_data(simula
 
 def test_copy_disable_stops_copies_but_keeps_reads(simulated, metadata_store, tmp_path):
     root, storage = simulated
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     tip = next(iter(metadata_store.partitions()))
     first = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda m: m.start_offset)[0]
     metadata_store.set_topic_config("orders", "remote.log.copy.disable", "true")
@@ -159,7 +159,7 @@ def kts(env, *args):
 
 def test_the_cli_deletes_records_and_topics_with_one_line_errors(simulated, metadata_store, pg_url, tmp_path):
     root, storage = simulated
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(root), "KTS_HOME": str(tmp_path / "home"),
            "KTS_REMOTE_URI": (tmp_path / "remote").as_uri()}
     ok = kts(env, "delete-records", "orders", "0", "--before", "5", "--json")
@@ -196,7 +196,7 @@ def test_a_topic_no_kts_has_seen_for_the_grace_period_loses_its_remote_data(tmp_
     simulate(root, SimulationConfig(seed=8, topics=("orders", "clicks"), partitions=1, total_bytes=120 * 1024,
                                     segment_bytes=24 * 1024, transactional_producers=0))
     storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
-    copy_log_dir(LogDir(root), metadata_store, storage)  # the copy marks both topics seen now
+    copy_each_partition(LogDir(root), metadata_store, storage)  # the copy marks both topics seen now
     week_later = ManualClock(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000) + 8 * 24 * 3600 * 1000)
     metadata_store.set_broker_config("kts.topic.absence.grace.ms", "-1")
     assert delete_topics_gone_from_log_dirs(metadata_store, storage, {"orders"}, clock=week_later, home=None) == []
@@ -221,7 +221,7 @@ def test_delete_records_on_a_partition_that_exists_nowhere_is_refused(simulated,
     from kts_resources.remote_log import TopicIdPartition
 
     root, storage = simulated
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     orders_0 = next(iter(metadata_store.partitions()))
     tip = TopicIdPartition(orders_0.topic_id, TopicPartition("orders", 9))
     before = sorted(o.key for o in storage.list_objects())
@@ -234,7 +234,7 @@ def test_delete_records_on_a_partition_that_exists_nowhere_is_refused(simulated,
 def test_delete_records_on_a_partition_known_only_to_the_tier_is_accepted(simulated, metadata_store):
     """A partition gone from the log dirs but with remote data is a log kts still serves."""
     root, storage = simulated
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     tip = next(iter(metadata_store.partitions()))
     end = metadata_store.finished_summary(tip).end_offset
     assert delete_records(None, tip, metadata_store, end, storage=storage) == end
@@ -244,7 +244,7 @@ def test_delete_records_on_a_partition_known_only_to_the_tier_is_accepted(simula
 
 def test_the_cli_refuses_delete_records_on_a_partition_that_does_not_exist(simulated, metadata_store, pg_url, tmp_path):
     root, storage = simulated
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(root), "KTS_HOME": str(tmp_path / "home"),
            "KTS_REMOTE_URI": (tmp_path / "remote").as_uri()}
     before = sorted(o.key for o in storage.list_objects())
@@ -257,7 +257,7 @@ def test_the_cli_refuses_delete_records_on_a_partition_that_does_not_exist(simul
 def test_delete_records_without_a_high_watermark_is_bounded_by_the_log_end(simulated, metadata_store):
     """No replication-offset-checkpoint: the log end offset is the bound, not "anything goes"."""
     root, storage = simulated
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     (root / "replication-offset-checkpoint").unlink()
     tip = next(iter(metadata_store.partitions()))
     with pytest.raises(DeleteRecordsError, match="above the high watermark"):

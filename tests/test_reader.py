@@ -12,7 +12,6 @@ import pytest
 
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import CONTROL_ABORT, parse_control_record, read_records, scan_batches
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
@@ -28,6 +27,7 @@ from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .fixtures_s3 import make_s3_storage
+from .partition_steps import copy_each_partition
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 TOPIC = "orders"
@@ -73,7 +73,7 @@ def tiered(tmp_path, metadata_store, storage):
                                     segment_bytes=32 * 1024, transactional_ratio=0.4, abort_ratio=0.5))
     pdir = root / f"{TOPIC}-0"
     expected = {iso: produced_records(pdir, iso) for iso in (READ_UNCOMMITTED, READ_COMMITTED)}
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     tip = next(iter(metadata_store.partitions()))
     finished = metadata_store.list_remote_log_segments(tip, states={FINISHED})
     assert len(finished) >= 6

@@ -21,13 +21,13 @@ import pytest
 
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import read_records, scan_batches
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.reading.reader import READ_UNCOMMITTED, ReadError, RemoteDataCorruptError, TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
+from .partition_steps import copy_each_partition
 
 TOPIC = "orders"
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -93,7 +93,7 @@ def partition(request, tmp_path, metadata_store, storage) -> Partition:
     _simulate(root)
     copied = request.param == "in the tier"
     if copied:
-        copy_log_dir(LogDir(root), metadata_store, storage)
+        copy_each_partition(LogDir(root), metadata_store, storage)
     return Partition(root, tmp_path, metadata_store, storage, copied)
 
 
@@ -234,7 +234,7 @@ def remote_only(request, tmp_path, metadata_store, storage):
     """orders-0 with its first three segments only in the (filesystem) tier."""
     root = tmp_path / "logs"
     _simulate(root)
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     tip = next(tip for tip in metadata_store.partitions() if tip.partition == 0)
     finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
     home = tmp_path / "home"

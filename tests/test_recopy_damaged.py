@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.tiering.copier import _prepare, _upload_and_finish, copy_log_dir, copy_partition
+from kts_resources.tiering.copier import _prepare, _upload_and_finish, copy_partition
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.tiering.quotas import SystemClock
 from kts_resources.maintenance.remote_integrity import inspect_finished_segments
 from kts_resources.remote_log import IndexType, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.base import stored_objects
+from .partition_steps import copy_each_partition
 
 S = RemoteLogSegmentState
 
@@ -40,7 +41,7 @@ def _find_and_record(store, storage, tip) -> list:
 
 
 def _copy_once(root: Path, store, storage):
-    [result] = copy_log_dir(LogDir(root), store, storage)
+    [result] = copy_each_partition(LogDir(root), store, storage)
     assert result.stopped is None and len(result.copied) >= 3
     return result.copied
 

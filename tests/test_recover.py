@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
-from kts_resources.tiering.copier import copy_log_dir, copy_partition
+from kts_resources.tiering.copier import copy_partition
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import read_records
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
@@ -37,6 +37,7 @@ from kts_resources.remote_storage.keys import MANIFEST_SUFFIX
 from kts_resources.remote_storage.manifest import decode_manifest
 
 from .fixtures_s3 import make_s3_storage
+from .partition_steps import copy_each_partition
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -103,7 +104,7 @@ def _copy_and_age(log_dir: Path, store, storage) -> None:
     locally (reads of it go remote)."""
     orders = next(p for p in LogDir(log_dir).partitions() if p.topic == "orders")
     store.ensure_topic("orders", orders.metadata().topic_id, {"retention.ms": "-1", "local.retention.ms": "3600000"})
-    results = copy_log_dir(LogDir(log_dir), store, storage)
+    results = copy_each_partition(LogDir(log_dir), store, storage)
     assert all(r.stopped is None and r.skipped is None and r.copied for r in results)
     first = sorted((log_dir / "orders-0").glob("*.log"))[0]
     for f in (log_dir / "orders-0").glob(first.stem + ".*"):
@@ -160,7 +161,7 @@ def kts_session(env, commands: list[list[str]]) -> list:
 
 def test_every_finished_segment_has_a_manifest_describing_it_beside_its_objects(log_dir, metadata_store, tier):
     storage, _ = tier
-    copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    copy_each_partition(LogDir(log_dir), metadata_store, storage)
     listing = _listing(storage)
     manifests = {k for k in listing if k.endswith(f".{MANIFEST_SUFFIX}")}
     finished = [md for tip in _tips(log_dir) for md in metadata_store.list_remote_log_segments(tip, states={FINISHED})]
@@ -234,25 +235,25 @@ def test_a_sigkill_between_upload_and_finish_leaves_no_finished_segment_without_
 
 def test_segments_copied_before_manifests_existed_get_theirs_on_the_next_pass(log_dir, metadata_store, tier):
     storage, _ = tier
-    copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    copy_each_partition(LogDir(log_dir), metadata_store, storage)
     # As an older kts left them: no manifest objects, none recorded.
     storage.delete_objects([k for k in _listing(storage) if k.endswith(f".{MANIFEST_SUFFIX}")])
     with metadata_store.engine.begin() as conn:
         conn.exec_driver_sql("UPDATE remote_segments SET custom_metadata = custom_metadata - 'manifest.key' "
                              "- 'manifest.size' - 'manifest.crc32c'")
-    results = copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    results = copy_each_partition(LogDir(log_dir), metadata_store, storage)
     finished = [md for tip in _tips(log_dir) for md in metadata_store.list_remote_log_segments(tip, states={FINISHED})]
     assert sum(r.manifests_backfilled for r in results) == len(finished)
     listing = _listing(storage)
     assert all(recorded_manifest(md.custom_metadata).key in listing for md in finished)
-    assert sum(r.manifests_backfilled for r in copy_log_dir(LogDir(log_dir), metadata_store, storage)) == 0
+    assert sum(r.manifests_backfilled for r in copy_each_partition(LogDir(log_dir), metadata_store, storage)) == 0
 
 
 def test_a_lost_or_damaged_manifest_is_found_and_written_again_by_the_next_pass(log_dir, metadata_store, tier):
     from kts_resources.maintenance.remote_integrity import inspect_finished_segments
 
     storage, _ = tier
-    copy_log_dir(LogDir(log_dir), metadata_store, storage)
+    copy_each_partition(LogDir(log_dir), metadata_store, storage)
     tip = _tips(log_dir)[0]
     finished = metadata_store.list_remote_log_segments(tip, states={FINISHED})
     gone, damaged = (recorded_manifest(md.custom_metadata) for md in finished[:2])
@@ -313,7 +314,7 @@ def test_after_the_database_is_dropped_recover_gives_the_same_status_offsets_and
         assert again["index_files_written"] == again["index_files_published"] == again["index_segments_read"] == 0
         assert len(store.events()) == events
         # The pipeline carries on from the recovered store: nothing copied again, no manifest rewritten.
-        again = copy_log_dir(LogDir(log_dir), store, storage)
+        again = copy_each_partition(LogDir(log_dir), store, storage)
         assert [(r.copied, r.manifests_backfilled, r.stopped) for r in again] == [([], 0, None)] * 4
     finally:
         store.close()
@@ -345,7 +346,7 @@ def test_a_log_start_offset_retention_moved_past_every_remote_segment_comes_back
     """Remote retention deleted all of orders-1's remote segments (the broker still holds them
     locally, its own retention slower): the tier keeps the moved log start offset, so after the
     store is lost, recover restores it and the deleted offsets do not read again (issue 30 item 6)."""
-    from kts_resources.tiering.expiry import expire_partition
+    from .partition_steps import plan_and_expire
     from kts_resources.tiering.quotas import ManualClock
     from kts_resources.tiering.tiers import locate_partitions
 
@@ -359,7 +360,7 @@ def test_a_log_start_offset_retention_moved_past_every_remote_segment_comes_back
         store.set_topic_config("orders", "local.retention.ms", "-2")
         store.set_topic_config("orders", "retention.ms", "1")
         located, _ = locate_partitions([log_dir], ["orders-1"])
-        result = expire_partition(located["orders-1"], tip, store, storage,
+        result = plan_and_expire(located["orders-1"], tip, store, storage,
                                   clock=ManualClock(max(md.max_timestamp_ms for md in finished) + 10_000))
         assert len(result.remote_deleted) == len(finished)
         moved = result.log_start_offset
@@ -498,7 +499,7 @@ def test_a_segment_whose_manifest_is_lost_is_rebuilt_from_its_object(log_dir, pg
         assert manifest.key == recorded_manifest(victim.custom_metadata).key and manifest.key in _listing(storage)
         assert decode_manifest(storage.fetch_object(manifest.key), where=manifest.key).metadata.end_offset == victim.end_offset
         # The next copy pass finds nothing lost and nothing to copy.
-        again = {str(r.topic_partition): r for r in copy_log_dir(LogDir(log_dir), store, storage)}
+        again = {str(r.topic_partition): r for r in copy_each_partition(LogDir(log_dir), store, storage)}
         assert again["orders-0"].lost == [] and store.lost_ranges(tip) == []
         assert [r.copied for r in again.values()] == [[]] * 4
     finally:
@@ -512,7 +513,7 @@ def test_a_leftover_without_a_manifest_whose_offsets_a_finished_segment_holds_is
     storage, tier_env = tier
     env = _env(pg_url, tmp_path, log_dir, tier_env)
     store = _store(pg_url)
-    copy_log_dir(LogDir(log_dir), store, storage)
+    copy_each_partition(LogDir(log_dir), store, storage)
     victim = store.list_remote_log_segments(_tips(log_dir)[0], states={FINISHED})[-1]
     store.close()
     # A crashed copy of the same segment, re-copied later: its objects, no manifest.
@@ -571,7 +572,7 @@ def test_a_damaged_manifest_is_one_error_line_naming_the_object_and_nothing_is_r
     storage, tier_env = tier
     env = _env(pg_url, tmp_path, log_dir, tier_env)
     store = _store(pg_url)
-    copy_log_dir(LogDir(log_dir), store, storage)
+    copy_each_partition(LogDir(log_dir), store, storage)
     victim = store.list_remote_log_segments(_tips(log_dir)[1], states={FINISHED})[0]
     store.close()
     key = storage.segment_object_keys(victim)[MANIFEST_SUFFIX]
@@ -597,13 +598,13 @@ def test_a_recreated_topic_comes_back_as_it_was_the_old_incarnation_marked_for_d
     storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
     env = _env(pg_url, tmp_path, log_dir, {"KTS_REMOTE_URI": (tmp_path / "remote").as_uri()})
     store = _store(pg_url)
-    copy_log_dir(LogDir(log_dir), store, storage)
+    copy_each_partition(LogDir(log_dir), store, storage)
     old = _tips(log_dir)
     # Deleted and created again under the same names: new topic ids, offsets from 0 again.
     shutil.rmtree(log_dir)
     simulate(log_dir, SimulationConfig(seed=14, topics=("orders", "page.views"), partitions=2, total_bytes=160 * 1024,
                                        segment_bytes=24 * 1024))
-    copy_log_dir(LogDir(log_dir), store, storage)
+    copy_each_partition(LogDir(log_dir), store, storage)
     new = _tips(log_dir)
     every = lambda tips: {str(tip): (_recoverable(store.partition_state(tip)), [(md.segment_id, md.state) for md in store.list_remote_log_segments(tip)])
                           for tip in tips}
@@ -706,7 +707,7 @@ def test_a_lost_range_the_recovered_segments_hold_is_closed_by_recover(log_dir, 
     storage, _tier_env = tier
     store = _store(pg_url)
     try:
-        copy_log_dir(LogDir(log_dir), store, storage)
+        copy_each_partition(LogDir(log_dir), store, storage)
         tip = next(t for t in _tips(log_dir) if str(t.topic_partition) == "orders-0")
         finished = sorted(store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
         victim = finished[1]

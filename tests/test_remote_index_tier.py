@@ -17,12 +17,12 @@ import pytest
 from kts_resources.reading import remote_index as ri
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.reading.reader import TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.manifest import INDEX_FILE_KINDS, encode_index_pointer
+from .partition_steps import copy_each_partition
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 TOPIC = "orders"
@@ -51,7 +51,7 @@ class BrokerA:
             f.rename(self.partition_dir / f.name)
 
     def copy(self) -> None:
-        [result] = copy_log_dir(LogDir(self.root), self.store, self.storage, index_cache_home=self.home)
+        [result] = copy_each_partition(LogDir(self.root), self.store, self.storage, index_cache_home=self.home)
         assert result.stopped is None and result.copied
 
     @property

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.checkpoints import read_offset_checkpoint, read_partition_metadata
 from kts_resources.kafka.indexes import verify_segment_indexes
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_storage.base import stored_objects
 from kts_resources.maintenance.restore import MARKER, PARTIAL, RestoreError, restore_partition
+from .partition_steps import copy_each_partition
 
 TOPIC = "orders"
 
@@ -31,7 +31,7 @@ def copied(tmp_path, metadata_store, remote_storage):
     """A simulated partition (transactions, all codecs) with its closed segments copied."""
     root = tmp_path / "logs"
     simulate(root, SimulationConfig(seed=6, topics=(TOPIC,), partitions=1, total_bytes=200 * 1024, segment_bytes=24 * 1024))
-    [result] = copy_log_dir(LogDir(root), metadata_store, remote_storage)
+    [result] = copy_each_partition(LogDir(root), metadata_store, remote_storage)
     assert result.stopped is None and len(result.copied) >= 4
     return root, result.copied
 

@@ -14,7 +14,7 @@ import pytest
 
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
-from kts_resources.tiering.copier import copy_log_dir, copy_partition, delete_remote_log_segment
+from kts_resources.tiering.copier import copy_partition, delete_remote_log_segment
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentState, TopicIdPartition
@@ -22,6 +22,7 @@ from kts_resources.tiering.quotas import SystemClock
 from kts_resources.remote_storage.base import RemoteStorageError, recorded_manifest, stored_objects
 from kts_resources.remote_storage.manifest import INDEX_FILE_KINDS
 from kts_resources.maintenance.scrub import scrub
+from .partition_steps import copy_each_partition
 
 S = RemoteLogSegmentState
 LATER = 2 * 24 * 3600  # seconds: everything planted is past the default grace period by then
@@ -31,7 +32,7 @@ LATER = 2 * 24 * 3600  # seconds: everything planted is past the default grace p
 def copied(tmp_path, metadata_store, remote_storage):
     root = tmp_path / "logs"
     simulate(root, SimulationConfig(seed=12, topics=("orders",), partitions=1, total_bytes=120 * 1024, segment_bytes=24 * 1024))
-    [result] = copy_log_dir(LogDir(root), metadata_store, remote_storage)
+    [result] = copy_each_partition(LogDir(root), metadata_store, remote_storage)
     assert result.stopped is None and len(result.copied) >= 3
     partition = LogDir(root).partitions()[0]
     return root, TopicIdPartition(partition.metadata().topic_id, partition.topic_partition), result.copied
@@ -347,7 +348,7 @@ def test_a_scrub_sigkilled_half_way_is_converged_by_a_rerun(tmp_path, pg_url, me
     storage = remote_storage_from_uri(uri)
     root = tmp_path / "logs"
     simulate(root, SimulationConfig(seed=13, topics=("orders",), partitions=1, total_bytes=96 * 1024, segment_bytes=24 * 1024))
-    [result] = copy_log_dir(LogDir(root), metadata_store, storage)
+    [result] = copy_each_partition(LogDir(root), metadata_store, storage)
     tip = result.copied[0].topic_id_partition
     referenced = _keys(storage)
     for _ in range(3):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from kts_resources.reading import remote_index_cache as index_cache
-from kts_resources.tiering.copier import copy_log_dir
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.reading.reader import READ_COMMITTED, READ_UNCOMMITTED
@@ -15,6 +14,7 @@ from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.spark.session import build_spark_session
 from kts_resources.spark.reader import ReaderConfig, arrow_schema, plan_tasks, read_tiered, schema
+from .partition_steps import copy_each_partition
 
 pytestmark = pytest.mark.spark
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -32,7 +32,7 @@ def tiered(tmp_path, metadata_store, pg_url):
     simulate(root, SimulationConfig(seed=21, topics=("orders",), partitions=2, total_bytes=400 * 1024, segment_bytes=32 * 1024,
                                     transactional_ratio=0.4, abort_ratio=0.5))
     storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
-    copy_log_dir(LogDir(root), metadata_store, storage)
+    copy_each_partition(LogDir(root), metadata_store, storage)
     home = tmp_path / "home"
     for tip in metadata_store.partitions():
         finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda m: m.start_offset)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 
 from kts_resources.tiering.copier import copy_partition
-from kts_resources.tiering.expiry import expire_partition
 from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.indexes import verify_segment_indexes
 from kts_resources.kafka.records import NewRecord, build_batch, read_records
 from kts_resources.tiering.quotas import SystemClock
 from kts_resources.reading.reader import PartitionReader
+from .partition_steps import plan_and_expire
 
 TOPIC, T0 = "orders", 1_700_000_000_000
 
@@ -104,7 +104,7 @@ def test_retention_deletes_the_old_leaders_divergent_segments_and_counts_overlap
     tip = _remote_only(metadata_store, remote_storage).tip
     finished_before = metadata_store.list_remote_log_segments(tip)
 
-    expire_partition(None, tip, metadata_store, remote_storage, clock=SystemClock())
+    plan_and_expire(None, tip, metadata_store, remote_storage, clock=SystemClock())
 
     kept = metadata_store.list_remote_log_segments(tip)
     gone = {md.segment_id for md in finished_before} - {md.segment_id for md in kept}

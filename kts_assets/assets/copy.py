@@ -2,13 +2,13 @@
 the shared write quota, with each partition's remote-tier state as metadata."""
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import dagster as dg
 
 from kts_assets.asset_keys import REMOTE_SEGMENTS, tier_kind
 from kts_assets.assets.reporting import OWNERS, TIER_METADATA, record_run_totals
 from kts_assets.assets.segments import local_segments
+from kts_assets.assets.steps import PartitionFailed, PartitionStep, for_each_partition
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import counted, human_bytes
 from kts_resources import settings
@@ -43,6 +43,11 @@ remote_segments = dg.AssetSpec(
         "metadata store. Rx = remote_log_start_offset, Ry = remote_log_end_offset."
     ),
 )
+
+
+COPY_STEP = PartitionStep(
+    "the copy pass", failed_key="copy_failed", error_key="copy_error", asset_key=remote_segments.key,
+    unexpected=lambda e: PartitionFailed(f"copy pass failed: {type(e).__name__}: {e}", str(e)))
 
 
 def copy_pass(
@@ -85,56 +90,45 @@ def copy_pass(
     except (KafkaFormatError, ValueError) as e:
         raise dg.Failure(f"who leads each partition is unknown: {e}; nothing was copied") from None
 
-    def copy_one(loc: LocatedPartition) -> PartitionCopyResult:
+    def copy_one(_key: str, loc: LocatedPartition) -> PartitionCopyResult:
         return copy_partition(loc.partition, loc.log_dir, store, storage, quota=quota, index_cache_home=home,
                               broker_id=replicas.broker_id or 0,
                               not_leader=replicas.copy_refusal(loc.partition.topic_partition))
 
-    failed: list[str] = []
     copied_total = 0
-    # Partitions copy side by side (each under its own partition lock); metadata is added here, in
-    # the step's own thread, as results come in.
-    with ThreadPoolExecutor(max_workers=max(1, parallel_partitions), thread_name_prefix="kts-copy") as pool:
-        futures = {pool.submit(copy_one, loc): (key, loc) for key, loc in located.items()}
-        for future in as_completed(futures):
-            key, loc = futures[future]
-            # One partition's failure (lock timeout, unreachable bucket, …) must not cost the others their copy.
-            try:
-                result = future.result()
-            except Exception as e:  # noqa: BLE001
-                failed.append(key)
-                context.log.error(f"{key}: copy pass failed: {type(e).__name__}: {e}")
-                context.add_asset_metadata({"copy_failed": 1, "copy_error": str(e)}, asset_key=remote_segments.key,
-                                           partition_key=key)
-                continue
-            if result.skipped:
-                context.log.info(f"{key}: skipped: {result.skipped}")
-            if result.stopped:
-                context.log.error(f"{key}: copy stopped: {result.stopped}")
-            for line in result.damaged_left:
-                context.log.error(f"{key}: damaged remote segment: {line}")
-            copied_total += len(result.copied)
-            metadata: dict[str, object] = {
-                "copied_segments": len(result.copied),
-                "copied_bytes": result.copied_bytes,
-                "repaired_segments": len(result.repaired),
-                "recopied_segments": len(result.recopied),  # replacements of damaged remote segments
-                "manifests_backfilled": result.manifests_backfilled,  # for segments copied before manifests existed
-                "throttle_time_ms": result.throttle_ms,
-                "copy_failed": 1 if result.stopped else 0,
-                **{name: value for name, value in dataclasses.asdict(partition_tiers(loc, store)).items()
-                   if name in TIER_METADATA},
-            }
-            metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes']))} remote, {human_bytes(result.copied_bytes)} "
-                                f"copied by this run, {human_bytes(int(metadata['copy_lag_bytes']))} lagging")
-            if result.stopped:
-                metadata["copy_error"] = result.stopped
-            if result.skipped:
-                metadata["skipped"] = result.skipped
-            context.add_asset_metadata(metadata, asset_key=remote_segments.key, partition_key=key)
-    if located and len(failed) == len(located):
-        # Nothing worked (the store or the bucket is down): fail, so the RetryPolicy tries again.
-        raise dg.Failure(f"the copy pass failed for every partition of the run: {', '.join(failed[:20])}")
+
+    def report(key: str, loc: LocatedPartition, result: PartitionCopyResult) -> dict[str, object]:
+        nonlocal copied_total
+        if result.skipped:
+            context.log.info(f"{key}: skipped: {result.skipped}")
+        if result.stopped:
+            context.log.error(f"{key}: copy stopped: {result.stopped}")
+        for line in result.damaged_left:
+            context.log.error(f"{key}: damaged remote segment: {line}")
+        copied_total += len(result.copied)
+        metadata: dict[str, object] = {
+            "copied_segments": len(result.copied),
+            "copied_bytes": result.copied_bytes,
+            "repaired_segments": len(result.repaired),
+            "recopied_segments": len(result.recopied),  # replacements of damaged remote segments
+            "manifests_backfilled": result.manifests_backfilled,  # for segments copied before manifests existed
+            "throttle_time_ms": result.throttle_ms,
+            "copy_failed": 1 if result.stopped else 0,
+            **{name: value for name, value in dataclasses.asdict(partition_tiers(loc, store)).items()
+               if name in TIER_METADATA},
+        }
+        metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes']))} remote, {human_bytes(result.copied_bytes)} "
+                            f"copied by this run, {human_bytes(int(metadata['copy_lag_bytes']))} lagging")
+        if result.stopped:
+            metadata["copy_error"] = result.stopped
+        if result.skipped:
+            metadata["skipped"] = result.skipped
+        return metadata
+
+    # Partitions copy side by side (each under its own partition lock); one partition's failure
+    # (lock timeout, unreachable bucket, …) must not cost the others their copy.
+    failed = for_each_partition(context, COPY_STEP, located, copy_one, report,
+                                threads=max(1, parallel_partitions))
     context.log.info(f"copied {counted(copied_total, 'segment')} over {counted(len(located), 'partition')} ({len(failed)} failed)")
     # Run totals go on the run, not on every partition the run materialises.
     record_run_totals(context, {"partitions_in_run": len(keys), "partitions_failed": len(failed)})

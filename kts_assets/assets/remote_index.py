@@ -16,7 +16,7 @@ from kts_assets.asset_keys import REMOTE_LOG_INDEX, tier_kind
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.retention import retention_state
 from kts_assets.assets.reporting import OWNERS, record_run_totals
-from kts_assets.assets.steps import PIPELINE_STEP
+from kts_assets.assets.steps import PIPELINE_STEP, PartitionFailed, PartitionStep, for_each_partition
 from kts_assets.checks import REMOTE_INDEX_CHECK_SPECS, checks_that_must_run, remote_index_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.run_hygiene import record_run_worker
@@ -33,6 +33,9 @@ from kts_resources.tiering.tiers import finished_segments, locate_partitions, to
 # Bumped when the index files' layout, the RDI or where the tier keeps them change meaning
 # (2: versioned file sets named by a pointer).
 REMOTE_INDEX_CODE_VERSION = "2"
+REMOTE_INDEX_STEP = PartitionStep(
+    "the remote log index", failed_key="index_failed", error_key="index_error",
+    unexpected=lambda e: PartitionFailed(f"remote log index not built: {e}", one_line(str(e))))
 
 
 class RemoteLogIndexConfig(dg.Config):
@@ -131,29 +134,24 @@ def remote_log_index(
             continue
         index_cache.store_segment_entries(directory, uuid.UUID(segment_id), entries)
 
-    failed = []
     totals = {"entries": 0}
-    for key, (tip, finished, directory) in work.items():
+
+    def publish(key: str, partition_work) -> index_tier.IndexUpdate:
         if key in errors:
-            failed.append(key)
             message = "; ".join(errors[key][:5])
-            context.log.error(f"{key}: remote log index not built: {message}")
-            context.add_asset_metadata({"index_failed": 1, "index_error": one_line(message)}, partition_key=key)
-            continue
-        try:
-            # Under the partition lock, from the tier's current file sets: a segment finished since
-            # the listing above (another broker's copy) is read here, on the driver.
-            update = index_tier.update_partition_index(
-                store, storage, directory, tip, lambda md: index_cache.read_segment_entries(storage, md),
-                rotate_bytes=config.rotate_bytes, rotate_ms=config.rotate_ms, fresh=config.rebuild)
-        except Exception as e:  # noqa: BLE001 - one partition's failure is its own
-            failed.append(key)
-            context.log.error(f"{key}: remote log index not built: {e}")
-            context.add_asset_metadata({"index_failed": 1, "index_error": one_line(str(e))}, partition_key=key)
-            continue
+            raise PartitionFailed(f"remote log index not built: {message}", one_line(message))
+        tip, _finished, directory = partition_work
+        # Under the partition lock, from the tier's current file sets: a segment finished since
+        # the listing above (another broker's copy) is read here, on the driver.
+        return index_tier.update_partition_index(
+            store, storage, directory, tip, lambda md: index_cache.read_segment_entries(storage, md),
+            rotate_bytes=config.rotate_bytes, rotate_ms=config.rotate_ms, fresh=config.rebuild)
+
+    def report(key: str, partition_work, update: index_tier.IndexUpdate) -> dict[str, object]:
+        _tip, _finished, directory = partition_work
         build = update.build
         totals["entries"] += build.entries
-        context.add_asset_metadata({
+        return {
             "index_entries": build.entries,
             "indexed_segments": build.segments,
             "indexed_bytes": build.bytes_indexed,
@@ -167,9 +165,9 @@ def remote_log_index(
             "index_failed": 0,
             "size": f"{human_bytes(build.bytes_indexed)} indexed by {human_bytes(build.index_bytes)} of index",
             "index_dir": dg.MetadataValue.path(str(directory)),
-        }, partition_key=key)
-    if work and len(failed) == len(work):
-        raise dg.Failure(f"the remote log index failed for every partition of the run: {', '.join(failed[:20])}")
+        }
+
+    failed = for_each_partition(context, REMOTE_INDEX_STEP, work, publish, report)
     context.log.info(f"remote log index: {len(tasks)} segments read, {totals['entries']} entries "
                      f"over {len(work)} partitions ({len(failed)} failed)")
     record_run_totals(context, {"partitions_in_run": len(keys), "index_partitions_failed": len(failed),

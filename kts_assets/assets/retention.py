@@ -8,28 +8,31 @@ would be most of the step); the driver then carries out the plans with something
 through the delete states, local segments in owned log dirs). In broker-owned log dirs the local part is reported only.
 """
 
+from dataclasses import dataclass
+
 import dagster as dg
 from pydantic import Field
 
 from kts_assets.asset_keys import RETENTION_STATE, tier_kind
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.reporting import OWNERS, record_run_totals, tier_observations
-from kts_assets.assets.steps import PIPELINE_STEP
+from kts_assets.assets.steps import PIPELINE_STEP, PartitionFailed, PartitionStep, for_each_partition
 from kts_assets.checks import RETENTION_CHECK_SPECS, checks_that_must_run, retention_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.run_hygiene import record_run_worker
 from kts_assets.sizes import human_bytes
 from kts_resources import settings
-from kts_resources.tiering.expiry import expire_partition
+from kts_resources.tiering.expiry import ExpiryResult, PartitionRetention, expire_partition
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.tiering.leadership import broker_replicas
-from kts_resources.tiering.partition_admin import delete_on_disable_applies, delete_partition_remote_data
+from kts_resources.tiering.partition_admin import RemoteDataDeletion, delete_on_disable_applies, delete_partition_remote_data
 from kts_resources.tiering.quotas import SystemClock
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
-from kts_resources.spark.retention_job import SPARK_PLAN_MIN_PARTITIONS, plan_partitions
+from kts_resources.spark.retention_job import SPARK_PLAN_MIN_PARTITIONS, PlanOutcome, plan_partitions
 from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
 
 RETENTION_CODE_VERSION = "1"
+RETENTION_STEP = PartitionStep("retention", failed_key="retention_failed", error_key="retention_error")
 
 
 class RetentionStateConfig(dg.Config):
@@ -91,55 +94,49 @@ def retention_state(
         replicas = broker_replicas(log_dirs, settings.metadata_log_dir())
     except (KafkaFormatError, ValueError) as e:
         raise dg.Failure(f"who leads each partition is unknown: {e}; nothing was expired") from None
-    failed: list[str] = []
     totals = {"remote_segments_deleted": 0, "local_segments_deleted": 0}
     changed_by = f"retention_state run {context.run.run_id}"  # on the partitions it reports again
-    for key in keys:
-        plan, error = plans.get(key, (None, "no plan came back"))
-        if error is not None or plan is None:
-            failed.append(key)
-            context.log.error(f"{key}: retention not planned: {error}")
-            context.add_asset_metadata({"retention_failed": 1, "retention_error": one_line(error or "")}, partition_key=key)
-            continue
+
+    def take(key: str, outcome: PlanOutcome) -> _Taken:
+        if outcome.error is not None:
+            raise PartitionFailed(f"retention not planned: {outcome.error}", one_line(outcome.error))
         loc = located.get(key)
         tip = topic_id_partition(loc.partition, store) if loc is not None else None
         if tip is not None and not config.dry_run and delete_on_disable_applies(store, tip.topic):
             # remote.storage.enable=false with remote.log.delete.on.disable=true: the remote data goes.
             try:
-                done = delete_partition_remote_data(tip, store, storage, clock=clock, home=settings.kts_home())
+                return _Taken(deleted_on_disable=delete_partition_remote_data(tip, store, storage, clock=clock,
+                                                                              home=settings.kts_home()))
             except Exception as e:  # noqa: BLE001 - one partition's failure is its own
-                failed.append(key)
-                context.log.error(f"{key}: deleting the remote data on disable failed: {e}")
-                context.add_asset_metadata({"retention_failed": 1, "retention_error": one_line(str(e))}, partition_key=key)
-                continue
-            context.add_asset_metadata({"retention_failed": 0, "remote_segments_deleted": done.segments_deleted,
-                                        "note": "tiering disabled with remote.log.delete.on.disable: remote data deleted"},
-                                       partition_key=key)
+                raise PartitionFailed(f"deleting the remote data on disable failed: {e}", one_line(str(e))) from e
+        plan = outcome.plan
+        if plan is None or not plan.has_work or config.dry_run:
+            return _Taken()
+        try:
+            if tip is None:
+                raise RuntimeError("the partition's topic id is no longer known")
+            leads = replicas.copy_refusal(loc.partition.topic_partition) is None
+            return _Taken(expired=expire_partition(plan, loc, store, storage, clock=clock, remote=leads), leads=leads)
+        except Exception as e:  # noqa: BLE001 - one partition's failure is its own
+            raise PartitionFailed(f"expiry failed: {e}", one_line(str(e)), _planned(plan)) from e
+
+    def report(key: str, outcome: PlanOutcome, taken: _Taken) -> dict[str, object]:
+        loc = located.get(key)
+        if taken.deleted_on_disable is not None:
             for observation in tier_observations(loc, store, changed_by=changed_by):
                 context.log_event(observation)
-            totals["remote_segments_deleted"] += done.segments_deleted
-            continue
-        if plan.get("nothing_remote"):
-            context.add_asset_metadata({"retention_failed": 0, "remote_segments_to_expire": 0, "local_segments_to_expire": 0,
-                                        "note": "nothing copied yet"}, partition_key=key)
-            continue
-        metadata: dict[str, object] = {k: v for k, v in plan.items() if isinstance(v, int) and not isinstance(v, bool)}
-        metadata.update({"retention_failed": 0, "owned_log_dir": plan["owned"], "remote_segments_deleted": 0,
-                         "remote_bytes_deleted": 0, "local_segments_deleted": 0, "local_bytes_deleted": 0})
-        if plan["has_work"] and not config.dry_run:
-            try:
-                if tip is None:
-                    raise RuntimeError("the partition's topic id is no longer known")
-                leads = replicas.copy_refusal(loc.partition.topic_partition) is None
-                result = expire_partition(loc, tip, store, storage, clock=clock, remote=leads)
-                if not leads:
-                    metadata["note"] = f"{replicas.role(loc.partition.topic_partition)}: the leader's kts expires the remote tier"
-            except Exception as e:  # noqa: BLE001 - one partition's failure is its own
-                failed.append(key)
-                context.log.error(f"{key}: expiry failed: {e}")
-                metadata.update({"retention_failed": 1, "retention_error": one_line(str(e))})
-                context.add_asset_metadata(metadata, partition_key=key)
-                continue
+            totals["remote_segments_deleted"] += taken.deleted_on_disable.segments_deleted
+            return {"retention_failed": 0, "remote_segments_deleted": taken.deleted_on_disable.segments_deleted,
+                    "note": "tiering disabled with remote.log.delete.on.disable: remote data deleted"}
+        plan = outcome.plan
+        if plan is None:  # nothing remote
+            return {"retention_failed": 0, "remote_segments_to_expire": 0, "local_segments_to_expire": 0,
+                    "note": "nothing copied yet"}
+        metadata = _planned(plan)
+        result = taken.expired
+        if result is not None:
+            if not taken.leads:
+                metadata["note"] = f"{replicas.role(loc.partition.topic_partition)}: the leader's kts expires the remote tier"
             metadata.update({"remote_segments_deleted": len(result.remote_deleted), "remote_bytes_deleted": result.remote_bytes_deleted,
                              "local_segments_deleted": len(result.local_deleted), "local_bytes_deleted": result.local_bytes_deleted,
                              "log_start_offset": result.log_start_offset})
@@ -155,13 +152,30 @@ def retention_state(
         metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes_to_expire']))} remote and "
                             f"{human_bytes(int(metadata['local_bytes_to_expire']))} local past retention; "
                             f"{human_bytes(int(metadata['remote_bytes_deleted']) + int(metadata['local_bytes_deleted']))} deleted")
-        if not plan["owned"] and plan["local_expired"]:
-            metadata["broker_may_delete"] = ", ".join(f"{a}..{b}" for a, b, _ in plan["local_expired"][:20])
-        context.add_asset_metadata(metadata, partition_key=key)
-    if keys and len(failed) == len(keys):
-        raise dg.Failure(f"retention failed for every partition of the run: {', '.join(failed[:20])}")
+        if not plan.owned and plan.local.expired:
+            metadata["broker_may_delete"] = ", ".join(f"{e.start_offset}..{e.end_offset}" for e in plan.local.expired[:20])
+        return metadata
+
+    work = {key: plans.get(key, PlanOutcome(error="no plan came back")) for key in keys}
+    failed = for_each_partition(context, RETENTION_STEP, work, take, report)
     context.log.info(f"retention: {totals['remote_segments_deleted']} remote and {totals['local_segments_deleted']} local "
                      f"segments deleted over {len(keys)} partitions ({len(failed)} failed)")
     record_run_totals(context, {"partitions_in_run": len(keys), "retention_partitions_failed": len(failed), **totals})
     yield dg.MaterializeResult(asset_key=RETENTION_STATE)
     yield from checks  # judged once the pass is reported
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """What the pass took from one partition: its remote data on disable, or its plan's expiry
+    (None: nothing was due, or a dry run)."""
+
+    deleted_on_disable: RemoteDataDeletion | None = None
+    expired: ExpiryResult | None = None
+    leads: bool = True  # False: a follower's kts, which expired only the local part
+
+
+def _planned(plan: PartitionRetention) -> dict[str, object]:
+    """The plan's numbers as the partition's metadata, nothing deleted yet."""
+    return {**plan.metadata(), "retention_failed": 0, "owned_log_dir": plan.owned, "remote_segments_deleted": 0,
+            "remote_bytes_deleted": 0, "local_segments_deleted": 0, "local_bytes_deleted": 0}

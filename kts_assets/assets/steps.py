@@ -8,8 +8,17 @@
   on a host; beside a cluster the pool is the broker's (``spark_broker_<id>``, kts_assets.broker_scope),
   so no broker's run waits for another broker's slot;
 - retries a failure twice (5 s, then 10 s): a store or bucket that was briefly away. A check that
-  cannot run fails without a retry (``kts_assets.checks.checks_that_must_run``).
+  cannot run fails without a retry (``kts_assets.checks.checks_that_must_run``);
+- runs its partitions with one skeleton (``for_each_partition``): each partition's work, its
+  report as the partition's metadata, a failure that is that partition's alone.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import TypeVar
 
 import dagster as dg
 
@@ -23,3 +32,82 @@ PIPELINE_STEP = dict(
     pool=broker_scope.current().pool,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
 )
+
+T = TypeVar("T")  # a partition's work
+R = TypeVar("R")  # what doing it gave
+
+
+class PartitionFailed(Exception):
+    """One partition's step failed, and only that partition: ``line`` goes to the run's log after
+    the partition key, ``error`` to the partition's metadata under the step's error key, beside
+    ``metadata`` (what the step still knows of the partition)."""
+
+    def __init__(self, line: str, error: str, metadata: Mapping[str, object] | None = None):
+        super().__init__(line)
+        self.line, self.error, self.metadata = line, error, dict(metadata or {})
+
+
+@dataclass(frozen=True)
+class PartitionStep:
+    """How a step names a partition's failure: the metadata keys it reports it under, and what it
+    calls itself when every partition failed."""
+
+    name: str  # "the copy pass": "… failed for every partition of the run"
+    failed_key: str  # 1 on a failed partition
+    error_key: str  # its cause, one line
+    asset_key: dg.AssetKey | None = None  # None: the step's only asset
+    # An exception of the work that is not a PartitionFailed: the partition's failure (this says how
+    # it reads), or None: the step's (a bug, or the store gone, fails the run and is retried).
+    unexpected: Callable[[Exception], PartitionFailed] | None = None
+
+
+def for_each_partition(
+    context: dg.AssetExecutionContext,
+    step: PartitionStep,
+    work: Mapping[str, T],
+    do: Callable[[str, T], R],
+    report: Callable[[str, T, R], Mapping[str, object]],
+    *,
+    threads: int = 0,
+) -> list[str]:
+    """The skeleton of a step over the run's partitions: ``do`` each partition's work, ``report``
+    what it did as the partition's metadata, and fail a partition alone when its work raised
+    ``PartitionFailed`` (logged as an error, recorded under the step's keys). ``dg.Failure`` when
+    every partition failed: nothing worked (the store or the bucket is down), so the RetryPolicy
+    tries again. Returns the failed partitions' keys.
+
+    ``threads``: 0, each partition in turn in the step's thread; n, n partitions side by side in
+    worker threads (each procedure takes its own partition lock), reported in the step's thread as
+    they finish."""
+    failed: list[str] = []
+
+    def done(key: str, item: T, outcome: Callable[[], R]) -> None:
+        try:
+            try:
+                result = outcome()
+            except PartitionFailed:
+                raise
+            except Exception as e:  # noqa: BLE001 - the step says whether it is the partition's
+                if step.unexpected is None:
+                    raise
+                raise step.unexpected(e) from e
+        except PartitionFailed as e:
+            failed.append(key)
+            context.log.error(f"{key}: {e.line}")
+            context.add_asset_metadata({**e.metadata, step.failed_key: 1, step.error_key: e.error},
+                                       asset_key=step.asset_key, partition_key=key)
+            return
+        context.add_asset_metadata(report(key, item, result), asset_key=step.asset_key, partition_key=key)
+
+    if threads <= 0:
+        for key, item in work.items():
+            done(key, item, lambda: do(key, item))
+    else:
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kts-partition") as pool:
+            futures = {pool.submit(do, key, item): (key, item) for key, item in work.items()}
+            for future in as_completed(futures):
+                key, item = futures[future]
+                done(key, item, future.result)
+    if work and len(failed) == len(work):
+        raise dg.Failure(f"{step.name} failed for every partition of the run: {', '.join(failed[:20])}")
+    return failed

@@ -1,6 +1,7 @@
 """Spark's part of retention: each task plans some partitions (``expiry.plan_partition``: the
 topic's configs, the store's finished segments, the local segments' sizes and largest timestamps)
-and returns the plan's numbers, so planning thousands of partitions runs side by side.
+and returns the plans (``PartitionRetention``, as its own JSON), so planning thousands of
+partitions runs side by side and the driver carries out exactly what was planned.
 DataFrame APIs only (``range`` + ``mapInArrow``): it runs on Spark Connect as on a classic session.
 
 A run of few partitions is planned on the driver instead (``plan_partitions``): a partition's plan
@@ -10,9 +11,11 @@ partitions, nothing due) would otherwise spend most of its retention step on tha
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from kts_resources.tiering.expiry import PartitionRetention
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,7 +26,18 @@ PLAN_COLUMNS = ("partition_key", "plan", "error")
 # From this many partitions a run's plans are a Spark job; fewer are planned on the driver.
 SPARK_PLAN_MIN_PARTITIONS = 33
 
-PlanOutcome = tuple["dict | None", "str | None"]  # the plan's numbers, or None; the error, or None
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """One partition's planning: its plan, or why there is none."""
+
+    plan: PartitionRetention | None = None
+    error: str | None = None  # planning failed
+
+    @property
+    def nothing_remote(self) -> bool:
+        """The store knows no topic id for it: nothing was ever copied, so retention has nothing to plan."""
+        return self.plan is None and self.error is None
 
 
 def _plan_one(key: str, log_dirs: list[str], owned: list[str], database_url: str, now_ms: int, store_cache: dict) -> tuple[str | None, str | None]:
@@ -49,11 +63,8 @@ def _plan_one(key: str, log_dirs: list[str], owned: list[str], database_url: str
             topic_id = store.topic_id(tp.topic)
             tip = TopicIdPartition(topic_id, tp) if topic_id is not None else None
         if tip is None:
-            return json.dumps({"nothing_remote": True}), None
-        plan = plan_partition(loc, tip, store, now_ms=now_ms)
-        return json.dumps({**plan.metadata(), "has_work": plan.has_work, "owned": plan.owned,
-                           "remote_expired": [[e.start_offset, e.end_offset, e.reason] for e in plan.remote.expired],
-                           "local_expired": [[e.start_offset, e.end_offset, e.reason] for e in plan.local.expired]}), None
+            return None, None  # nothing remote
+        return plan_partition(loc, tip, store, now_ms=now_ms).to_json(), None
     except Exception as e:  # noqa: BLE001 - one partition's failure is its row's error
         return None, error_line(e)
 
@@ -72,7 +83,7 @@ def plan_partitions(spark: Callable[[], "SparkSession"], store: "RemoteLogMetada
 
 
 def _parsed(plan: str | None, error: str | None) -> PlanOutcome:
-    return (None if plan is None else json.loads(plan)), error
+    return PlanOutcome(None if plan is None else PartitionRetention.from_json(plan), error)
 
 
 def plan_partitions_job(spark: "SparkSession", keys: list[str], *, log_dirs: list[str], owned_log_dirs: list[str],

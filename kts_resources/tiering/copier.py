@@ -43,7 +43,7 @@ from kts_resources.remote_log import (
 from kts_resources.remote_storage.base import RemoteStorageManager, StoredObject, segment_custom_metadata, stored_objects
 from kts_resources.remote_storage.keys import MANIFEST_SUFFIX
 from kts_resources.remote_storage.manifest import SegmentManifest, encode_manifest
-from kts_resources.tiering.tiers import active_log_end_offset, adopt_first_log_start_offset, copy_candidates, log_start_offset, partition_topic_id, topic_id_disagreements
+from kts_resources.tiering.tiers import active_log_end_offset, adopt_first_log_start_offset, copy_candidates, log_start_offset, partition_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -606,38 +606,6 @@ def _abandon(store: RemoteLogMetadataStore, storage: RemoteStorageManager, metad
         return False
 
 
-# Partitions copied side by side by default: while one waits on its upload or the store, another
+# Partitions the copy step (``remote_segments``) copies side by side by default: while one waits on its upload or the store, another
 # verifies a segment, and one partition's first segment is never verified ahead of time.
 PARALLEL_PARTITIONS = 4
-
-
-def copy_log_dir(
-    log_dir: LogDir,
-    store: RemoteLogMetadataStore,
-    storage: RemoteStorageManager,
-    *,
-    partitions: Sequence[TopicPartition] | None = None,
-    parallel_partitions: int = PARALLEL_PARTITIONS,
-    **options,
-) -> list[PartitionCopyResult]:
-    """One copy pass over every partition of a log dir (or the given ones), ``parallel_partitions``
-    at a time, each under its own partition lock; results in the log dir's partition order.
-    ``on_copied``, if given, is called from the copying threads."""
-    wanted = None if partitions is None else set(partitions)
-    everything = log_dir.partitions()
-    selected = [p for p in everything if wanted is None or p.topic_partition in wanted]
-    # A dir whose topic id is not its siblings' is reported, not copied under either id.
-    disagreements = topic_id_disagreements(everything)
-
-    def copy_one(partition: PartitionDir) -> PartitionCopyResult:
-        problem = disagreements.get(partition.path)
-        if problem is not None:
-            log.warning("%s", problem)
-            return PartitionCopyResult(partition.topic_partition, skipped=str(problem))
-        return copy_partition(partition, log_dir, store, storage, **options)
-
-    if parallel_partitions <= 1 or len(selected) <= 1:
-        return [copy_one(partition) for partition in selected]
-    with ThreadPoolExecutor(max_workers=parallel_partitions, thread_name_prefix="kts-copy-partition") as pool:
-        futures = [pool.submit(copy_one, partition) for partition in selected]
-        return [future.result() for future in futures]

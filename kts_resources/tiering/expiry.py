@@ -5,8 +5,11 @@ COPY_SEGMENT_FINISHED segments, the leader-epoch lineage, local segments' sizes 
 timestamps (a closed segment's time index ends with its largest timestamp; without timestamps the
 file's modification time stands in) — and asks them.
 
+The plan is a value (``PartitionRetention``) made once — by a Spark task or on the driver — and
+carried out as it is; it serialises itself for the trip back from Spark.
+
 Carrying it out (Kafka's RemoteLogManager expiration and UnifiedLog.deleteOldSegments), under the
-partition lock and on a plan made afresh under it: the new log start offset is recorded first (so
+partition lock: the new log start offset is recorded first (so
 the data is unreadable at once), then each expired remote segment goes through the one delete
 procedure (DELETE_SEGMENT_STARTED → its objects → DELETE_SEGMENT_FINISHED). In owned log dirs kts
 applies local retention itself, as a broker does: only segments a finished remote segment covers
@@ -20,6 +23,7 @@ In broker-owned log dirs nothing local is touched: the plan reports what the bro
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import struct
@@ -34,16 +38,17 @@ from kts_resources.kafka.logdir import SegmentFiles
 from kts_resources.metadata.lineage import current_lineage
 from kts_resources.tiering.lineage import diverges_at, last_epoch, readable_spans
 from kts_resources.tiering.lost_ranges import uncovered
-from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.manifest import put_log_start_offset
 from kts_resources.tiering.retention import (
+    Expired,
     LocalPlan,
     ClosedSegment,
     RemotePlan,
     RetentionConfig,
     plan_local_retention,
     plan_remote_retention,
-    segment_uuid_text,
 )
 from kts_resources.tiering.tiers import LocatedPartition, log_start_offset
 
@@ -97,6 +102,33 @@ class PartitionRetention:
             "log_start_offset": self.new_log_start_offset,
             "oldest_retained_timestamp": self.remote.oldest_retained_timestamp,
         }
+
+    def to_json(self) -> str:
+        """The plan as text, for the trip from a Spark task to the driver (``from_json`` reads it back)."""
+        def expired(plan: RemotePlan | LocalPlan) -> list[list]:
+            return [[e.start_offset, e.end_offset, e.size_bytes, e.reason, None if e.segment_id is None else str(e.segment_id)]
+                    for e in plan.expired]
+
+        return json.dumps({
+            "topic_id": str(self.tip.topic_id), "topic": self.tip.topic, "partition": self.tip.topic_partition.partition,
+            "config": dataclasses.asdict(self.config), "log_start_offset": self.log_start_offset, "owned": self.owned,
+            "remote": {"expired": expired(self.remote), "log_start_offset": self.remote.log_start_offset,
+                       "oldest_retained_timestamp": self.remote.oldest_retained_timestamp},
+            "local": {"expired": expired(self.local), "local_log_start_offset": self.local.local_log_start_offset},
+        })
+
+    @classmethod
+    def from_json(cls, text: str) -> "PartitionRetention":
+        fields = json.loads(text)
+
+        def expired(rows: list[list]) -> list[Expired]:
+            return [Expired(start, end, size, reason, None if sid is None else uuid.UUID(sid)) for start, end, size, reason, sid in rows]
+
+        remote, local = fields["remote"], fields["local"]
+        return cls(TopicIdPartition(uuid.UUID(fields["topic_id"]), TopicPartition(fields["topic"], fields["partition"])),
+                   RetentionConfig(**fields["config"]), fields["log_start_offset"],
+                   RemotePlan(expired(remote["expired"]), remote["log_start_offset"], remote["oldest_retained_timestamp"]),
+                   LocalPlan(expired(local["expired"]), local["local_log_start_offset"]), owned=fields["owned"])
 
 
 def largest_timestamp(segment: SegmentFiles) -> int:
@@ -198,8 +230,8 @@ class ExpiryResult:
 
 
 def expire_partition(
+    plan: PartitionRetention,
     located: LocatedPartition | None,
-    tip: TopicIdPartition,
     store: "RemoteLogMetadataStore",
     storage: "RemoteStorageManager",
     *,
@@ -207,22 +239,33 @@ def expire_partition(
     lock_timeout_s: float | None = None,
     remote: bool = True,
 ) -> ExpiryResult:
-    """Carry out the partition's retention plan (see the module docstring).
+    """Carry out ``plan``, the partition's retention plan (``plan_partition``; see the module docstring).
 
     ``remote=False``: only the local part (a follower's kts in a cluster whose leadership is known:
     the remote tier's retention is the leader's kts's, as Kafka runs RemoteLogManager's expiration
     on the leader only — a follower counts its own uncopied bytes, which lag, as the log's)."""
     from kts_resources.tiering.copier import delete_remote_log_segment
 
+    tip = plan.tip
     with store.partition_lock(tip, timeout_s=lock_timeout_s):
         if located is not None and located.owned:
             remove_deleted_leftovers(located.partition.path)
         # A delete an earlier pass started and did not finish (killed, or the tier failed) goes first.
         for md in store.list_remote_log_segments(tip, states={RemoteLogSegmentState.DELETE_SEGMENT_STARTED}):
             delete_remote_log_segment(store, storage, md, clock)
-        plan = plan_partition(located, tip, store, now_ms=clock.now_ms())
-        if not remote:
+        # The plan was made before the lock was taken (in a Spark task, perhaps): what another
+        # writer did since is re-checked here, cheaply, and never re-planned. A remote segment the
+        # plan names that is no longer COPY_SEGMENT_FINISHED (another expiry, a re-copy of a damaged
+        # segment, topic deletion took it) is not deleted or counted again; a partition whose remote
+        # data was deleted since gets no log start offset or manifest written into the emptied tier.
+        # Local deletion re-checks its own safety rule under the lock (``_apply_local``).
+        still: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        if not remote or store.partition_state(tip).delete_state is not None:
             plan = dataclasses.replace(plan, remote=RemotePlan(log_start_offset=plan.log_start_offset))
+        elif plan.remote.expired:
+            still = {md.segment_id.id: md for md in store.list_remote_log_segments(tip, states={FINISHED})}
+            plan = dataclasses.replace(plan, remote=dataclasses.replace(
+                plan.remote, expired=[e for e in plan.remote.expired if e.segment_id in still]))
         result = ExpiryResult(tip, plan.new_log_start_offset)
         if plan.new_log_start_offset > plan.log_start_offset or plan.remote.expired:
             # First: the data below it is unreadable from now on, whatever happens next; the tier
@@ -231,9 +274,7 @@ def expire_partition(
             if result.log_start_offset > 0:
                 put_log_start_offset(storage, tip, result.log_start_offset)
         for expired in plan.remote.expired:
-            segment = store.segment(uuid.UUID(segment_uuid_text(expired.metadata)))
-            if segment is not None:
-                delete_remote_log_segment(store, storage, segment, clock)
+            delete_remote_log_segment(store, storage, still[expired.segment_id], clock)
             result.remote_deleted.append(expired.start_offset)
             result.remote_bytes_deleted += expired.size_bytes
         if located is not None and located.owned:

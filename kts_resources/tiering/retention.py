@@ -29,6 +29,7 @@ segments need not be copied first, as in Kafka.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -95,7 +96,7 @@ class Expired:
     end_offset: int
     size_bytes: int
     reason: str
-    metadata: RemoteLogSegmentMetadata | None = None  # remote segments
+    segment_id: uuid.UUID | None = None  # remote segments: the one to delete (the plan's own, not a stale row)
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,8 @@ def plan_remote_retention(
     segments = sorted(segments, key=lambda md: (md.start_offset, md.end_offset))
     spans = readable_spans(segments, lineage)
     off, covered = unused_segments(segments, spans, lineage)
-    expired = [Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_LINEAGE, md) for md in off]
-    expired += [Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_COVERED, md) for md in covered]
+    expired = [Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_LINEAGE, segment_uuid(md)) for md in off]
+    expired += [Expired(md.start_offset, md.end_offset, md.segment_size_in_bytes, BY_COVERED, segment_uuid(md)) for md in covered]
     served: dict[int, list] = {}  # id(segment) → [segment, its bytes on the lineage, its last offset served]
     for span in spans:
         entry = served.setdefault(id(span.segment), [span.segment, 0, span.end_offset])
@@ -180,15 +181,16 @@ def plan_remote_retention(
         else:
             next_kept_timestamp = md.max_timestamp_ms
             break
-        expired.append(Expired(md.start_offset, md.end_offset, unique, reason, md))
+        expired.append(Expired(md.start_offset, md.end_offset, unique, reason, segment_uuid(md)))
         if reason in (BY_SIZE, BY_TIME):
             new_start = max(new_start, last_served + 1)
     return RemotePlan(expired, new_start, next_kept_timestamp)
 
 
-def segment_uuid_text(md) -> str:
-    """A segment's UUID as text, whether ``md`` is RemoteLogSegmentMetadata or the store's slim row."""
-    return str(getattr(md.segment_id, "id", md.segment_id))
+def segment_uuid(md) -> uuid.UUID:
+    """A segment's UUID, whether ``md`` is RemoteLogSegmentMetadata or the store's slim row."""
+    sid = getattr(md.segment_id, "id", md.segment_id)
+    return sid if isinstance(sid, uuid.UUID) else uuid.UUID(str(sid))
 
 
 def plan_local_retention(
