@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kts_resources.tiering.expiry import expire_partition, plan_partition, remove_deleted_leftovers
-
-from .partition_steps import copy_each_partition, plan_and_expire
+from kts_resources.tiering.expiry import PartitionRetention, expire_partition, plan_partition, remove_deleted_leftovers
 from kts_resources.kafka.checkpoints import read_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.partition import TopicPartition
@@ -22,6 +20,7 @@ from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiering.tiers import locate_partitions
 
+from .partition_steps import copy_each_partition, plan_and_expire
 from .tiered_reads import records_per_tier
 
 TOPIC = "orders"
@@ -82,6 +81,39 @@ def test_delete_segments_by_retention_time_in_both_tiers(tiered, metadata_store)
     assert not plan_partition(located(root, owned=True), tip, metadata_store, now_ms=now).has_work
 
 
+def test_a_plan_comes_back_from_its_trip_as_json_unchanged(tiered, metadata_store):
+    """A Spark task plans, the driver carries the plan out: the plan crosses as its own JSON."""
+    root, _storage, tip = tiered
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+    now = finished[3].max_timestamp_ms + 60_000
+    metadata_store.set_topic_config(TOPIC, "retention.ms", now - finished[1].max_timestamp_ms)
+    metadata_store.set_topic_config(TOPIC, "local.retention.ms", now - finished[3].max_timestamp_ms - 1)
+    plan = plan_partition(located(root, owned=True), tip, metadata_store, now_ms=now)
+    assert plan.remote.expired and plan.local.expired and plan.has_work
+    assert [e.segment_id for e in plan.remote.expired] == [md.segment_id.id for md in finished[:2]]
+    assert PartitionRetention.from_json(plan.to_json()) == plan
+
+
+def test_expiry_carries_out_the_plan_it_is_given_and_never_plans_again(tiered, metadata_store):
+    root, storage, tip = tiered
+    finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
+    now = finished[3].max_timestamp_ms + 60_000
+    metadata_store.set_topic_config(TOPIC, "retention.ms", now - finished[1].max_timestamp_ms)
+    plan = plan_partition(located(root, owned=False), tip, metadata_store, now_ms=now)
+    assert [e.start_offset for e in plan.remote.expired] == [md.start_offset for md in finished[:2]]
+    # Retention tightened after the plan was made: expiry deletes what the plan says, not more.
+    metadata_store.set_topic_config(TOPIC, "retention.ms", 1)
+    result = expire_partition(plan, located(root, owned=False), metadata_store, storage, clock=ManualClock(now))
+    assert result.remote_deleted == [md.start_offset for md in finished[:2]]
+    assert [md.start_offset for md in metadata_store.list_remote_log_segments(tip, states={FINISHED})] == [
+        md.start_offset for md in finished[2:]]
+    # The same plan again (a second run that planned before the first took the lock): what is no
+    # longer COPY_SEGMENT_FINISHED is neither deleted again nor counted.
+    again = expire_partition(plan, located(root, owned=False), metadata_store, storage, clock=ManualClock(now))
+    assert again.remote_deleted == [] and again.remote_bytes_deleted == 0
+    assert again.log_start_offset == result.log_start_offset == finished[2].start_offset
+
+
 def test_a_broker_owned_log_dir_is_only_reported_on(tiered, metadata_store):
     root, storage, tip = tiered
     finished = sorted(metadata_store.list_remote_log_segments(tip, states={FINISHED}), key=lambda md: md.start_offset)
@@ -105,7 +137,7 @@ def test_local_retention_never_takes_a_segment_that_is_not_remote(tiered, metada
     segments = located(root, owned=True).partition.segments()
     assert len(segments) > len(finished) + 1
     result = plan_and_expire(located(root, owned=True), tip, metadata_store, storage,
-                              clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
+                             clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
     assert result.local_deleted == [md.start_offset for md in finished]
     left = [s.base_offset for s in located(root, owned=True).partition.segments()]
     assert left == [s.base_offset for s in segments[len(finished):]]
@@ -204,7 +236,7 @@ def test_roll_and_offload_copies_each_rolled_segment_and_serves_it_after_local_d
     assert len(finished) > first
     metadata_store.set_topic_config(TOPIC, "local.retention.ms", 1)
     result = plan_and_expire(located(root, owned=True), tip, metadata_store, storage,
-                              clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
+                             clock=ManualClock(finished[-1].max_timestamp_ms + 10_000))
     assert result.local_deleted == [md.start_offset for md in finished]
     reader = TieredLogReader(log_dirs=[root], store=metadata_store, rsm=storage, home=tmp_path / "home")
     remote, local = records_per_tier(reader, TOPIC, 0)

@@ -361,7 +361,7 @@ def test_a_log_start_offset_retention_moved_past_every_remote_segment_comes_back
         store.set_topic_config("orders", "retention.ms", "1")
         located, _ = locate_partitions([log_dir], ["orders-1"])
         result = plan_and_expire(located["orders-1"], tip, store, storage,
-                                  clock=ManualClock(max(md.max_timestamp_ms for md in finished) + 10_000))
+                                 clock=ManualClock(max(md.max_timestamp_ms for md in finished) + 10_000))
         assert len(result.remote_deleted) == len(finished)
         moved = result.log_start_offset
         assert moved == max(md.end_offset for md in finished) + 1

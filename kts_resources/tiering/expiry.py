@@ -9,8 +9,7 @@ The plan is a value (``PartitionRetention``) made once — by a Spark task or on
 carried out as it is; it serialises itself for the trip back from Spark.
 
 Carrying it out (Kafka's RemoteLogManager expiration and UnifiedLog.deleteOldSegments), under the
-partition lock: the new log start offset is recorded first (so
-the data is unreadable at once), then each expired remote segment goes through the one delete
+partition lock: the new log start offset is recorded first (so the data is unreadable at once), then each expired remote segment goes through the one delete
 procedure (DELETE_SEGMENT_STARTED → its objects → DELETE_SEGMENT_FINISHED). In owned log dirs kts
 applies local retention itself, as a broker does: only segments a finished remote segment covers
 (or all of them by policy when copying is disabled), never the active one, renamed to ``.deleted``
