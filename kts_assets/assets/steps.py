@@ -54,7 +54,7 @@ class PartitionStep:
 
     name: str  # "the copy pass": "… failed for every partition of the run"
     failed_key: str  # 1 on a failed partition
-    error_key: str  # its cause, one line
+    error_key: str  # its cause
     asset_key: dg.AssetKey | None = None  # None: the step's only asset
     # An exception of the work that is not a PartitionFailed: the partition's failure (this says how
     # it reads), or None: the step's (a bug, or the store gone, fails the run and is retried).
@@ -83,21 +83,20 @@ def for_each_partition(
 
     def done(key: str, item: T, outcome: Callable[[], R]) -> None:
         try:
-            try:
-                result = outcome()
-            except PartitionFailed:
-                raise
-            except Exception as e:  # noqa: BLE001 - the step says whether it is the partition's
-                if step.unexpected is None:
-                    raise
-                raise step.unexpected(e) from e
+            result = outcome()
         except PartitionFailed as e:
-            failed.append(key)
-            context.log.error(f"{key}: {e.line}")
-            context.add_asset_metadata({**e.metadata, step.failed_key: 1, step.error_key: e.error},
-                                       asset_key=step.asset_key, partition_key=key)
+            failure = e
+        except Exception as e:  # noqa: BLE001 - the step says whether it is the partition's
+            if step.unexpected is None:
+                raise
+            failure = step.unexpected(e)
+        else:
+            context.add_asset_metadata(report(key, item, result), asset_key=step.asset_key, partition_key=key)
             return
-        context.add_asset_metadata(report(key, item, result), asset_key=step.asset_key, partition_key=key)
+        failed.append(key)
+        context.log.error(f"{key}: {failure.line}")
+        context.add_asset_metadata({**failure.metadata, step.failed_key: 1, step.error_key: failure.error},
+                                   asset_key=step.asset_key, partition_key=key)
 
     if threads <= 0:
         for key, item in work.items():
