@@ -93,7 +93,7 @@ from benchlib import add_json_argument, bench_database, copy_pass, format_rows, 
 import sqlalchemy as sa
 from crc32c import crc32c
 
-from kts_assets.cli import parse_size
+from kts_assets.cli.common import parse_size
 from kts_resources.kafka.checkpoints import epochs_up_to, format_leader_epoch_checkpoint
 from kts_resources.kafka.files import mapped
 from kts_resources.kafka.logdir import LogDir

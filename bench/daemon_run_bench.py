@@ -55,7 +55,7 @@ from sync_bench import (
 )
 
 from kts_assets.batching import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
-from kts_assets.cli import parse_size
+from kts_assets.cli.common import parse_size
 from kts_assets.partitions import topic_partitions
 from kts_resources.spark import connect_server as spark_connect
 from kts_resources.kafka.logdir import LogDir

@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 import crc32c
 from benchlib import add_json_argument, format_rows, progress, write_json
 
-from kts_assets.cli import parse_size
+from kts_assets.cli.common import parse_size
 from kts_resources.kafka import codecs, records
 from kts_resources.kafka.files import mapped
 

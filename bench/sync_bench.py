@@ -73,8 +73,8 @@ from benchlib import REPO_ROOT, add_json_argument, copy_pass, format_rows, git_s
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from kts_assets import cli_server
-from kts_assets.cli import parse_size
+from kts_assets.cli import server as cli_server
+from kts_assets.cli.common import parse_size
 from kts_resources.tiering.copier import PARALLEL_PARTITIONS
 from kts_resources.dagster_storage import KtsDagsterStorage
 from kts_resources.kafka.logdir import LogDir, SegmentFiles

@@ -1,4 +1,7 @@
-"""One ``kts sync`` pass: ``copy_job`` in-process over every partition, and what it ended as.
+"""One ``kts sync`` pass (:func:`run_pass`): ``copy_job`` in-process over every partition, the roll
+sensor's cursor moved for what it copied, the remote data of topics gone from every log dir deleted,
+and what it ended as with the tiers' totals after it. The CLI prints it; the CLI server runs it
+through the CLI.
 
 Each run executes in a worker thread, so that the main thread keeps the signal handlers (Dagster
 replaces SIGINT/SIGTERM handlers only on the main thread, and there it defers them to step
@@ -25,6 +28,8 @@ if TYPE_CHECKING:  # Dagster is imported by the pass, not by the signal handling
     import dagster as dg
 
     from kts_assets.batching import KeyRangeBatch
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+    from kts_resources.remote_storage.base import RemoteStorageManager
 
 
 class SyncInterrupted(BaseException):
@@ -206,3 +211,101 @@ def exit_now(status: int) -> None:
 
 def say_to_stderr(line: str) -> None:
     print(f"sync: {line}", file=sys.stderr, flush=True)
+
+
+def log_dir_partition_keys() -> list[str]:
+    """The key (``<topic>-<partition>``) of every partition in the broker's log dirs."""
+    from kts_resources import settings
+    from kts_resources.kafka.logdir import LogDir
+
+    keys: list[str] = []
+    for path in settings.log_dirs():
+        if path.is_dir():
+            keys += [p.topic_partition.dir_name for p in LogDir(path).partitions()]
+    return keys
+
+
+@dataclass
+class PassReport:
+    """What a pass did, and the tiers after it as ``kts status`` reports them."""
+
+    keys: list[str]  # every partition of the log dirs
+    new_keys: list[str]  # the ones the instance first heard of in this pass
+    outcome: PassOutcome
+    # Topics in no log dir of any kts for the grace period, whose remote data was deleted.
+    topics_deleted: list[str]
+    # Each partition's status row (kts_resources.tiering.status) with its open lost ranges.
+    status: list[tuple[dict, list]]
+    unreadable: dict[str, str]  # partition key → one line, for a partition whose files could not be read
+
+
+def _quiet_dagster_warnings() -> None:
+    """Dagster's notices about the beta/preview APIs kts uses on purpose are not the user's business."""
+    import warnings
+
+    warnings.filterwarnings("ignore", module=r"dagster\..*")
+    warnings.filterwarnings("ignore", message=r".*(beta|preview).*")
+
+
+def run_pass(keys: list[str], open_store: Callable[[], RemoteLogMetadataStore], open_storage: Callable[[], RemoteStorageManager],
+             say: Callable[[str], None] = say_to_stderr) -> PassReport:
+    """One full pass through Dagster, in-process, over the partitions ``keys``: release runs that
+    died, register new partitions, run copy_job (inventory with Spark, copy under the quota) over
+    every partition in as few runs as batching allows, move the roll sensor's cursor for what was
+    copied, delete the remote data of topics gone from every log dir for the grace period, then
+    total the tiers (``open_store`` and ``open_storage``, called once the runs are done, open the
+    metadata store and the remote tier for that). The environment is checked by the caller first."""
+    import logging
+
+    _quiet_dagster_warnings()
+    from kts_assets.batching import batch_key_ranges
+    from kts_assets.definitions import defs
+    from kts_assets.instance import dagster_instance
+    from kts_assets.jobs import COPY_JOB_NAME
+    from kts_assets.partitions import topic_partitions
+    from kts_assets.run_hygiene import release_dead_runs
+    from kts_assets.sensors.roll import advance_roll_cursor, survey_log_dirs
+    from kts_resources import settings
+
+    instance = dagster_instance()
+    for line in release_dead_runs(instance):
+        say(line)
+    known = instance.get_dynamic_partitions(topic_partitions.name)
+    new = sorted(set(keys) - set(known))
+    if new:
+        instance.add_dynamic_partitions(topic_partitions.name, new)
+    ordered = instance.get_dynamic_partitions(topic_partitions.name)
+    job = defs.resolve_job_def(COPY_JOB_NAME)
+    # The terminal gets the pass's outcome: each failed partition once, with every cause, at the
+    # end (summary_lines), and the run to open in the UI, which has its full event log. The run's
+    # own logging would say each failure again as it happened (the copy's error, the check's
+    # verdict, a stack trace of the failed blocking check, the run's failure): KTS_LOG_LEVEL shows it.
+    level = settings.log_level("CRITICAL")
+    logging.getLogger().setLevel(level)
+    run_config = {"loggers": {"console": {"config": {"log_level": level}}}}
+    outcome = PassOutcome()
+    # What the roll sensor would ask for now; taken before the runs, so a roll during them is still
+    # requested by the sensor later.
+    eligible = survey_log_dirs(settings.log_dirs(), keys).eligible
+    for batch in batch_key_ranges(ordered, keys):
+        say(f"copy_job over {batch.start} .. {batch.end} ({batch.span} partitions)")
+        run_batch(job, instance, batch, run_config, outcome, say)
+    # The roll sensor need not ask again for what this pass copied (failed partitions it still will).
+    advance_roll_cursor(instance, {key: offset for key, offset in eligible.items() if key not in outcome.failed})
+    # Topics no kts has seen in a log dir for the grace period lose their remote data, as a deletion would.
+    from kts_resources.tiering.partition_admin import delete_topics_gone_from_log_dirs
+    from kts_resources.tiering.quotas import SystemClock
+    from kts_resources.tiering.status import status_rows_and_lost
+
+    store = open_store()
+    storage = open_storage()
+    try:
+        deleted = delete_topics_gone_from_log_dirs(store, storage, {k.rpartition("-")[0] for k in keys},
+                                                   clock=SystemClock(), home=settings.kts_home())
+        # The totals are what `kts status` reports now, computed by the same function.
+        unreadable: dict[str, str] = {}
+        status = status_rows_and_lost(store, unreadable)
+    finally:
+        storage.close()
+        store.close()
+    return PassReport(keys, new, outcome, deleted, status, unreadable)

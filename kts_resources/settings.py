@@ -125,7 +125,7 @@ def _on_or_off(name: str, default: str) -> bool:
 
 def cli_server_enabled() -> bool:
     """``KTS_CLI_SERVER``: ``on`` (the default) runs ``kts sync`` in the standing CLI server of
-    ``KTS_HOME`` (``kts_assets.cli_server``), started by the first sync that needs it; ``off`` runs
+    ``KTS_HOME`` (``kts_assets.cli.server``), started by the first sync that needs it; ``off`` runs
     it in its own process. Any other value is an error (ValueError naming it)."""
     return _on_or_off(CLI_SERVER, "on")
 

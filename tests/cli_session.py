@@ -16,7 +16,7 @@ import sys
 
 
 def main() -> None:
-    from kts_assets.cli import main as kts_main
+    from kts_assets.cli.main import main as kts_main
 
     results = []
     for argv in json.load(sys.stdin):

@@ -21,7 +21,7 @@ store, and every offset from the start of kts's watch to the local log start eit
 remote segment or in an open lost range.
 
 Every kts command runs in a child of one standing CLI server for the whole module (kts's own
-``kts_assets.cli_server``, in which every user's ``kts sync`` runs by default), with its
+``kts_assets.cli.server``, in which every user's ``kts sync`` runs by default), with its
 scenario's own environment: the server forks a child per command that takes the client's
 environment whole and runs the command as ``kts`` would in a process of its own, so scenarios
 share only the imports (a fresh process spends seconds importing Dagster and PySpark). kill -9
@@ -142,25 +142,25 @@ class CliServer:
 
     @property
     def pid(self) -> int:
-        from kts_assets import cli_server
+        from kts_assets.cli import server as cli_server
 
         server = cli_server.running(self.home)
         assert server is not None, f"the harness's CLI server is not running; see {self.home / 'server.log'}"
         return server.pid
 
     def start(self) -> None:
-        from kts_assets import cli_server
+        from kts_assets.cli import server as cli_server
 
         self.home.mkdir(parents=True, exist_ok=True)
         cli_server.ensure_running(self.home, cli_server.code_fingerprint())
 
     def stop(self) -> None:
-        from kts_assets import cli_server
+        from kts_assets.cli import server as cli_server
 
         cli_server.stop(self.home)
 
 
-CLIENT = ("import sys; from pathlib import Path; from kts_assets.cli_server import run_command; "
+CLIENT = ("import sys; from pathlib import Path; from kts_assets.cli.server import run_command; "
           "sys.exit(run_command(Path(sys.argv[1]), sys.argv[2:]))")
 
 

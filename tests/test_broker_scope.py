@@ -65,7 +65,7 @@ def test_a_switch_kts_cannot_honour_is_one_line_and_exit_1(tmp_path, command):
 
 
 def test_the_cli_server_tells_clients_whose_dagster_names_would_differ(tmp_path, monkeypatch):
-    from kts_assets.cli_server import code_fingerprint
+    from kts_assets.cli.server import code_fingerprint
 
     monkeypatch.delenv("KTS_DAGSTER_PER_BROKER", raising=False)
     monkeypatch.setenv("KTS_LOG_DIRS", str(tmp_path / "a"))

@@ -236,7 +236,7 @@ def test_restore_to_an_empty_path_is_refused_not_the_current_directory(to, tmp_p
 @pytest.mark.parametrize("port", ["-1", "0", "65536", "http"])
 def test_ui_refuses_a_port_that_is_not_one(port, capsys):
     """Parsed only (never started): argparse's usage error, exit 2, naming --port."""
-    from kts_assets.cli import build_parser
+    from kts_assets.cli.main import build_parser
 
     with pytest.raises(SystemExit) as exited:
         build_parser().parse_args(["ui", "--port", port])

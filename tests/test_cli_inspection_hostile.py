@@ -187,7 +187,7 @@ def test_a_segment_larger_than_any_kafka_writes_is_one_line_not_a_read(tmp_path:
 _TRUNCATE_DURING_READ = textwrap.dedent("""
     import os, sys
     import kts_resources.kafka.files as files
-    from kts_assets.cli import main
+    from kts_assets.cli.main import main
 
     path = sys.argv[1]
     real_open = open
@@ -215,7 +215,7 @@ _TRUNCATE_DURING_READ = textwrap.dedent("""
 _TRUNCATE_WHILE_DECODING = textwrap.dedent("""
     import os, sys
     import kts_resources.kafka.records as records
-    from kts_assets.cli import main
+    from kts_assets.cli.main import main
 
     path = sys.argv[1]
     real_decode = records.decode_batch

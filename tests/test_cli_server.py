@@ -1,4 +1,4 @@
-"""The standing CLI server (kts_assets/cli_server.py): `kts sync` runs in a child of a process that
+"""The standing CLI server (kts_assets/cli/server.py): `kts sync` runs in a child of a process that
 has kts, Dagster and PySpark imported already, and is the same command it is in a process of its
 own — same output on the same streams, same exit status, the client's environment and working
 directory, one server for every later sync, a signal to the client reaching the command, a dead
@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kts_assets import cli_server
+from kts_assets.cli import server as cli_server
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .conftest import REPO_ROOT
@@ -216,11 +216,11 @@ def test_the_servers_warm_up_leaves_a_command_nothing_to_import_before_it_runs()
     # imported was paid by every sync (~0.1 s, the read and simulate commands' option modules).
     script = (
         "import importlib, sys\n"
-        "from kts_assets import cli_server\n"
+        "from kts_assets.cli import server as cli_server\n"
         "for name in cli_server.PRELOAD: importlib.import_module(name)\n"
         "cli_server._warm_up()\n"
         "before = set(sys.modules)\n"
-        "from kts_assets.cli import build_parser\n"
+        "from kts_assets.cli.main import build_parser\n"
         "build_parser().parse_args(['sync'])\n"
         "print(sorted(set(sys.modules) - before))\n"
     )

@@ -167,7 +167,7 @@ def test_the_cli_deletes_records_and_topics_with_one_line_errors(simulated, meta
     assert json.loads(ok.stdout)["log_start_offset"] == 5
     # The Dagster UI is told at once: remote_segments' latest observation of orders-0 says so.
     observed = subprocess.run(
-        [sys.executable, "-c", "import json, dagster as dg; from kts_assets.cli import dagster_instance; "
+        [sys.executable, "-c", "import json, dagster as dg; from kts_assets.instance import dagster_instance; "
          "[r] = dagster_instance().fetch_observations(dg.AssetRecordsFilter(asset_key=dg.AssetKey('remote_segments'), "
          "asset_partitions=['orders-0']), limit=1).records; "
          "print(json.dumps({k: v.value for k, v in r.asset_observation.metadata.items()}))"],

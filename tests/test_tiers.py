@@ -115,7 +115,7 @@ def test_partition_dirs_that_agree_have_no_disagreement(tmp_path):
 
 def test_kts_status_imports_neither_dagster_nor_pyspark(tmp_path, pg_url):
     simulate(tmp_path / "logs", SimulationConfig(seed=4, topics=("orders",), partitions=2, total_bytes=32 * 1024))
-    probe = ("import json, sys\nfrom kts_assets.cli import main\ncode = main(['status', '--json'])\n"
+    probe = ("import json, sys\nfrom kts_assets.cli.main import main\ncode = main(['status', '--json'])\n"
              "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'pyspark', 'dagster_pyspark'))\n"
              "print(json.dumps({'code': code, 'heavy': heavy}), file=sys.stderr)\n")
     env = {**os.environ, "KTS_HOME": str(tmp_path / "home"), "KTS_LOG_DIRS": str(tmp_path / "logs"), "KTS_DATABASE_URL": pg_url}

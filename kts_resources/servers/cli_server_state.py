@@ -1,4 +1,4 @@
-"""The standing CLI server (``kts_assets.cli_server``) as the servers' lifecycle (``lifecycle.py``)
+"""The standing CLI server (``kts_assets.cli.server``) as the servers' lifecycle (``lifecycle.py``)
 sees it: its state under ``KTS_HOME/cli-server``, how to tell its process, and stopping it. Here,
 not beside the server, so that ``kts services`` lists and stops it as one more service kind
 (``services.py``) without kts_resources importing kts_assets; and the CLI server's client reads
@@ -15,7 +15,7 @@ from kts_resources.servers import lifecycle
 STATE_DIR = "cli-server"
 LOG_FILE = "server.log"
 # What its process runs: ``python -m SERVER_MODULE serve KTS_HOME/cli-server``.
-SERVER_MODULE = "kts_assets.cli_server"
+SERVER_MODULE = "kts_assets.cli.server"
 # How long a stopping server gives its running commands after their SIGTERM.
 STOP_GRACE_S = 20
 

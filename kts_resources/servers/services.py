@@ -259,7 +259,7 @@ def _spark_connect_process(pid: int, argv: list[str]) -> MachineServer | None:
 
 
 def _kts_module_process(pid: int, argv: list[str]) -> MachineServer | None:
-    """A CLI server (``python -m kts_assets.cli_server serve HOME``) or a watchdog (``python -m
+    """A CLI server (``python -m kts_assets.cli.server serve HOME``) or a watchdog (``python -m
     kts_resources.servers.home_watch KIND HOME``)."""
     from kts_resources.servers import cli_server_state, home_watch
     from kts_resources.servers.local_processes import start_time

@@ -52,7 +52,7 @@ START_TIMEOUT_S = 120
 # waits in the loop beside the others, so a stalled one delays nobody's command.
 REQUEST_TIMEOUT_S = 10
 # Modules the server imports before it serves: everything a sync imports before its first event.
-PRELOAD = ("kts_assets.cli", "kts_assets.definitions", "kts_assets.sync", "kts_assets.run_hygiene",
+PRELOAD = ("kts_assets.cli.main", "kts_assets.definitions", "kts_assets.sync", "kts_assets.run_hygiene",
            "kts_assets.sensors.roll", "kts_resources.tiering.partition_admin", "pyspark.sql.connect.session",
            "pyarrow.parquet", "psycopg2", "kts_resources.dagster_storage")
 _LENGTH = struct.Struct("!I")
@@ -351,7 +351,7 @@ def _warm_up() -> None:
     the command line's parser (building it imports the modules of every command's options, ~0.1 s
     of a child's start otherwise), the copy job resolved from the Definitions, the metadata store's
     newest schema revision (which loads Alembic's scripts)."""
-    from kts_assets.cli import build_parser
+    from kts_assets.cli.main import build_parser
     from kts_assets.definitions import defs
     from kts_assets.jobs import COPY_JOB_NAME
     from kts_resources.metadata.database import head_revision
@@ -495,7 +495,7 @@ def _run_child(request: dict, fds: list[int], server_pid: int) -> None:
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding, errors="backslashreplace",
                                   line_buffering=True)
     sys.argv = ["kts", *request["argv"]]
-    from kts_assets.cli import run_here
+    from kts_assets.cli.main import run_here
 
     code = 1
     try:
@@ -516,5 +516,5 @@ def _run_child(request: dict, fds: list[int], server_pid: int) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "serve":
-        raise SystemExit("usage: python -m kts_assets.cli_server serve KTS_HOME/cli-server")
+        raise SystemExit("usage: python -m kts_assets.cli.server serve KTS_HOME/cli-server")
     sys.exit(serve(Path(sys.argv[2])))

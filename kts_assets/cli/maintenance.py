@@ -1,110 +1,13 @@
-"""`kts delete-records` and `kts topic delete`: Kafka's DeleteRecords and topic deletion on kts's
-tiers (kts_resources.tiering.partition_admin); `kts recover`: the metadata store rebuilt from the remote
-tier alone (kts_resources.maintenance.recovery); `kts restore`: a partition's log dir rebuilt from the remote
-tier (kts_resources.maintenance.restore). One clear line for bad input."""
+"""`kts recover`: the metadata store rebuilt from the remote tier alone (kts_resources.maintenance.recovery);
+`kts restore`: a partition's log dir rebuilt from the remote tier (kts_resources.maintenance.restore);
+`kts scrub`: the remote tier reconciled with the metadata store (kts_resources.maintenance.scrub).
+One clear line for bad input."""
 
 from __future__ import annotations
 
-from kts_assets.cli import EXIT_USAGE, CommandError, bounded, parse_duration_ms, print_json
+from kts_assets.cli.common import EXIT_USAGE, CommandError, bounded, directory_to_write, parse_duration_ms, print_json, report
+from kts_assets.cli.environment import known_partition, metadata_store, remote_storage
 from kts_assets.sizes import counted
-
-
-def _tip(store, topic: str, partition: int):
-    from kts_resources.kafka.partition import TopicPartition, topic_name_problem
-    from kts_resources.remote_log import TopicIdPartition
-
-    problem = topic_name_problem(topic)
-    if problem is not None:
-        raise CommandError(f"topic {topic!r}: {problem}", EXIT_USAGE)
-    topic_id = store.topic_id(topic)
-    if topic_id is None:
-        raise CommandError(f"topic {topic!r} is not known to the metadata store (kts sync has not seen it)")
-    return TopicIdPartition(topic_id, TopicPartition(topic, partition))
-
-
-def cmd_delete_records(args) -> int:
-    """Move the partition's log start offset to ``--before``; the next expiry deletes below it."""
-    from kts_assets.cli import _metadata_store
-    from kts_resources import settings
-    from kts_resources.tiering.partition_admin import DeleteRecordsError, UnknownPartitionError, delete_records
-    from kts_resources.remote_storage.base import RemoteStorageError
-    from kts_resources.tiering.tiers import locate_partitions
-
-    from kts_assets.cli import _remote_storage
-
-    store = _metadata_store()
-    storage = _remote_storage()
-    try:
-        tip = _tip(store, args.topic, args.partition)
-        key = tip.topic_partition.dir_name
-        located, _ = locate_partitions(settings.log_dirs(), [key], owned_log_dirs=settings.owned_log_dirs())
-        # The tier records it too, so that `kts recover` brings it back.
-        start = delete_records(located.get(key), tip, store, args.before, storage=storage)
-        _report_changed(store, located.values(), "kts delete-records")
-    except UnknownPartitionError as e:
-        raise CommandError(str(e), EXIT_USAGE) from None
-    except DeleteRecordsError as e:
-        raise CommandError(str(e)) from None
-    except RemoteStorageError as e:  # only written after the store moved
-        raise CommandError(f"{e}; the log start offset moved in the metadata store, but its record in the remote tier "
-                           f"(for kts recover) was not written: run the same kts delete-records again") from None
-    finally:
-        storage.close()
-        store.close()
-    if args.json:
-        print_json({"topic": args.topic, "partition": args.partition, "log_start_offset": start})
-    else:
-        print(f"{args.topic}-{args.partition}: log start offset {start}; records below it are no longer readable "
-              f"and the next expiry (kts sync, or the retention sensor's run) deletes their segments")
-    return 0
-
-
-def _report_changed(store, located, changed_by: str) -> None:
-    """The partitions a command changed, reported again to the Dagster instance (runless
-    observations of local_segments and remote_segments), so the UI agrees with `kts status` at
-    once. The change stands either way: a Dagster instance that cannot be written is one warning."""
-    import sys
-
-    try:
-        from kts_assets.assets.reporting import tier_observations
-        from kts_assets.cli import dagster_instance
-
-        instance = dagster_instance()
-        for loc in located:
-            for observation in tier_observations(loc, store, changed_by=changed_by):
-                instance.report_runless_asset_event(observation)
-    except Exception as e:  # noqa: BLE001 - what the command did is done; only the UI lags
-        print(f"kts: warning: the Dagster UI was not told of the change ({type(e).__name__}: {e}); "
-              "the next run's report brings it up to date", file=sys.stderr)
-
-
-def cmd_topic_delete(args) -> int:
-    """Delete every remote segment and remote log index file of the topic, through the partition delete states."""
-    from kts_assets.cli import _metadata_store, _remote_storage
-    from kts_resources import settings
-    from kts_resources.tiering.partition_admin import delete_topic_remote_data
-    from kts_resources.tiering.quotas import SystemClock
-    from kts_resources.tiering.tiers import log_dir_partitions
-
-    storage = _remote_storage()
-    store = _metadata_store()
-    try:
-        results = delete_topic_remote_data(args.topic, store, storage, clock=SystemClock(), home=settings.kts_home())
-        _report_changed(store, [loc for loc in log_dir_partitions(settings.log_dirs()) if loc.partition.topic == args.topic],
-                        "kts topic delete")
-    except KeyError:
-        raise CommandError(f"topic {args.topic!r} is not known to the metadata store") from None
-    finally:
-        storage.close()
-        store.close()
-    segments = sum(r.segments_deleted for r in results)
-    if args.json:
-        print_json({"topic": args.topic, "partitions": len(results), "segments_deleted": segments,
-                    "index_files_deleted": sum(r.index_files_deleted for r in results)})
-    else:
-        print(f"{args.topic}: remote data of {counted(len(results), 'partition')} deleted ({counted(segments, 'segment')}); "
-              f"DELETE_PARTITION_FINISHED. kts no longer copies it.")
-    return 0
 
 
 def cmd_recover(args) -> int:
@@ -112,7 +15,6 @@ def cmd_recover(args) -> int:
     the remote log indexes from the remote tier's listing and manifests alone."""
     import sys
 
-    from kts_assets.cli import report
     from kts_resources import settings
     from kts_resources.maintenance.recovery import RecoveryError, recover
 
@@ -146,7 +48,6 @@ def cmd_restore(args) -> int:
     import sys
     import time
 
-    from kts_assets.cli import directory_to_write
     from kts_resources.remote_storage.base import RemoteStorageError
     from kts_resources.maintenance.restore import RestoreError, restore_partition
 
@@ -160,7 +61,7 @@ def cmd_restore(args) -> int:
             print(f"kts restore: {done.segments}/{total} segments, {done.bytes:,} bytes", file=sys.stderr, flush=True)
 
     def restore(store, storage):
-        _tip(store, args.topic, args.partition)  # an odd or unknown topic: one line
+        known_partition(store, args.topic, args.partition)  # an odd or unknown topic: one line
         return restore_partition(store, storage, args.topic, args.partition, to_dir, from_offset=args.from_offset,
                                  progress=progress)
 
@@ -181,7 +82,6 @@ def cmd_scrub(args) -> int:
     """Reconcile the remote tier with the metadata store (kts_resources.maintenance.scrub); exit 1 on damage."""
     import sys
 
-    from kts_assets.cli import report
     from kts_resources.remote_storage.base import RemoteStorageError
     from kts_resources.maintenance.scrub import scrub
 
@@ -213,10 +113,9 @@ def cmd_scrub(args) -> int:
 def _on_the_tier(work, errors: tuple[type[Exception], ...], *, then: str = ""):
     """``work(store, storage)`` on the metadata store and the remote tier this environment names,
     both closed after it; ``errors`` become one line (with ``then`` after it)."""
-    from kts_assets.cli import _metadata_store, _remote_storage
 
-    store = _metadata_store()
-    storage = _remote_storage()
+    store = metadata_store()
+    storage = remote_storage()
     try:
         return work(store, storage)
     except errors as e:
@@ -226,19 +125,7 @@ def _on_the_tier(work, errors: tuple[type[Exception], ...], *, then: str = ""):
         store.close()
 
 
-def add_admin_parsers(sub) -> None:
-    p = sub.add_parser("delete-records", help="Kafka's DeleteRecords: move a partition's log start offset; expiry deletes below it")
-    p.add_argument("topic", metavar="TOPIC")
-    p.add_argument("partition", metavar="PARTITION", type=bounded(int, 0, 2**31 - 1))
-    p.add_argument("--before", required=True, type=bounded(int, 0, 2**63 - 1), metavar="OFFSET")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_delete_records)
-    p = sub.add_parser("topic", help="topic-level actions: delete (its remote data, through the partition delete states)")
-    topic_sub = p.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
-    d = topic_sub.add_parser("delete", help="delete the topic's remote data and remote log index; kts stops copying it")
-    d.add_argument("topic", metavar="TOPIC")
-    d.add_argument("--json", action="store_true", help="print JSON")
-    d.set_defaults(func=cmd_topic_delete)
+def add_maintenance_parsers(sub) -> None:
     p = sub.add_parser("recover", help="rebuild the metadata store (topics, partitions, finished segments, log start offsets) "
                                        "and the remote log indexes from the remote tier's listing and manifests alone")
     p.add_argument("--json", action="store_true", help="print what was recovered and reported as JSON")

@@ -21,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from kts_assets.cli import EXIT_USAGE, REPO_ROOT, CommandError, bounded, dagster_home
+from kts_assets.cli.common import EXIT_USAGE, CommandError, bounded
+from kts_assets.instance import REPO_ROOT, dagster_home
 
 # How long `kts ui` / `kts code-server` wait for Dagster's process to stop its servers after
 # SIGINT/SIGTERM before killing them.

@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-from kts_assets.cli import EXIT_USAGE, CommandError, b64, bounded, parse_size, print_json, print_table
+from kts_assets.cli.common import EXIT_USAGE, CommandError, b64, bounded, key_values, parse_size, print_json, print_table
+from kts_assets.cli.environment import metadata_store, remote_uri
 
 
 def _reader():
-    from kts_assets.cli import _metadata_store, _remote_uri
     from kts_resources.metadata.quota_config import QuotaConfigError
     from kts_resources.reading.reader import TieredLogReader
 
-    _remote_uri()
+    remote_uri()
     try:
-        return TieredLogReader.from_environment(_metadata_store())
+        return TieredLogReader.from_environment(metadata_store())
     except QuotaConfigError as e:
         raise CommandError(f"broker config: {e}") from None
     except ValueError as e:  # the remote tier's URI: its message names it
@@ -73,44 +73,20 @@ def cmd_offsets(args) -> int:
 
 def cmd_broker_config(args) -> int:
     """The KIP-956 quota settings every kts process shares, kept in the metadata store."""
-    from kts_assets.cli import _metadata_store, key_values
-    from kts_resources.metadata.topic_config import InvalidTopicConfig, broker_retention, validate_broker_retention
-    from kts_resources.metadata.quota_config import QuotaConfig, QuotaConfigError
+    from kts_resources.metadata.quota_config import QuotaConfigError
+    from kts_resources.metadata.topic_config import InvalidTopicConfig
+    from kts_resources.tiering.broker_config import InvalidBrokerConfig, broker_configs_in_force, update_broker_configs
 
-    from kts_resources.tiering.partition_admin import DEFAULT_TOPIC_ABSENCE_GRACE_MS, TOPIC_ABSENCE_GRACE_KEY
-    from kts_resources.tiering.retention import BROKER_RETENTION_DEFAULTS  # the lowest values
-
-    quota_keys = QuotaConfig().to_properties()
-    lowest = {**BROKER_RETENTION_DEFAULTS, TOPIC_ABSENCE_GRACE_KEY: -1}
-    known = {**quota_keys, **lowest}
-    store = _metadata_store()
+    store = metadata_store()
     try:
-        if args.action in ("set", "delete"):
-            stored = store.broker_configs()
-            pending = dict(stored)
-            for key, value in key_values(args.assignments) if args.action == "set" else ():
-                if key not in known:
-                    raise CommandError(f"{key}={value}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}", EXIT_USAGE)
-                if key in lowest:
-                    if not value.lstrip("-").isdigit() or int(value) < lowest[key]:
-                        raise CommandError(f"Invalid value {value!r} for configuration {key}: a whole number ≥ {lowest[key]}", EXIT_USAGE)
-                pending[key] = value
-            for key in args.keys if args.action == "delete" else ():
-                if key not in known:
-                    raise CommandError(f"{key!r} is not one of {', '.join(sorted(known))}", EXIT_USAGE)
-                pending.pop(key, None)
-            # All or nothing: the result as a whole is checked before any key is written.
-            QuotaConfig.from_properties({k: v for k, v in pending.items() if k in quota_keys})
-            validate_broker_retention(pending)
-            for key in sorted(set(stored) | set(pending)):
-                if stored.get(key) != pending.get(key):
-                    store.set_broker_config(key, pending.get(key))
+        if args.action == "set":
+            update_broker_configs(store, assignments=key_values(args.assignments))
+        elif args.action == "delete":
+            update_broker_configs(store, deletions=args.keys)
         stored = store.broker_configs()
         # The values in force: an unset key shows Kafka's default, which is what kts applies.
-        config = {**QuotaConfig.from_properties({k: v for k, v in stored.items() if k in quota_keys}).to_properties(),
-                  **{k: value for k, (value, _set) in broker_retention(stored).items()},
-                  TOPIC_ABSENCE_GRACE_KEY: int(stored.get(TOPIC_ABSENCE_GRACE_KEY, DEFAULT_TOPIC_ABSENCE_GRACE_MS))}
-    except (QuotaConfigError, InvalidTopicConfig) as e:
+        config = broker_configs_in_force(stored)
+    except (InvalidBrokerConfig, QuotaConfigError, InvalidTopicConfig) as e:
         raise CommandError(str(e), EXIT_USAGE) from None
     finally:
         store.close()
