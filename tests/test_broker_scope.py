@@ -28,6 +28,22 @@ def test_a_brokers_scope_names_location_assets_partitions_and_pool_after_its_id_
     assert broker.asset_key("local_segments") == dg.AssetKey(["broker_2", "local_segments"])
 
 
+def test_the_code_location_name_kts_is_defined_once_and_the_repos_files_spell_it_the_same():
+    """broker_scope.PLAIN_LOCATION is the name; workspace.yaml (`dagster dev`, `kts ui`) and
+    pyproject's [tool.dagster] keep it as a literal, so they must agree with it."""
+    import tomllib
+    from pathlib import Path
+
+    import yaml
+
+    from kts_assets.broker_scope import PLAIN_LOCATION
+
+    root = Path(__file__).resolve().parent.parent
+    workspace = yaml.safe_load((root / "workspace.yaml").read_text())
+    assert [entry["python_module"]["location_name"] for entry in workspace["load_from"]] == [PLAIN_LOCATION]
+    assert tomllib.loads((root / "pyproject.toml").read_text())["tool"]["dagster"]["code_location_name"] == PLAIN_LOCATION
+
+
 def test_the_plain_names_stay_for_a_log_dir_with_a_broker_id_until_the_switch_is_on(tmp_path, monkeypatch):
     simulate(tmp_path / "logs", SimulationConfig(node_id=7, **TINY))  # meta.properties: node.id=7
     monkeypatch.setenv("KTS_LOG_DIRS", str(tmp_path / "logs"))

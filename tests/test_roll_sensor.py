@@ -539,7 +539,7 @@ def _stored_sensor_state(instance: dg.DagsterInstance, name: str, cursor: str | 
     from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, InstigatorType, SensorInstigatorData
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
-    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="kts_assets.definitions"), location_name="kts")
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="kts_assets.definitions"), location_name=sensors_roll.CODE_LOCATION_NAME)
     origin = RemoteInstigatorOrigin(RemoteRepositoryOrigin(location, "__repository__"), name)
     return instance.add_instigator_state(
         InstigatorState(origin, InstigatorType.SENSOR, InstigatorStatus.RUNNING, SensorInstigatorData(cursor=cursor)))

@@ -25,6 +25,7 @@ from typing import Iterator
 import dagster as dg
 import pytest
 
+from kts_assets.broker_scope import PLAIN_LOCATION
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .conftest import REPO_ROOT
@@ -39,7 +40,7 @@ SIMULATION = SimulationConfig(total_bytes=200 * 1024, seed=5, topics=TOPICS, par
 # The broker's own partition dir names, which are the partition keys (kts_assets/partitions.py).
 EXPECTED_KEYS = sorted(f"{topic}-{partition}" for topic in TOPICS for partition in range(PARTITIONS))
 
-LOCATION = "kts"  # workspace.yaml's location_name
+LOCATION = PLAIN_LOCATION  # workspace.yaml's location_name
 REPOSITORY = "__repository__"  # what Dagster names the repository of a module-level Definitions
 # Hang-only bounds: the UI takes 57–73 s to its first page on a busy 2-core machine.
 STARTUP_TIMEOUT_S = 600
