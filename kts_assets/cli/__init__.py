@@ -8,6 +8,6 @@
   ``read`` (fetch, offsets, broker-config), ``admin`` (config, delete-records, topic delete),
   ``maintenance`` (recover, restore, scrub), ``services`` (services, spark), ``dagster_ui`` (ui,
   code-server).
-- ``server``: the standing CLI server a sync runs in; ``server_main``: its process, which hands it
-  ``main``'s parser and run_here (so the server does not import the command line back).
+- ``server``: the standing CLI server a sync runs in (its children run ``main.run_here``; ``entry``
+  is its client, and ``kts services`` reaches it through kts_resources.servers, so no cycle).
 """
