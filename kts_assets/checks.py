@@ -39,9 +39,9 @@ from kts_resources.tiering.tiers import (
     active_log_end_offset,
     finished_segments,
     locate_partitions,
-    partition_tiers,
     topic_id_partition,
 )
+from kts_resources.tiering.partition_view import partition_tiers
 
 Verdict = tuple[bool, dict[str, object], str]  # passed, metadata, description
 # Partitions judged at once by a check: within the metadata store's connection pool (5).

@@ -15,7 +15,8 @@ import pytest
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.reading.reader import OffsetOutOfRangeError
 from kts_resources.remote_storage.factory import remote_storage_from_uri
-from kts_resources.tiering.tiers import locate_partitions, log_start_offset, partition_tiers
+from kts_resources.tiering.partition_view import partition_tiers
+from kts_resources.tiering.tiers import locate_partitions, log_start_offset
 
 from .broker_retention import FINISHED, HOUR_MS, RetainingBroker, kts_pass, read_remote_only, records_at, remote_only
 

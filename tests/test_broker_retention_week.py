@@ -27,7 +27,8 @@ import pytest
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiering.retention import BY_TIME
-from kts_resources.tiering.tiers import locate_partitions, partition_tiers
+from kts_resources.tiering.partition_view import partition_tiers
+from kts_resources.tiering.tiers import locate_partitions
 
 from .broker_retention import DAY_MS, FINISHED, HOUR_MS, RetainingBroker, kts_pass, records_at, remote_only
 from .conftest import REPO_ROOT

@@ -187,7 +187,7 @@ def test_a_segment_without_timestamps_ages_by_its_file_modification_time(tmp_pat
     import os
     import struct
 
-    from kts_resources.tiering.expiry import largest_timestamp
+    from kts_resources.kafka.indexes import segment_largest_timestamp
     from kts_resources.kafka.logdir import SegmentFiles
 
     log, index, timeindex = (tmp_path / f"{0:020d}{s}" for s in (".log", ".index", ".timeindex"))
@@ -195,9 +195,9 @@ def test_a_segment_without_timestamps_ages_by_its_file_modification_time(tmp_pat
     timeindex.write_bytes(b"\0" * 24)
     os.utime(log, ns=(1_600_000_000_123_000_000, 1_600_000_000_123_000_000))
     segment = SegmentFiles(0, log, index, timeindex, None, active=False, next_base_offset=10)
-    assert largest_timestamp(segment) == 1_600_000_000_123
+    assert segment_largest_timestamp(segment) == 1_600_000_000_123
     timeindex.write_bytes(struct.pack(">qi", 1_700_000_000_000, 4) + struct.pack(">qi", 1_700_000_000_500, 9) + b"\0" * 12)
-    assert largest_timestamp(segment) == 1_700_000_000_500
+    assert segment_largest_timestamp(segment) == 1_700_000_000_500
 
 
 def test_delete_segments_by_retention_size(tiered, metadata_store):

@@ -78,7 +78,8 @@ def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_u
     assert "past retention" in md["size"]
     assert md["delete_lag_segments"] == 0 and md["delete_lag_bytes"] == 0  # what was to go went
     # Both tiers are reported again by the step that changed them: the UI shows what `kts status` shows.
-    from kts_resources.tiering.tiers import active_log_end_offset, partition_tiers
+    from kts_resources.tiering.partition_view import partition_tiers
+    from kts_resources.tiering.tiers import active_log_end_offset
 
     observed = {}
     for event in result.all_events:

@@ -387,7 +387,8 @@ def lag_events(result) -> dict[str, tuple[int, int]]:
 
 
 def test_copy_lag_is_observed_before_any_copy_and_agrees_with_the_tiers(tmp_path, instance):
-    from kts_resources.tiering.tiers import log_dir_partitions, partition_tiers
+    from kts_resources.tiering.partition_view import partition_tiers
+    from kts_resources.tiering.tiers import log_dir_partitions
 
     simulate(tmp_path, SimulationConfig(seed=9, topics=("orders",), partitions=2, total_bytes=48 * KiB, segment_bytes=8 * KiB))
     keys = [p.topic_partition.dir_name for p in LogDir(tmp_path).partitions()]

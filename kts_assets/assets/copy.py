@@ -20,9 +20,9 @@ from kts_resources.tiering.tiers import (
     LocatedPartition,
     locate_partitions,
     log_dir_partitions,
-    partition_tiers,
     topic_id_disagreements,
 )
+from kts_resources.tiering.partition_view import partition_tiers
 
 
 # Bumped when what a copy writes (objects, metadata) changes meaning.

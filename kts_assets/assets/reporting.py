@@ -15,7 +15,8 @@ from collections.abc import Mapping
 import dagster as dg
 
 from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_SEGMENTS
-from kts_resources.tiering.tiers import LocatedPartition, active_log_end_offset, partition_tiers
+from kts_resources.tiering.partition_view import partition_tiers
+from kts_resources.tiering.tiers import LocatedPartition, active_log_end_offset
 
 OWNERS = ["team:kts"]
 RUN_TOTAL_TAG_PREFIX = "kts/"

@@ -17,7 +17,8 @@ from kts_resources.spark.inventory import inventory_path, inventory_root, key_di
 from kts_resources.kafka.errors import shown
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
 from kts_resources.spark.session import inventory_schema
-from kts_resources.tiering.tiers import eligible_segments, locate_partitions, partition_tiers, segment_bytes
+from kts_resources.tiering.partition_view import partition_tiers
+from kts_resources.tiering.tiers import eligible_segments, locate_partitions, segment_bytes
 
 
 # Bumped when the inventory's columns or meaning change (Dagster shows materialisations made by

@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 from .errors import CorruptRecordError, FileChangedError, IndexFormatError, shown
 from .files import MAX_KAFKA_FILE_BYTES, read_whole, write_atomically
-from .logdir import list_segments, parse_offset_file_name
+from .logdir import SegmentFiles, list_segments, parse_offset_file_name
 from .records import NO_TIMESTAMP, SegmentScan, scan_batches
 
 OFFSET_ENTRY_SIZE = 8
@@ -312,41 +312,82 @@ def read_offset_index(path: str | os.PathLike, base_offset: int | None = None) -
     return [OffsetPosition(base + rel, pos) for rel, pos in read.entries]
 
 
-def last_offset_index_entry(path: str | os.PathLike, base_offset: int | None = None) -> OffsetPosition | None:
-    """The last entry of an ``.index`` file, found by bisecting for the start of its zero-filled
-    tail: a score of 8-byte reads instead of the whole file (an active segment's index is
-    preallocated to segment.index.bytes, 10 MiB by default). None when the file has no entry or is
-    not a whole number of entries. Entries' relative offsets increase, so the tail is where they
-    drop to 0 (as :func:`read_offset_index` reads it); in a damaged file the entry found may be any
-    non-zero one, so it is a hint its caller checks against the log."""
-    base = _base_offset_of(path) if base_offset is None else base_offset
+def _last_entry(path: str | os.PathLike, entry: struct.Struct, relative_at: int, what: str,
+                *, partial_ok: bool) -> tuple[int, ...] | None:
+    """The last entry of an index file (raw fields), found by bisecting for the start of its
+    zero-filled tail: a score of reads instead of the whole file (an active segment's index is
+    preallocated to segment.index.bytes, 10 MiB by default). Entries' relative offsets increase,
+    so the tail is where they drop to 0 (as the full readers read it). None when the file has no
+    entry, is larger than Kafka writes, or (unless ``partial_ok``: the partial entry is ignored)
+    is not a whole number of entries."""
+    size_of = entry.size
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
-        if size % OFFSET_ENTRY_SIZE or size > MAX_KAFKA_FILE_BYTES:
+        if (size % size_of and not partial_ok) or size > MAX_KAFKA_FILE_BYTES:
             return None
 
-        def entry(i: int) -> tuple[int, int]:
-            data = os.pread(fd, OFFSET_ENTRY_SIZE, i * OFFSET_ENTRY_SIZE)
-            if len(data) < OFFSET_ENTRY_SIZE:
-                raise FileChangedError(f"offset index shrank to {len(data) + i * OFFSET_ENTRY_SIZE:,} bytes while "
-                                       "being read", path=path, position=i * OFFSET_ENTRY_SIZE)
-            return _OFFSET_ENTRY.unpack(data)
+        def read(i: int) -> tuple[int, ...]:
+            data = os.pread(fd, size_of, i * size_of)
+            if len(data) < size_of:
+                raise FileChangedError(f"{what} shrank to {len(data) + i * size_of:,} bytes while "
+                                       "being read", path=path, position=i * size_of)
+            return entry.unpack(data)
 
-        count = size // OFFSET_ENTRY_SIZE
+        count = size // size_of
         if count == 0:
             return None
         last, past = 0, count  # entry `last` is an entry (0 always is, if any is); `past` is tail or the end
         while past - last > 1:
             middle = (last + past) // 2
-            if entry(middle)[0] != 0:
+            if read(middle)[relative_at] != 0:
                 last = middle
             else:
                 past = middle
-        relative, position = entry(last)
-        if last == 0 and relative == 0 and position == 0 and count > 1:
-            return None  # preallocated and never written (one zero entry alone is an entry, as read_offset_index reads it)
-        return OffsetPosition(base + relative, position)
+        fields = read(last)
+        if last == 0 and not any(fields) and count > 1:
+            return None  # preallocated and never written (one zero entry alone is an entry, as the full readers read it)
+        return fields
+
+
+def last_offset_index_entry(path: str | os.PathLike, base_offset: int | None = None) -> OffsetPosition | None:
+    """The last entry of an ``.index`` file (:func:`_last_entry`); None when the file has no entry
+    or is not a whole number of entries. In a damaged file the entry found may be any non-zero
+    one, so it is a hint its caller checks against the log."""
+    base = _base_offset_of(path) if base_offset is None else base_offset
+    fields = _last_entry(path, _OFFSET_ENTRY, 0, "offset index", partial_ok=False)
+    return None if fields is None else OffsetPosition(base + fields[0], fields[1])
+
+
+def last_time_index_entry(path: str | os.PathLike, base_offset: int | None = None) -> TimestampOffset | None:
+    """The last entry of a ``.timeindex`` file (:func:`_last_entry`; a partial entry a crash cut
+    short is ignored): a closed segment's holds its largest timestamp (the roll appends it)."""
+    base = _base_offset_of(path) if base_offset is None else base_offset
+    fields = _last_entry(path, _TIME_ENTRY, 1, "time index", partial_ok=True)
+    return None if fields is None else TimestampOffset(fields[0], base + fields[1])
+
+
+def largest_timestamp(max_timestamp: int, log_mtime_ns: int) -> int:
+    """Kafka's LogSegment.largestTimestamp: the largest record timestamp, else (no timestamps:
+    magic 0, or none recorded) the .log's modification time in ms, so time-based retention still
+    applies."""
+    return max_timestamp if max_timestamp >= 0 else log_mtime_ns // 1_000_000
+
+
+def segment_largest_timestamp(segment: SegmentFiles) -> int:
+    """A closed segment's largest timestamp without reading its batches: its time index's last
+    entry, else the .log's modification time (:func:`largest_timestamp`); −1 when the .log is gone.
+    An entry that is all zeros (a zero-filled index) is no entry."""
+    try:
+        last = last_time_index_entry(segment.time_index, segment.base_offset)
+    except (OSError, FileChangedError):
+        last = None
+    if last is not None and (last.timestamp > 0 or last.offset > segment.base_offset):
+        return last.timestamp
+    try:
+        return largest_timestamp(NO_TIMESTAMP, os.stat(segment.log).st_mtime_ns)
+    except OSError:
+        return -1
 
 
 def read_time_index(path: str | os.PathLike, base_offset: int | None = None) -> list[TimestampOffset]:

@@ -25,7 +25,6 @@ import dataclasses
 import json
 import logging
 import os
-import struct
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kts_resources.kafka.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint, write_offset_checkpoint
+from kts_resources.kafka.indexes import segment_largest_timestamp
 from kts_resources.kafka.logdir import SegmentFiles
-from kts_resources.metadata.lineage import current_lineage
 from kts_resources.tiering.lineage import diverges_at, last_epoch, readable_spans
 from kts_resources.tiering.lost_ranges import uncovered
 from kts_resources.kafka.partition import TopicPartition
@@ -49,7 +48,8 @@ from kts_resources.tiering.retention import (
     plan_local_retention,
     plan_remote_retention,
 )
-from kts_resources.tiering.tiers import LocatedPartition, log_start_offset
+from kts_resources.tiering.partition_view import PartitionView, locked_partition, partition_view
+from kts_resources.tiering.tiers import LocatedPartition
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 DELETED_SUFFIX = ".deleted"
-_TIME_ENTRY = struct.Struct(">qi")
 
 
 @dataclass(frozen=True)
@@ -130,28 +129,6 @@ class PartitionRetention:
                    LocalPlan(expired(local["expired"]), local["local_log_start_offset"]), owned=fields["owned"])
 
 
-def largest_timestamp(segment: SegmentFiles) -> int:
-    """A closed segment's largest timestamp: its time index's last entry (the roll appends one
-    holding the segment's largest), else the .log's modification time (Kafka's largestTimestamp)."""
-    try:
-        size = segment.time_index.stat().st_size
-        with open(segment.time_index, "rb") as f:
-            # Walk back over a zero-filled preallocated tail (an unclean shutdown leaves one).
-            end = size - size % _TIME_ENTRY.size
-            while end >= _TIME_ENTRY.size:
-                f.seek(end - _TIME_ENTRY.size)
-                ts, rel = _TIME_ENTRY.unpack(f.read(_TIME_ENTRY.size))
-                if ts > 0 or rel > 0:
-                    return ts
-                end -= _TIME_ENTRY.size
-    except (OSError, struct.error):
-        pass
-    try:
-        return segment.log.stat().st_mtime_ns // 1_000_000
-    except OSError:
-        return -1
-
-
 def local_segments(segments: Sequence[SegmentFiles]) -> tuple[list[ClosedSegment], int]:
     """(the closed segments as retention sees them, the active segment's size)."""
     closed = []
@@ -162,7 +139,7 @@ def local_segments(segments: Sequence[SegmentFiles]) -> tuple[list[ClosedSegment
             size = s.log.stat().st_size
         except FileNotFoundError:
             continue  # deleted since listed
-        closed.append(ClosedSegment(s.base_offset, s.next_base_offset - 1, size, largest_timestamp(s)))
+        closed.append(ClosedSegment(s.base_offset, s.next_base_offset - 1, size, segment_largest_timestamp(s)))
     active = segments[-1] if segments and segments[-1].active else None
     try:
         active_size = active.log.stat().st_size if active else 0
@@ -178,26 +155,15 @@ def plan_partition(
     *,
     now_ms: int,
     segments: Sequence[SegmentFiles] | None = None,
+    view: PartitionView | None = None,
 ) -> PartitionRetention:
-    """The partition's retention plan now (``located``: None when it is in no log dir)."""
+    """The partition's retention plan now (``located``: None when it is in no log dir), from its
+    ``view`` (one is read when the caller has none)."""
+    view = view if view is not None else partition_view(located, store, tip=tip, segments=segments)
     config = RetentionConfig.from_topic_config(store.topic_configs(tip.topic), tip.topic, store.broker_configs())
-    state = store.partition_state(tip)
-    if located is not None:
-        segments = located.partition.segments() if segments is None else segments
-        tp = located.partition.topic_partition
-        hw = located.log_dir.high_watermark(tp)
-        checkpointed = located.log_dir.log_start_offset(tp)
-        local_epochs = located.partition.leader_epochs()
-    else:
-        segments, hw, checkpointed, local_epochs = [], None, None, []
-    local_start = segments[0].base_offset if segments else -1
-    finished = store.list_remote_log_segments(tip, states={FINISHED})
-    lineage = current_lineage(state.lineage, local_epochs)
-    spans = readable_spans(finished, lineage)
-    start = log_start_offset(checkpointed=checkpointed, local_log_start_offset=local_start,
-                             remote_log_start_offset=spans[0].start_offset if spans else -1,
-                             recorded=state.log_start_offset)
-    closed, active_size = local_segments(segments)
+    start, lineage, spans = view.log_start_offset, view.lineage, view.spans
+    local_epochs = view.local_lineage
+    closed, active_size = local_segments(view.segments)
     # What a reader can read from the tier (the lineage's, not an old leader's copy): the bound
     # for local retention, and where the local-only bytes begin.
     highest_copied = spans[-1].end_offset if spans else -1
@@ -207,9 +173,9 @@ def plan_partition(
     diverged = diverges_at(local_epochs, lineage) if last_epoch(local_epochs) < last_epoch(lineage) else None
     only_local = sum(s.size_bytes for s in closed if s.base_offset >= highest_copied and (diverged is None or s.end_offset < diverged))
     only_local += active_size if diverged is None else 0
-    remote = plan_remote_retention(finished, log_start_offset=start, lineage=lineage,
+    remote = plan_remote_retention(view.finished, log_start_offset=start, lineage=lineage,
                                    only_local_bytes=only_local, config=config, now_ms=now_ms)
-    local = plan_local_retention(closed, active_size_bytes=active_size, high_watermark=-1 if hw is None else hw,
+    local = plan_local_retention(closed, active_size_bytes=active_size, high_watermark=view.high_watermark,
                                  highest_copied_offset=highest_copied, log_start_offset=max(start, remote.log_start_offset),
                                  config=config, now_ms=now_ms)
     return PartitionRetention(tip, config, start, remote, local, owned=located is not None and located.owned)
@@ -246,7 +212,7 @@ def expire_partition(
     from kts_resources.tiering.copier import delete_remote_log_segment
 
     tip = plan.tip
-    with store.partition_lock(tip, timeout_s=lock_timeout_s):
+    with locked_partition(store, tip, located, timeout_s=lock_timeout_s) as held:
         if located is not None and located.owned:
             remove_deleted_leftovers(located.partition.path)
         # A delete an earlier pass started and did not finish (killed, or the tier failed) goes first.
@@ -277,18 +243,18 @@ def expire_partition(
             result.remote_deleted.append(expired.start_offset)
             result.remote_bytes_deleted += expired.size_bytes
         if located is not None and located.owned:
-            _apply_local(located, tip, store, plan, result)
+            _apply_local(located, tip, store, plan, result, held.view)
     return result
 
 
 def _apply_local(located: LocatedPartition, tip: TopicIdPartition, store: "RemoteLogMetadataStore",
-                 plan: PartitionRetention, result: ExpiryResult) -> None:
+                 plan: PartitionRetention, result: ExpiryResult, view: PartitionView) -> None:
     partition = located.partition
     segments = {s.base_offset: s for s in partition.segments()}
+    # The tier as it is after this pass's remote deletions (the view's listing is from before them).
     finished = store.list_remote_log_segments(tip, states={FINISHED})
     # Held in the tier means readable there: on the partition's lineage, not merely in some segment.
-    held = [(span.start_offset, span.end_offset) for span in readable_spans(
-        finished, current_lineage(store.partition_state(tip).lineage, partition.leader_epochs()))]
+    held = [(span.start_offset, span.end_offset) for span in readable_spans(finished, view.lineage)]
     for expired in plan.local.expired:
         segment = segments.get(expired.start_offset)
         if segment is None or segment.active:

@@ -1,5 +1,5 @@
 """What ``kts status`` prints and ``kts sync`` totals: one row per partition in the broker's log dirs,
-both tiers' offsets, bytes, segments and copy lag (:func:`tiers.partition_tiers`), open lost ranges,
+both tiers' offsets, bytes, segments and copy lag (:func:`partition_view.tiers_of`), open lost ranges,
 damaged remote segments and this broker's replica role. Neither Dagster nor PySpark is imported."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import dataclasses
 from kts_resources import settings
 from kts_resources.kafka.errors import KafkaFormatError, os_error_line
 from kts_resources.tiering.leadership import broker_replicas
-from kts_resources.tiering.tiers import active_log_end_offset, log_dir_partitions, partition_tiers, topic_id_partition
+from kts_resources.tiering.partition_view import partition_view, tiers_of
+from kts_resources.tiering.tiers import log_dir_partitions
 
 STATUS_FIELDS = (
     "topic", "partition", "log_start_offset", "local_log_start_offset", "high_watermark", "log_end_offset",
@@ -34,8 +35,8 @@ def status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> lis
     for located in log_dir_partitions(settings.log_dirs()):
         partition = located.partition
         try:
-            segments = partition.segments()
-            tiers = partition_tiers(located, store, segments=segments, log_end_offset=active_log_end_offset(segments))
+            view = partition_view(located, store)
+            tiers = tiers_of(view)
         except ConnectionError:
             raise  # the store is down: not this partition's problem
         except OSError as e:
@@ -49,7 +50,7 @@ def status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> lis
             if str(e) not in unreadable.values():
                 unreadable[located.key] = str(e)
             continue
-        tip = topic_id_partition(partition, store)
+        tip = view.tip
         lost = store.lost_ranges(tip) if tip is not None else []
         row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers),
                "lost_ranges": [[r.start_offset, r.end_offset] for r in lost],

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from kts_resources.kafka.checkpoints import EpochEntry
-from kts_resources.metadata.lineage import current_lineage
-from kts_resources.tiering.lineage import readable_spans
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles, parse_partition_dir_name, partition_dir_present
 from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
@@ -163,7 +161,7 @@ def copy_lag_base_offsets(base_offsets: Sequence[int], highest_copied_offset: in
     """Base offsets of the segments that make up the copy lag (``base_offsets`` ascending, the last
     one active): the closed segments not yet in the remote tier — base offset ≥ the highest copied
     offset, as UnifiedLog's onlyLocalLogSegmentsSize counts them — eligible or not. File names
-    alone decide it: the roll sensor's survey and :func:`partition_tiers` both ask this function."""
+    alone decide it: the roll sensor's survey and :func:`partition_view.tiers_of` both ask this function."""
     return [base for base in base_offsets[:-1] if base >= highest_copied_offset]
 
 
@@ -327,63 +325,6 @@ def active_log_end_offset(segments: Sequence[SegmentFiles]) -> int:
 
 def finished_segments(tip: TopicIdPartition | None, store: "RemoteLogMetadataStore") -> list[RemoteLogSegmentMetadata]:
     return [] if tip is None else store.list_remote_log_segments(tip, states={FINISHED})
-
-
-def partition_tiers(
-    located: LocatedPartition,
-    store: "RemoteLogMetadataStore | None" = None,
-    *,
-    segments: Sequence[SegmentFiles] | None = None,
-    log_end_offset: int | None = None,
-) -> PartitionTiers:
-    """Both tiers of a partition (the local one alone without a ``store``).
-
-    ``segments``: the partition's listing if the caller has one. ``log_end_offset``: Lz if the
-    caller knows it (:func:`active_log_end_offset`, an inventory's); otherwise the active segment's
-    base offset stands in, a lower bound that costs no read.
-
-    Copy lag: the closed local segments not yet in the remote tier (base offset ≥ the highest
-    copied offset, as UnifiedLog's onlyLocalLogSegmentsSize counts them) — eligible or not; the
-    active segment never counts.
-    """
-    partition, log_dir = located.partition, located.log_dir
-    tp = partition.topic_partition
-    segments = partition.segments() if segments is None else segments
-    local_start = segments[0].base_offset if segments else -1
-    hw, rp = log_dir.high_watermark(tp), log_dir.recovery_point(tp)
-    if log_end_offset is None:
-        log_end_offset = segments[-1].base_offset if segments else -1
-
-    tip = topic_id_partition(partition, store) if store is not None else None
-    finished = finished_segments(tip, store) if store is not None else []
-    state = store.partition_state(tip) if tip is not None else None
-    highest_copied = state.highest_copied_offset if state is not None else -1
-    # The tier as a reader sees it: the current lineage's offsets, each counted once
-    # (kts_resources/tiering/lineage.py); a segment off the lineage or covered by others counts nowhere.
-    spans = readable_spans(finished, current_lineage(state.lineage if state is not None else (), partition.leader_epochs()))
-    remote_start = spans[0].start_offset if spans else -1
-    lagging = set(copy_lag_base_offsets([s.base_offset for s in segments], highest_copied))
-    lag = [s for s in segments if s.base_offset in lagging]
-    return PartitionTiers(
-        log_start_offset=log_start_offset(
-            checkpointed=log_dir.log_start_offset(tp), local_log_start_offset=local_start,
-            remote_log_start_offset=remote_start,
-            # The store's record (DeleteRecords, remote retention) holds even with nothing remote left.
-            recorded=state.log_start_offset if state is not None else -1),
-        local_log_start_offset=local_start,
-        high_watermark=-1 if hw is None else hw,
-        log_end_offset=log_end_offset,
-        recovery_point=-1 if rp is None else rp,
-        remote_log_start_offset=remote_start,
-        remote_log_end_offset=spans[-1].end_offset if spans else -1,
-        highest_copied_offset=highest_copied,
-        local_bytes=segment_bytes(segments),
-        local_segments=len(segments),
-        remote_bytes=sum(span.size_bytes for span in spans),
-        remote_segments=len({id(span.segment) for span in spans}),
-        copy_lag_bytes=segment_bytes(lag),
-        copy_lag_segments=len(lag),
-    )
 
 
 def eligible_segments(tiers: PartitionTiers, segments: Sequence[SegmentFiles]) -> list[SegmentFiles]:
