@@ -53,24 +53,10 @@ from kts_resources.kafka.records import (
     verified_batch_positions,
 )
 from kts_resources.kafka.snapshots import AbortedTxn, decode_aborted_txns, read_producer_snapshot, read_txn_index
-from kts_resources.metadata.lineage import current_lineage
-from kts_resources.tiering.lineage import Span, copy_start_offset, readable_spans
-from kts_resources.remote_log import (
-    IndexType,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
-    RemoteResourceNotFoundError,
-    RemoteStorageError,
-    TopicIdPartition,
-)
-from kts_resources.tiering.tiers import (
-    LocatedPartition,
-    active_log_end_offset,
-    leader_epoch_lineage,
-    locate_partitions,
-    log_start_offset,
-    remote_epoch_starts,
-)
+from kts_resources.tiering.lineage import Span, copy_start_offset
+from kts_resources.remote_log import IndexType, RemoteLogSegmentMetadata, RemoteResourceNotFoundError, RemoteStorageError
+from kts_resources.tiering.partition_view import PartitionView, partition_view
+from kts_resources.tiering.tiers import LocatedPartition, leader_epoch_lineage, locate_partitions, remote_epoch_starts
 
 if TYPE_CHECKING:
     from kts_resources.reading.chunk_cache import ChunkCache
@@ -290,65 +276,44 @@ class PartitionReader:
         index_dir: Path | None,
         fetch_quota: "FetchQuotaManager | None" = None,
         chunk_cache: "ChunkCache | None" = None,
+        view: PartitionView | None = None,
     ) -> None:
+        """``view``: the partition's view if the caller read one (else it is read here)."""
         self.topic, self.partition = topic, partition
         self.chunk_cache = chunk_cache
         self.located = located
         self.store, self.rsm = store, rsm
         self.fetch_quota = fetch_quota
-        self.tip: TopicIdPartition | None = None
         self.remote_requests = 0
         self._remote_index_cache: dict[int, ri.LoadedFileSet] = {}
         self._index_refreshed = False
         self._txn_cache: dict[uuid.UUID, list[AbortedTxn]] = {}
         self._offset_index_cache: dict[uuid.UUID, list[OffsetPosition]] = {}
 
-        # Local tier.
-        self.segments: list[SegmentFiles] = located.partition.segments() if located else []
-        tp = TopicPartition(topic, partition)
-        log_dir = located.log_dir if located else None
-        self.local_log_start_offset = self.segments[0].base_offset if self.segments else -1
-        self.log_end_offset = active_log_end_offset(self.segments) if self.segments else -1
-        hw = log_dir.high_watermark(tp) if log_dir else None
-        self.high_watermark = min(hw, self.log_end_offset) if hw is not None else -1
-        checkpointed = log_dir.log_start_offset(tp) if log_dir else None
-
-        # Remote tier.
-        self.finished: list[RemoteLogSegmentMetadata] = []
-        recorded = -1
-        recorded_lineage: Sequence[EpochEntry] = ()
-        if store is not None:
-            from kts_resources.tiering.tiers import topic_id_partition
-
-            if located is not None:
-                self.tip = topic_id_partition(located.partition, store)
-            else:
-                topic_id = store.topic_id(topic)
-                self.tip = TopicIdPartition(topic_id, tp) if topic_id is not None else None
-            if self.tip is not None:
-                self.finished = sorted(store.list_remote_log_segments(self.tip, states={RemoteLogSegmentState.COPY_SEGMENT_FINISHED}),
-                                       key=lambda md: md.start_offset)
-                state = store.partition_state(self.tip)
-                recorded, recorded_lineage = state.log_start_offset, state.lineage
+        # Both tiers as of now, read once (kts_resources/tiering/partition_view.py).
+        if view is None:
+            view = partition_view(located, store, topic_partition=TopicPartition(topic, partition))
+        self.view = view
+        self.tip = view.tip
+        self.segments: list[SegmentFiles] = view.segments
+        self.local_log_start_offset = view.local_log_start_offset
+        self.finished: list[RemoteLogSegmentMetadata] = view.finished
         if located is None and not self.finished:
             raise UnknownPartitionError(f"{topic}-{partition}: the partition is in no log dir and has no data in the remote tier")
         # The remote tier as a reader sees it: the current leader-epoch lineage's offsets, each
         # served by one segment that holds it in that lineage's epoch (kts_resources/tiering/lineage.py).
         # Never a segment that ends before the offset (one may lie inside another: two copiers'
         # roll points), nor one of another lineage (an old leader's after an unclean election).
-        self.current_lineage = current_lineage(recorded_lineage, self._local_lineage())
-        spans = readable_spans(self.finished, self.current_lineage)
-        self.remote_log_start_offset = spans[0].start_offset if spans else -1
-        self.log_start_offset = log_start_offset(
-            checkpointed=checkpointed, local_log_start_offset=self.local_log_start_offset,
-            remote_log_start_offset=self.remote_log_start_offset, recorded=recorded)
-        self.spans = [span for span in spans if span.end_offset >= self.log_start_offset]
+        self.current_lineage = view.lineage
+        self.remote_log_start_offset = view.remote_log_start_offset
+        self.log_start_offset = view.log_start_offset
+        self.spans = view.readable_spans
         self._span_starts = [span.start_offset for span in self.spans]
         self.highest_remote_offset = self.spans[-1].end_offset if self.spans else -1
-        self._recorded_highest_copied = (state.highest_copied_offset if store is not None and self.tip is not None else -1)
-        if located is None:
-            # Only in the remote tier (the partition moved, or its log dir is elsewhere): its end is the tier's.
-            self.log_end_offset = self.high_watermark = self.highest_remote_offset + 1
+        self._recorded_highest_copied = view.highest_copied_offset
+        # A partition only in the remote tier (moved, or its log dir is elsewhere) ends where the tier does.
+        self.log_end_offset = view.log_end_offset
+        self.high_watermark = view.high_watermark
         self.index_dir = index_dir if index_dir is not None and self.tip is not None else None
         self._lso: int | None = None
         self._lineage: list[EpochEntry] | None = None
@@ -396,9 +361,6 @@ class PartitionReader:
         if isolation not in ISOLATION_LEVELS:
             raise ReadError(f"isolation {isolation!r} is not one of {', '.join(ISOLATION_LEVELS)}")
         return self.last_stable_offset if isolation == READ_COMMITTED else self.high_watermark
-
-    def _local_lineage(self) -> list[EpochEntry]:
-        return self.located.partition.leader_epochs() if self.located is not None else []
 
     @property
     def lineage(self) -> list[EpochEntry]:

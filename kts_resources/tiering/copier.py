@@ -22,6 +22,7 @@ from kts_resources.reading import remote_index as ri
 from kts_resources.reading import remote_index_cache as index_cache
 
 from kts_resources.kafka.checkpoints import EpochEntry, epochs_up_to, format_leader_epoch_checkpoint
+from kts_resources.kafka.indexes import largest_timestamp
 from kts_resources.kafka.logdir import LogDir, PartitionDir, SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.kafka.errors import FileChangedError
@@ -43,7 +44,8 @@ from kts_resources.remote_log import (
 from kts_resources.remote_storage.base import RemoteStorageManager, StoredObject, segment_custom_metadata, stored_objects
 from kts_resources.remote_storage.keys import MANIFEST_SUFFIX
 from kts_resources.remote_storage.manifest import SegmentManifest, encode_manifest
-from kts_resources.tiering.tiers import active_log_end_offset, adopt_first_log_start_offset, copy_candidates, log_start_offset, partition_topic_id
+from kts_resources.tiering.partition_view import PartitionView, locked_partition, partition_view
+from kts_resources.tiering.tiers import LocatedPartition, adopt_first_log_start_offset, copy_candidates, log_start_offset, partition_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -243,17 +245,18 @@ def copy_partition(
         # `kts topic delete` (or delete-on-disable) removed its remote data: copying it again would undo that.
         result.skipped = f"the partition's remote data was deleted ({deleted.name}); it is not copied again"
         return result
-    high_watermark = log_dir.high_watermark(tp)
-    recovery_point = log_dir.recovery_point(tp)
-    if high_watermark is None or recovery_point is None:
-        missing = "replication-offset-checkpoint" if high_watermark is None else "recovery-point-offset-checkpoint"
+    # The partition as this pass sees it; what the checks here do not read is read under the lock.
+    view = partition_view(LocatedPartition(tp.dir_name, log_dir, partition, owned=False), store, tip=tip)
+    if view.checkpointed_high_watermark is None or view.recovery_point is None:
+        missing = "replication-offset-checkpoint" if view.checkpointed_high_watermark is None else "recovery-point-offset-checkpoint"
         result.skipped = f"{log_dir.path / missing} has no entry for {tp}: what is committed is unknown, so nothing is copied"
         return result
 
-    with store.partition_lock(tip, timeout_s=lock_timeout_s) as lock:
+    with locked_partition(store, tip, view.located, timeout_s=lock_timeout_s, view=view) as held:
+        lock = held.lock
         result.repaired = _finish_interrupted(store, storage, tip, clock)
         # One listing for the whole pass: what is verified and copied is what was listed.
-        segments = partition.segments()
+        segments = view.segments
         adopt_first_log_start_offset(store, tip, partition, log_dir, segments)  # before the manifests carry it
         manifest_context = manifest_context_for(store, tip)
         try:
@@ -273,14 +276,16 @@ def copy_partition(
         if segments:
             # Where kts's watch over the partition begins: older data was gone before it looked.
             store.observe_first_offset(tip, segments[0].base_offset)
-        lineage = partition.leader_epochs()
-        from_offset, copy_limit = _where_to_copy(store, tip, lineage, segments)
+        lineage = view.local_lineage
+        from_offset, copy_limit = _where_to_copy(store, tip, lineage, view)
         candidates = copy_candidates(
             segments,
-            high_watermark=high_watermark,
-            recovery_point=recovery_point,
-            log_start_offset=log_start_offset(checkpointed=log_dir.log_start_offset(tp),
-                                              local_log_start_offset=segments[0].base_offset if segments else -1,
+            high_watermark=view.high_watermark,
+            recovery_point=view.recovery_point,
+            # The local log's start alone (the broker's checkpoint bounds it), never below kts's
+            # record, read again: adopting the first log start offset above may have moved it.
+            log_start_offset=log_start_offset(checkpointed=view.checkpointed_log_start_offset,
+                                              local_log_start_offset=view.local_log_start_offset,
                                               recorded=store.partition_state(tip).log_start_offset),
             highest_copied_offset=from_offset - 1,
             copy_limit=copy_limit,
@@ -347,7 +352,7 @@ def copy_partition(
 
 
 def _where_to_copy(store: RemoteLogMetadataStore, tip: TopicIdPartition, lineage: Sequence[EpochEntry],
-                   segments: Sequence[SegmentFiles]) -> tuple[int, int | None]:
+                   view: PartitionView) -> tuple[int, int | None]:
     """(the first offset to copy, the first offset not to copy or None) for a replica with
     ``lineage``, as Kafka's RemoteLogManager decides (kts_resources/tiering/lineage.py): the replica's
     lineage becomes the partition's if it is newer; copying starts one past findHighestRemoteOffset
@@ -358,7 +363,7 @@ def _where_to_copy(store: RemoteLogMetadataStore, tip: TopicIdPartition, lineage
     current = store.record_lineage(tip, lineage)
     if not lineage:
         return store.partition_state(tip).highest_copied_offset + 1, None
-    start = copy_start_offset(lineage, max(active_log_end_offset(segments), lineage[-1].start_offset),
+    start = copy_start_offset(lineage, max(view.log_end_offset, lineage[-1].start_offset),
                               lambda epoch: store.highest_finished_offset_for_epoch(tip, epoch))
     behind = last_epoch(lineage) < last_epoch(current)
     return start, diverges_at(lineage, current) if behind else None
@@ -500,9 +505,8 @@ def _prepare(
             f"{segment.base_offset}..{segment.next_base_offset - 1} (its base offset to the next segment's)"
         )
     end_offset = found.last_offset
-    # Without timestamps (magic 0) the file's modification time stands in, as Kafka's
-    # LogSegment.largestTimestamp does, so time-based retention still applies.
-    max_timestamp = found.max_timestamp if found.max_timestamp >= 0 else st.st_mtime_ns // 1_000_000
+    # Without timestamps (magic 0) the file's modification time stands in (LogSegment.largestTimestamp).
+    max_timestamp = largest_timestamp(found.max_timestamp, st.st_mtime_ns)
     files, size, epochs, chunks = segment, found.size, found.epochs, found.chunks
     checksum = VerifiedChecksum(found.crc32c, found.size, st.st_mtime_ns)
     cut = None
@@ -516,7 +520,7 @@ def _prepare(
             raise CorruptSegmentError(f"{e}; the segment is not copied") from None
         files, size, epochs, chunks = cut.files, cut.size, cut.epochs, None
         checksum = VerifiedChecksum(cut.crc32c, cut.size, cut.mtime_ns)
-        max_timestamp = cut.max_timestamp if cut.max_timestamp >= 0 else st.st_mtime_ns // 1_000_000
+        max_timestamp = largest_timestamp(cut.max_timestamp, st.st_mtime_ns)
     metadata = RemoteLogSegmentMetadata(
         segment_id=RemoteLogSegmentId.generate(tip),
         start_offset=files.base_offset,

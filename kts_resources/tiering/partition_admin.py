@@ -27,7 +27,8 @@ from kts_resources.kafka.checkpoints import (
     write_offset_checkpoint,
 )
 from kts_resources.remote_log import RemoteLogSegmentState, RemotePartitionDeleteState, TopicIdPartition
-from kts_resources.tiering.tiers import LocatedPartition, log_start_offset, truncate_from_start
+from kts_resources.tiering.partition_view import PartitionView, locked_partition
+from kts_resources.tiering.tiers import LocatedPartition, truncate_from_start
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -46,25 +47,13 @@ class UnknownPartitionError(DeleteRecordsError):
     reads, and without remote data in the store (Kafka answers UNKNOWN_TOPIC_OR_PARTITION)."""
 
 
-def current_log_start_offset(located: LocatedPartition | None, tip: TopicIdPartition, store: "RemoteLogMetadataStore") -> tuple[int, int]:
-    """(the partition's log start offset, its high watermark; −1 when unknown)."""
-    summary = store.finished_summary(tip)
-    state = store.partition_state(tip)
-    if located is not None:
-        tp = located.partition.topic_partition
-        segments = located.partition.segments()
-        local_start = segments[0].base_offset if segments else -1
-        checkpointed = located.log_dir.log_start_offset(tp)
-        hw = located.log_dir.high_watermark(tp)
-        if hw is None:  # no replication-offset-checkpoint: the log end bounds it
-            from kts_resources.tiering.tiers import active_log_end_offset
-
-            hw = active_log_end_offset(segments) if segments else summary.end_offset + 1 if summary.segments else 0
-    else:
-        local_start, checkpointed, hw = -1, None, summary.end_offset + 1 if summary.segments else -1
-    start = log_start_offset(checkpointed=checkpointed, local_log_start_offset=local_start,
-                             remote_log_start_offset=summary.start_offset, recorded=state.log_start_offset)
-    return start, -1 if hw is None else hw
+def current_log_start_offset(view: PartitionView) -> tuple[int, int]:
+    """(the partition's log start offset, its high watermark; −1 when unknown). Without a
+    replication-offset-checkpoint entry the log end bounds the high watermark."""
+    hw = view.high_watermark
+    if hw < 0 and view.located is not None:
+        hw = view.log_end_offset if view.segments else view.remote_log_end_offset + 1 if view.spans else 0
+    return view.log_start_offset, hw
 
 
 def delete_records(located: LocatedPartition | None, tip: TopicIdPartition, store: "RemoteLogMetadataStore",
@@ -81,8 +70,8 @@ def delete_records(located: LocatedPartition | None, tip: TopicIdPartition, stor
         # appears, "hold" offsets from ``before`` on, never copied below it (issue 34).
         raise UnknownPartitionError(f"{tip.topic_partition}: no such partition (in no log dir kts reads, and "
                                     f"without remote data in the metadata store); nothing was changed")
-    with store.partition_lock(tip, timeout_s=lock_timeout_s):
-        start, hw = current_log_start_offset(located, tip, store)
+    with locked_partition(store, tip, located, timeout_s=lock_timeout_s) as held:
+        start, hw = current_log_start_offset(held.view)
         if hw >= 0 and before > hw:
             raise DeleteRecordsError(f"{tip.topic_partition}: offset {before} is above the high watermark {hw} "
                                      f"(Kafka answers OFFSET_OUT_OF_RANGE)")

@@ -50,15 +50,21 @@ class PartitionView:
 
     def __init__(self, topic_partition: TopicPartition, located: LocatedPartition | None,
                  store: "RemoteLogMetadataStore | None", tip: TopicIdPartition | None,
-                 segments: Sequence[SegmentFiles], log_end_offset: int | None) -> None:
+                 segments: Sequence[SegmentFiles] | None, log_end_offset: int | None) -> None:
         self.topic_partition = topic_partition
         self.located = located
         self.store = store
         self.tip = tip  # None: kts has never seen the topic (or there is no store), so nothing is remote
-        self.segments: list[SegmentFiles] = list(segments)
+        if segments is not None:
+            self.segments = list(segments)
         self._known_log_end_offset = log_end_offset
 
     # --- the local tier: the broker's files ---
+
+    @cached_property
+    def segments(self) -> list[SegmentFiles]:
+        """The local segments, ascending, the last one active: one listing for the whole operation."""
+        return self.located.partition.segments() if self.located is not None else []
 
     @property
     def local_log_start_offset(self) -> int:
@@ -199,8 +205,6 @@ def partition_view(
         else:
             topic_id = store.topic_id(tp.topic)
             tip = TopicIdPartition(topic_id, tp) if topic_id is not None else None
-    if segments is None:
-        segments = located.partition.segments() if located is not None else []
     return PartitionView(tp, located, store, tip, segments, log_end_offset)
 
 
@@ -265,9 +269,11 @@ class LockedPartition:
 
 @contextmanager
 def locked_partition(store: "RemoteLogMetadataStore", tip: TopicIdPartition, located: LocatedPartition | None, *,
-                     timeout_s: float | None) -> Iterator[LockedPartition]:
+                     timeout_s: float | None, view: PartitionView | None = None) -> Iterator[LockedPartition]:
     """Hold the partition lock of ``tip`` (every writer of the partition's remote tier and log
-    start offset takes it; PartitionLockTimeout after ``timeout_s``, None waits) and read the
-    partition's view under it, so what the holder decides from is what no other writer changes."""
+    start offset takes it; PartitionLockTimeout after ``timeout_s``, None waits) with the
+    partition's view: ``view`` if the caller read one to decide whether to go on at all (what it
+    has not read yet is read under the lock), else a new one. What the holder decides from under
+    the lock is then what no other kts writer changes meanwhile."""
     with store.partition_lock(tip, timeout_s=timeout_s) as lock:
-        yield LockedPartition(lock, partition_view(located, store, tip=tip))
+        yield LockedPartition(lock, view if view is not None else partition_view(located, store, tip=tip))

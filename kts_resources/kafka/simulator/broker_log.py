@@ -72,6 +72,8 @@ from ..indexes import (
     TimestampOffset,
     encode_offset_index,
     encode_time_index,
+    largest_timestamp,
+    last_time_index_entry,
     preallocated_size,
     read_offset_index,
     read_time_index,
@@ -875,10 +877,10 @@ class PartitionLog:
         segments = list_segments(self.directory)
         for s in segments[:-1]:
             try:
-                entries = read_time_index(s.time_index, s.base_offset)
+                last = last_time_index_entry(s.time_index, s.base_offset)
             except FileNotFoundError:
-                entries = []
-            largest = entries[-1].timestamp if entries else NO_TIMESTAMP
+                last = None
+            largest = last.timestamp if last is not None else NO_TIMESTAMP
             self._closed.append(_ClosedSegment(s.base_offset, s.log.stat().st_size, largest))
         self._active = _ActiveSegment.recover(self.directory, segments[-1].base_offset, self.config)
         try:
@@ -1297,9 +1299,7 @@ class PartitionLog:
 
     def _largest_timestamp(self, s: LocalSegment) -> int:
         """LogSegment.largestTimestamp: the largest timestamp seen, else the .log's modification time."""
-        if s.largest_timestamp >= 0:
-            return s.largest_timestamp
-        return int((self.directory / offset_file_name(s.base_offset, LOG_SUFFIX)).stat().st_mtime * 1000)
+        return largest_timestamp(s.largest_timestamp, (self.directory / offset_file_name(s.base_offset, LOG_SUFFIX)).stat().st_mtime_ns)
 
     def _delete_oldest(self, count: int) -> list[int]:
         doomed, self._closed = self._closed[:count], self._closed[count:]
