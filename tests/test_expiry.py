@@ -181,25 +181,6 @@ def test_deleted_leftovers_of_an_interrupted_local_delete_are_removed(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["00000000000000000100.log"]
 
 
-def test_a_segment_without_timestamps_ages_by_its_file_modification_time(tmp_path):
-    """KIP-33: no timestamps (an empty time index, or only a zero-filled preallocated tail) → the
-    .log's mtime is the segment's largest timestamp, as Kafka's LogSegment.largestTimestamp says."""
-    import os
-    import struct
-
-    from kts_resources.kafka.indexes import segment_largest_timestamp
-    from kts_resources.kafka.logdir import SegmentFiles
-
-    log, index, timeindex = (tmp_path / f"{0:020d}{s}" for s in (".log", ".index", ".timeindex"))
-    log.write_bytes(b"x" * 10)
-    timeindex.write_bytes(b"\0" * 24)
-    os.utime(log, ns=(1_600_000_000_123_000_000, 1_600_000_000_123_000_000))
-    segment = SegmentFiles(0, log, index, timeindex, None, active=False, next_base_offset=10)
-    assert segment_largest_timestamp(segment) == 1_600_000_000_123
-    timeindex.write_bytes(struct.pack(">qi", 1_700_000_000_000, 4) + struct.pack(">qi", 1_700_000_000_500, 9) + b"\0" * 12)
-    assert segment_largest_timestamp(segment) == 1_700_000_000_500
-
-
 def test_delete_segments_by_retention_size(tiered, metadata_store):
     """Kafka's DeleteSegmentsByRetentionSizeTest: retention.bytes over local-only plus remote bytes
     deletes the oldest remote segments while what stays is at least the limit."""

@@ -33,10 +33,12 @@ from kts_resources.kafka.indexes import (
     max_entries,
     preallocated_size,
     last_offset_index_entry,
+    last_time_index_entry,
     read_offset_index,
     read_time_index,
     rebuild_indexes,
     rebuild_segment_indexes,
+    segment_largest_timestamp,
     verify_segment_indexes,
 )
 from kts_resources.kafka.records import NewRecord, build_batch, read_records, scan_batches
@@ -153,6 +155,24 @@ def test_the_last_offset_index_entry_found_by_bisection_is_the_last_one_a_whole_
         assert last_offset_index_entry(path) == (whole[-1] if whole else None)
         path.write_bytes(encode_offset_index(entries, base) + b"\0" * 3)  # not whole entries: no hint
         assert last_offset_index_entry(path) is None
+
+
+@settings(max_examples=60)
+@given(time_entries(), st.integers(0, 5000), st.integers(0, TIME_ENTRY_SIZE - 1))
+def test_the_last_time_index_entry_found_by_bisection_is_the_last_one_a_whole_read_finds(case, zeros, partial):
+    """A closed segment's largest timestamp is its time index's last entry: found in a few reads
+    past any zero-filled tail, the same one reading it all finds; a last entry a crash cut short
+    is not one."""
+    import tempfile
+
+    base, entries = case
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{base:020d}.timeindex"
+        path.write_bytes(encode_time_index(entries, base) + bytes(TIME_ENTRY_SIZE * zeros))
+        whole = read_time_index(path)
+        assert last_time_index_entry(path) == (whole[-1] if whole else None)
+        path.write_bytes(encode_time_index(entries, base) + bytes(TIME_ENTRY_SIZE * zeros) + b"\7" * partial)
+        assert last_time_index_entry(path) == (whole[-1] if whole else None)
 
 
 def test_a_trimmed_time_index_keeps_a_single_entry_at_timestamp_zero_and_the_base_offset():
@@ -521,3 +541,21 @@ def test_lookups_on_rebuilt_indexes_never_skip_a_wanted_record(seed, data):
     scan_from = lookup_offset(rebuilt.offset_entries, hit.offset, base).position
     # KIP-33: every record with timestamp >= ts lies in a batch at or after the scan's start.
     assert all(h.position >= scan_from for h, r in records if r.timestamp >= ts)
+
+
+def test_a_segment_without_timestamps_ages_by_its_file_modification_time(tmp_path):
+    """KIP-33: no timestamps (an empty time index, or only a zero-filled preallocated tail) → the
+    .log's mtime is the segment's largest timestamp, as Kafka's LogSegment.largestTimestamp says."""
+    import os
+    import struct
+
+    from kts_resources.kafka.logdir import SegmentFiles
+
+    log, index, timeindex = (tmp_path / f"{0:020d}{s}" for s in (".log", ".index", ".timeindex"))
+    log.write_bytes(b"x" * 10)
+    timeindex.write_bytes(b"\0" * 24)
+    os.utime(log, ns=(1_600_000_000_123_000_000, 1_600_000_000_123_000_000))
+    segment = SegmentFiles(0, log, index, timeindex, None, active=False, next_base_offset=10)
+    assert segment_largest_timestamp(segment) == 1_600_000_000_123
+    timeindex.write_bytes(struct.pack(">qi", 1_700_000_000_000, 4) + struct.pack(">qi", 1_700_000_000_500, 9) + b"\0" * 12)
+    assert segment_largest_timestamp(segment) == 1_700_000_000_500

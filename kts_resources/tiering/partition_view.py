@@ -164,6 +164,14 @@ class PartitionView:
             return self._known_log_end_offset
         return active_log_end_offset(self.segments) if self.segments else -1
 
+    @property
+    def log_end_offset_bound(self) -> int:
+        """Lz if the caller gave it, else the active segment's base offset: a lower bound that
+        costs no read."""
+        if self._known_log_end_offset is not None or self.located is None:
+            return self.log_end_offset
+        return self.segments[-1].base_offset if self.segments else -1
+
     @cached_property
     def high_watermark(self) -> int:
         """Ly, never past the log end offset (−1: not checkpointed). A partition in no log dir:
@@ -211,19 +219,15 @@ def partition_view(
 def tiers_of(view: PartitionView, *, exact_log_end_offset: bool = True) -> PartitionTiers:
     """The view as both tiers' offsets, bytes and segments (``kts status``'s row numbers).
 
-    ``exact_log_end_offset=False``: Lz is the caller's if it gave one, else the active segment's
-    base offset stands in, a lower bound that costs no read (the high watermark is still clamped
-    to the exact Lz, read only when it lies past that base).
+    ``exact_log_end_offset=False``: Lz is :attr:`PartitionView.log_end_offset_bound` (the high
+    watermark is still clamped to the exact Lz, read only when it lies past the active segment's
+    base offset).
 
     Copy lag: the closed local segments not yet in the remote tier (base offset ≥ the highest
     copied offset, as UnifiedLog's onlyLocalLogSegmentsSize counts them) — eligible or not; the
     active segment never counts.
     """
     segments = view.segments
-    if exact_log_end_offset or view._known_log_end_offset is not None:
-        log_end = view.log_end_offset
-    else:
-        log_end = segments[-1].base_offset if segments else -1
     spans = view.spans
     lagging = set(copy_lag_base_offsets([s.base_offset for s in segments], view.highest_copied_offset))
     lag = [s for s in segments if s.base_offset in lagging]
@@ -231,7 +235,7 @@ def tiers_of(view: PartitionView, *, exact_log_end_offset: bool = True) -> Parti
         log_start_offset=view.log_start_offset,
         local_log_start_offset=view.local_log_start_offset,
         high_watermark=view.high_watermark,
-        log_end_offset=log_end,
+        log_end_offset=view.log_end_offset if exact_log_end_offset else view.log_end_offset_bound,
         recovery_point=-1 if view.recovery_point is None else view.recovery_point,
         remote_log_start_offset=view.remote_log_start_offset,
         remote_log_end_offset=view.remote_log_end_offset,
