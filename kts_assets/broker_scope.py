@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     import dagster as dg
 
 PLAIN_LOCATION = "kts"
+# The module every code location loads its one Definitions from.
+DEFINITIONS_MODULE = "kts_assets.definitions"
 PLAIN_PARTITIONS = "topic_partitions"
 PLAIN_POOL = "spark"
 

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 
+from kts_assets.broker_scope import DEFINITIONS_MODULE
+
 if TYPE_CHECKING:
     from dagster._core.remote_origin import RemoteInstigatorOrigin
 
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
 MaterializationTarget = AssetCheckEvaluationTargetMaterializationData
 
 # The module every code location of kts loads (workspace.yaml, `kts ui`, `kts code-server`).
-DEFINITIONS_MODULE = "kts_assets.definitions"
 
 
 def materialization_target(record: dg.EventLogRecord) -> MaterializationTarget:

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from kts_assets.broker_scope import DEFINITIONS_MODULE
 from kts_assets.cli.common import EXIT_USAGE, CommandError, bounded
 from kts_assets.instance import REPO_ROOT, dagster_home
 
@@ -69,7 +70,7 @@ def _own_workspace(location_name: str) -> Path:
     home = settings.kts_home()
     make_dirs(home)
     workspace = home / "workspace.yaml"
-    workspace.write_text(f"load_from:\n  - python_module:\n      module_name: kts_assets.definitions\n"
+    workspace.write_text(f"load_from:\n  - python_module:\n      module_name: {DEFINITIONS_MODULE}\n"
                          f"      location_name: {location_name}\n")
     return workspace
 
@@ -106,7 +107,7 @@ def cmd_code_server(args) -> int:
     env = _environment()
     location = broker_scope.current().location_name
     dagster = Path(sys.executable).with_name("dagster")
-    command = [str(dagster), "code-server", "start", "-m", "kts_assets.definitions", "--location-name", location,
+    command = [str(dagster), "code-server", "start", "-m", DEFINITIONS_MODULE, "--location-name", location,
                "-h", args.host, "-p", str(args.port)]
     reach = socket.getfqdn() if args.host in ("0.0.0.0", "::", "") else args.host
     print(f"kts code-server: location {location} on {args.host}:{args.port} ({settings.HOME}={env[settings.HOME]}, "
