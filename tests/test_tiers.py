@@ -126,6 +126,20 @@ def test_kts_status_imports_neither_dagster_nor_pyspark(tmp_path, pg_url):
     assert [(r["topic"], r["partition"]) for r in rows] == [("orders", 0), ("orders", 1)]
 
 
+
+def test_the_file_commands_start_without_the_metadata_stores_database_driver(tmp_path):
+    # kts segments / dump / index read files only; the parser they are built with (which knows every
+    # command) must not pull in SQLAlchemy or psycopg2, which cost most of a second at start-up.
+    simulate(tmp_path / "logs", SimulationConfig(seed=4, topics=("orders",), partitions=1, total_bytes=32 * 1024))
+    probe = ("import json, sys\nfrom kts_assets.cli.main import main\n"
+             f"code = main(['segments', '--json', {str(tmp_path / 'logs' / 'orders-0')!r}])\n"
+             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'psycopg2', 'dagster', 'pyspark', 'boto3'})\n"
+             "print(json.dumps({'code': code, 'heavy': heavy}), file=sys.stderr)\n")
+    env = {**os.environ, "KTS_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == {"code": 0, "heavy": []}, done.stderr
+    assert len(json.loads(done.stdout)) >= 1
+
 def _active(tmp_path) -> list[SegmentFiles]:
     root = tmp_path / "logs"
     simulate(root, SimulationConfig(seed=17, topics=("orders",), partitions=1, total_bytes=200 * 1024, segment_bytes=64 * 1024))

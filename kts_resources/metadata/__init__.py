@@ -11,26 +11,29 @@ No Dagster here: the Dagster resource wraps this package, not the other way roun
 
 from __future__ import annotations
 
-from kts_resources.metadata.database import (
-    MetadataStoreMisconfigured,
-    MetadataStoreUnavailable,
-    create_engine,
-    database_url,
-    migrate,
-)
-from kts_resources.metadata.store import (
-    DuplicateRemoteLogSegmentIdError,
-    Event,
-    EventKind,
-    PartitionLock,
-    PartitionLockLost,
-    PartitionLockTimeout,
-    PartitionState,
-    RemoteLogMetadataStore,
-    RemoteResourceNotFoundError,
-    StaleTopicIdError,
-)
-from kts_resources.metadata.topic_config import InvalidTopicConfig, TopicConfig, tiering_enabled
+import importlib
+
+# Where each name lives. Resolved on first use (PEP 562), so a light module of this package
+# (lineage, quota_config) can be imported without SQLAlchemy and the store: `kts fetch` and
+# `kts offsets` build their parser from the reader, which needs those two, in milliseconds.
+_HOME = {
+    **dict.fromkeys(["MetadataStoreMisconfigured", "MetadataStoreUnavailable", "create_engine", "database_url",
+                     "migrate"], "database"),
+    **dict.fromkeys(["DuplicateRemoteLogSegmentIdError", "Event", "EventKind", "PartitionLock", "PartitionLockLost",
+                     "PartitionLockTimeout", "PartitionState", "RemoteLogMetadataStore",
+                     "RemoteResourceNotFoundError", "StaleTopicIdError"], "store"),
+    **dict.fromkeys(["InvalidTopicConfig", "TopicConfig", "tiering_enabled"], "topic_config"),
+}
+
+
+def __getattr__(name: str):
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DuplicateRemoteLogSegmentIdError",
