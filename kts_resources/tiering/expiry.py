@@ -225,10 +225,11 @@ def expire_partition(
         # data was deleted since gets no log start offset or manifest written into the emptied tier.
         # Local deletion re-checks its own safety rule under the lock (``_apply_local``).
         still: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
-        if not remote or store.partition_state(tip).delete_state is not None:
+        # The view was read under the lock: its store rows are the ones this pass acts on.
+        if not remote or held.view.state.delete_state is not None:
             plan = dataclasses.replace(plan, remote=RemotePlan(log_start_offset=plan.log_start_offset))
         elif plan.remote.expired:
-            still = {md.segment_id.id: md for md in store.list_remote_log_segments(tip, states={FINISHED})}
+            still = {md.segment_id.id: md for md in held.view.finished}
             plan = dataclasses.replace(plan, remote=dataclasses.replace(
                 plan.remote, expired=[e for e in plan.remote.expired if e.segment_id in still]))
         result = ExpiryResult(tip, plan.new_log_start_offset)
