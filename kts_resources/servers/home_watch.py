@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kts_resources.servers.local_processes import try_lock
+from kts_resources.servers.local_processes import same_process, try_lock
 
 WATCH_LOCK = ".watch.lock"
 # Which module drives each kind of server (imported by the watchdog only: no import cycle).
@@ -129,13 +129,18 @@ def watch(kind: str, home: Path, held: int, lock: int, server: Watched, interval
             _say("stopped")
             return 0
         current = driver.watched(home)
+        if current is None and same_process(server.pid, server.started):
+            # The directory no longer names it, yet it runs: the directory is being deleted (a
+            # `rm -rf` has taken the files that name it but not yet the directory). Keep following it.
+            current = server
         if current is None:
             # Stopped: step aside, unless a server started meanwhile (its starter saw this lock
             # held and started no watchdog of its own). Looking again after the release closes that race.
             os.close(lock)
             current = driver.watched(home)
             try:
-                lock = os.open(home / WATCH_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                # Never created again here: a file made in a directory being deleted fails the `rm -rf`.
+                lock = os.open(f"/proc/self/fd/{held}/{WATCH_LOCK}", os.O_RDWR | os.O_CLOEXEC)
             except OSError:
                 return 0
             if current is None or not try_lock(lock):
