@@ -9,10 +9,10 @@ their own cost ~0.1 s of Dagster's bookkeeping each, per run. The steps can run 
 a retry (:func:`checks_that_must_run`). None blocks its step: a failed ``copy_completed`` or
 ``retention_completed`` (RUN_FAILING_CHECKS) fails the run at its end instead
 (kts_assets.partition_outcome), after the steps that follow have run for every partition, and
-marks its partition failed where the UI shows partitions. Checks are partitioned like their assets. A run over one
-partition records one result for it; a single-run backfill over many records one evaluation per
-partition and nothing else (a run over a partition range has no partition of its own, so a summary
-would land on no partition).
+marks its partition failed where the UI shows partitions. Checks are partitioned like their
+assets. A run over one partition records one result for it; a single-run backfill over many
+records one evaluation per partition and nothing else (a run over a partition range has no
+partition of its own, so a summary would land on no partition).
 
 Assets are named by their keys (``kts_assets.asset_keys``), not imported: the assets import their
 check specs from here.
@@ -336,8 +336,8 @@ def _shown_failed(context: dg.AssetExecutionContext, asset_key: dg.AssetKey, ver
 
 
 def _pass_completed(records: dict[str, dg.EventLogRecord], *, flag: str, error: str, what: str) -> Callable[[LocatedPartition], Verdict]:
-    """The judge of a RUN_FAILING_CHECKS check that the partition's latest materialisation (in ``records``)
-    did not set ``flag``; failing, it names the ``error`` the asset recorded."""
+    """The judge of a RUN_FAILING_CHECKS check that the partition's latest materialisation (in
+    ``records``) did not set ``flag``; failing, it names the ``error`` the asset recorded."""
 
     def judge(loc: LocatedPartition) -> Verdict:
         record = records.get(loc.key)

@@ -7,7 +7,8 @@ over two partitions, one of which holds a segment with a batch that fails its CR
   one line, with no traceback and no Dagster class in it;
 - the healthy partition of the same run gets its retention_state and remote_log_index.
 
-These are the instance's records the UI reads (tests/test_ui_truth.py asks the same through GraphQL)."""
+Each is read from the instance where the UI reads it: the check's latest execution per partition,
+the partitions' status, the run's RUN_FAILURE event, each asset partition's latest materialisation."""
 
 from __future__ import annotations
 
