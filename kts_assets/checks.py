@@ -6,10 +6,13 @@ Every check is a check spec of the step that materialises its asset, evaluated t
 asset is reported (``segments_checks``, ``retention_checks``, ``remote_index_checks``): a step of
 their own cost ~0.1 s of Dagster's bookkeeping each, per run. The steps can run them alone
 (``can_subset``), as the UI's "execute check" does. A check that cannot run fails its step without
-a retry (:func:`checks_that_must_run`). Checks are partitioned like their assets. A run over one
-partition records one result for it; a single-run backfill over many records one evaluation per
-partition and nothing else (a run over a partition range has no partition of its own, so a summary
-would land on no partition).
+a retry (:func:`checks_that_must_run`). None blocks its step: a failed ``copy_completed`` or
+``retention_completed`` (RUN_FAILING_CHECKS) fails the run at its end instead
+(kts_assets.partition_outcome), after the steps that follow have run for every partition, and
+marks its partition failed where the UI shows partitions. Checks are partitioned like their
+assets. A run over one partition records one result for it; a single-run backfill over many
+records one evaluation per partition and nothing else (a run over a partition range has no
+partition of its own, so a summary would land on no partition).
 
 Assets are named by their keys (``kts_assets.asset_keys``), not imported: the assets import their
 check specs from here.
@@ -21,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 
 from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_LOG_INDEX, REMOTE_SEGMENTS, RETENTION_STATE
-from kts_assets.dagster_internals import MaterializationTarget, materialization_target
+from kts_assets.dagster_internals import MaterializationTarget, materialization_target, plan_materialization_again
 from kts_assets.partition_outcome import one_line
 from kts_assets.partitions import topic_partitions
 from kts_assets.sizes import counted
@@ -56,8 +59,7 @@ def _partition_keys(context: dg.AssetExecutionContext) -> list[str]:
 
 
 def _report(context: dg.AssetExecutionContext, asset_key: dg.AssetKey, check_name: str,
-            verdicts: dict[str, Verdict], blocking: bool = False,
-            records: dict[str, dg.EventLogRecord] | None = None) -> Iterator[dg.AssetCheckEvaluation | dg.AssetCheckResult | dg.Output]:
+            verdicts: dict[str, Verdict], records: dict[str, dg.EventLogRecord] | None = None) -> Iterator[dg.AssetCheckEvaluation | dg.AssetCheckResult | dg.Output]:
     """The check's results: one AssetCheckResult in a single-partition run, else an evaluation per
     partition aimed at its latest materialisation (from ``records`` when the caller has them)."""
     failing = sorted(k for k, (passed, _, _) in verdicts.items() if not passed)
@@ -74,7 +76,7 @@ def _report(context: dg.AssetExecutionContext, asset_key: dg.AssetKey, check_nam
     for key, (passed, metadata, description) in verdicts.items():
         yield dg.AssetCheckEvaluation(asset_key=asset_key, check_name=check_name, passed=passed,
                                       partition=key, metadata=metadata, description=description,
-                                      target_materialization_data=targets.get(key), blocking=blocking)
+                                      target_materialization_data=targets.get(key))
     # No run-level summary result: it would be an unpartitioned evaluation ("Partition —" in the UI)
     # beside the per-partition ones. The step's output (what an AssetCheckResult would emit) says
     # the check ran; the tally goes to the run's log.
@@ -267,11 +269,12 @@ SEGMENTS_CHECK_SPECS = [
                                   "tier (deleted from the local log before they were copied). A lost range is "
                                   "recorded in the metadata store and fails this check on every evaluation until `kts "
                                   "ack-loss` acknowledges it."),
-    # Blocking: a failed copy fails the step, so the run in which it failed is not a success.
-    dg.AssetCheckSpec(COPY_COMPLETED.name, asset=REMOTE_SEGMENTS, partitions_def=topic_partitions, blocking=True,
+    # Fails the run at its end, not its step (RUN_FAILING_CHECKS).
+    dg.AssetCheckSpec(COPY_COMPLETED.name, asset=REMOTE_SEGMENTS, partitions_def=topic_partitions,
                       description="The partition's latest copy pass completed: no segment failed its verification or "
                                   "upload and the metadata store and the remote tier answered. Otherwise it fails with the "
-                                  "copy's error, and fails its run."),
+                                  "copy's error (file, byte position, what), and its run fails once the other "
+                                  "partitions have been through retention and the remote log index."),
 ]
 
 
@@ -299,9 +302,9 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
         yield from _report(context, REMOTE_SEGMENTS, NO_UNCOPIED_SEGMENT_LOST.name,
                            located.verdicts(lambda loc: _no_uncopied_segment_lost(loc, store)), records=records)
     if COPY_COMPLETED in selected:
-        yield from _report(context, REMOTE_SEGMENTS, COPY_COMPLETED.name,
-                           located.verdicts(_pass_completed(records, flag="copy_failed", error="copy_error", what="copy")),
-                           blocking=True, records=records)
+        verdicts = located.verdicts(_pass_completed(records, flag="copy_failed", error="copy_error", what="copy"))
+        yield from _report(context, REMOTE_SEGMENTS, COPY_COMPLETED.name, verdicts, records=records)
+        _shown_failed(context, REMOTE_SEGMENTS, verdicts)
 
 
 def _follower_roles(kafka_log_dirs: KafkaLogDirsResource) -> Callable[[LocatedPartition], str | None]:
@@ -323,9 +326,18 @@ def _follower_roles(kafka_log_dirs: KafkaLogDirsResource) -> Callable[[LocatedPa
     return role
 
 
+def _shown_failed(context: dg.AssetExecutionContext, asset_key: dg.AssetKey, verdicts: dict[str, Verdict]) -> None:
+    """The partitions of ``asset_key`` whose RUN_FAILING_CHECKS check just failed are shown failed
+    once the run fails, though the ranged step's output materialised them with the others: their
+    materialisation is planned again after it (``dagster_internals.plan_materialization_again``)."""
+    failed = sorted(key for key, (passed, _, _) in verdicts.items() if not passed)
+    if failed:
+        plan_materialization_again(context, asset_key, failed)
+
+
 def _pass_completed(records: dict[str, dg.EventLogRecord], *, flag: str, error: str, what: str) -> Callable[[LocatedPartition], Verdict]:
-    """The judge of a blocking check that the partition's latest materialisation (in ``records``)
-    did not set ``flag``; failing, it names the ``error`` the asset recorded."""
+    """The judge of a RUN_FAILING_CHECKS check that the partition's latest materialisation (in
+    ``records``) did not set ``flag``; failing, it names the ``error`` the asset recorded."""
 
     def judge(loc: LocatedPartition) -> Verdict:
         record = records.get(loc.key)
@@ -352,11 +364,16 @@ REMOTE_INDEX_CHECK_SPECS = [
 ]
 
 RETENTION_CHECK_SPECS = [
-    # Blocking: a retention pass that failed fails its run.
-    dg.AssetCheckSpec(RETENTION_COMPLETED.name, asset=RETENTION_STATE, partitions_def=topic_partitions, blocking=True,
+    # Fails the run at its end, not its step (RUN_FAILING_CHECKS).
+    dg.AssetCheckSpec(RETENTION_COMPLETED.name, asset=RETENTION_STATE, partitions_def=topic_partitions,
                       description="The partition's latest retention pass completed: its plan was made and every deletion it "
-                                  "asked for went through. Otherwise it fails with the cause, and fails its run."),
+                                  "asked for went through. Otherwise it fails with the cause, and its run fails once the "
+                                  "other partitions have been through the remote log index."),
 ]
+
+# The checks a failure of which fails the run (at its end: kts_assets.assets.steps.end_step) and
+# shows the partition failed: a pass over the partition did not complete.
+RUN_FAILING_CHECKS = frozenset({COPY_COMPLETED, RETENTION_COMPLETED})
 
 
 def remote_index_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
@@ -387,8 +404,9 @@ def retention_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLog
     keys = _partition_keys(context)
     records = _latest_records(context.instance, RETENTION_STATE, keys)
     judge = _pass_completed(records, flag="retention_failed", error="retention_error", what="retention")
-    yield from _report(context, RETENTION_STATE, RETENTION_COMPLETED.name, _per_partition(kafka_log_dirs, keys, judge),
-                       blocking=True, records=records)
+    verdicts = _per_partition(kafka_log_dirs, keys, judge)
+    yield from _report(context, RETENTION_STATE, RETENTION_COMPLETED.name, verdicts, records=records)
+    _shown_failed(context, RETENTION_STATE, verdicts)
 
 
 def checks_that_must_run(checks: Iterator, what: str) -> Iterator:

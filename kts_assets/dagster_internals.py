@@ -6,6 +6,14 @@ public road in Dagster 1.13.
   shows no status for the partition). ``dg.AssetCheckEvaluation`` takes it as
   ``target_materialization_data``, but its type, ``AssetCheckEvaluationTargetMaterializationData``,
   is not exported at the top level; Dagster fills it in itself only for a single-partition run.
+* :func:`plan_materialization_again` — a partition whose copy or retention pass failed must show
+  failed in the UI's partitions view. Dagster's open-source event logs do not store
+  ``ASSET_FAILED_TO_MATERIALIZE`` events (``can_store_asset_failure_events`` is False), and no public
+  API lets a step over a partition range materialise only some of its partitions: the output of a
+  ranged step materialises every one. The view counts a partition failed when its latest event is
+  a materialisation *planned* by a run that failed (``partition_status_cache``); so, after the
+  materialisation, the step records that planned event again for the failed partitions, which
+  ``AssetMaterializationPlannedData`` and ``DagsterEvent`` (both under ``dagster._core.events``) build.
 * :func:`update_sensor_cursor` — `kts sync` moves the roll sensor's stored cursor for what it
   copied, outside any sensor tick. The public cursor API (``context.update_cursor``) exists only
   inside an evaluation; the other roads (``dagster sensor cursor --set``, GraphQL's
@@ -19,8 +27,9 @@ fail if these types move.
 
 from __future__ import annotations
 
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -41,6 +50,24 @@ def materialization_target(record: dg.EventLogRecord) -> MaterializationTarget:
     """What ``dg.AssetCheckEvaluation(target_materialization_data=...)`` takes for the
     materialisation ``record``: the one the evaluation is about."""
     return MaterializationTarget(storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+
+
+def plan_materialization_again(context: dg.AssetExecutionContext, asset_key: dg.AssetKey,
+                               partition_keys: Iterable[str]) -> None:
+    """Record in the run's event log that the run plans to materialise these partitions of
+    ``asset_key``, after it materialised them: each then shows failed once the run fails, and
+    materialised again when a later run materialises it."""
+    from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent, DagsterEventType
+
+    step_key = context.op_execution_context.get_step_execution_context().step.key
+    for key in partition_keys:
+        context.instance.report_dagster_event(DagsterEvent(
+            event_type_value=DagsterEventType.ASSET_MATERIALIZATION_PLANNED.value,
+            job_name=context.job_def.name,
+            message=f"{asset_key.to_user_string()} {key} failed in this run: shown failed once the run ends",
+            event_specific_data=AssetMaterializationPlannedData(asset_key, partition=key),
+            step_key=step_key,
+        ), context.run.run_id, logging.DEBUG)
 
 
 def update_sensor_cursor(instance: dg.DagsterInstance, sensor: dg.SensorDefinition, location_name: str,

@@ -140,7 +140,7 @@ def _event_log_failures_to_debug():
 
 def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
     from kts_assets.assets import local_and_remote_segments, remote_segments
-    from kts_assets.partition_outcome import FAILED_PARTITIONS, one_line
+    from kts_assets.partition_outcome import FAILED_PARTITIONS, PartitionsFailed, one_line
 
     copy_step = local_and_remote_segments.node_def.name
 
@@ -155,8 +155,8 @@ def _collect(result, batch: KeyRangeBatch, outcome: PassOutcome) -> None:
         if not event.is_step_failure:
             continue
         data = event.step_failure_data
-        if data.error is not None and data.error.cls_name == "DagsterAssetCheckFailedError":
-            continue  # a blocking check failed: its evaluations below name the partitions and why
+        if data.error is not None and data.error.cls_name == PartitionsFailed.__name__:
+            continue  # the run's end for its failed checks: their evaluations below name the partitions and why
         metadata = data.user_failure_data.metadata if data.user_failure_data is not None else {}
         per_partition = metadata.get(FAILED_PARTITIONS)
         if per_partition is not None:
@@ -279,7 +279,7 @@ def run_pass(keys: list[str], open_store: Callable[[], RemoteLogMetadataStore], 
     # The terminal gets the pass's outcome: each failed partition once, with every cause, at the
     # end (summary_lines), and the run to open in the UI, which has its full event log. The run's
     # own logging would say each failure again as it happened (the copy's error, the check's
-    # verdict, a stack trace of the failed blocking check, the run's failure): KTS_LOG_LEVEL shows it.
+    # verdict, the run's failure naming them again): KTS_LOG_LEVEL shows it.
     level = settings.log_level("CRITICAL")
     logging.getLogger().setLevel(level)
     run_config = {"loggers": {"console": {"config": {"log_level": level}}}}

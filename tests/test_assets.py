@@ -182,8 +182,8 @@ def test_a_partition_dir_whose_topic_id_disagrees_with_its_siblings_is_not_copie
     assert md["orders-0"]["copied_segments"] > 0 and md["orders-2"]["copied_segments"] > 0
     assert "copied_segments" not in md["orders-1"]
     assert str(root / "orders-1") in md["orders-1"]["skipped"] and str(stray_id) in md["orders-1"]["skipped"]
-    # Not a success for that partition: its copy_completed check fails on it (blocking: the step and
-    # the run fail), and `kts sync` exits 1.
+    # Not a success for that partition: its copy_completed check fails on it (and the run fails at
+    # its end), and `kts sync` exits 1.
     assert md["orders-1"]["copy_failed"] == 1 and str(stray_id) in md["orders-1"]["copy_error"]
     completed = {e.partition: e.passed for e in result.get_asset_check_evaluations() if e.check_name == "copy_completed"}
     assert (completed["orders-0"], completed["orders-1"], completed["orders-2"]) == (True, False, True)

@@ -96,12 +96,14 @@ def copy_pass(
                               not_leader=replicas.copy_refusal(loc.partition.topic_partition))
 
     copied_total = 0
+    stopped: list[str] = []  # partitions whose pass a segment or an upload stopped (copy_completed fails them)
 
     def report(key: str, loc: LocatedPartition, result: PartitionCopyResult) -> dict[str, object]:
         nonlocal copied_total
         if result.skipped:
             context.log.info(f"{key}: skipped: {result.skipped}")
         if result.stopped:
+            stopped.append(key)
             context.log.error(f"{key}: copy stopped: {result.stopped}")
         for line in result.damaged_left:
             context.log.error(f"{key}: damaged remote segment: {line}")
@@ -129,6 +131,7 @@ def copy_pass(
     # (lock timeout, unreachable bucket, …) must not cost the others their copy.
     failed = for_each_partition(context, COPY_STEP, located, copy_one, report,
                                 threads=max(1, parallel_partitions))
-    context.log.info(f"copied {counted(copied_total, 'segment')} over {counted(len(located), 'partition')} ({len(failed)} failed)")
+    failed_count = len(failed) + len(stopped)
+    context.log.info(f"copied {counted(copied_total, 'segment')} over {counted(len(located), 'partition')} ({failed_count} failed)")
     # Run totals go on the run, not on every partition the run materialises.
-    record_run_totals(context, {"partitions_in_run": len(keys), "partitions_failed": len(failed)})
+    record_run_totals(context, {"partitions_in_run": len(keys), "partitions_failed": failed_count})

@@ -16,7 +16,7 @@ from kts_assets.asset_keys import REMOTE_LOG_INDEX, tier_kind
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.retention import retention_state
 from kts_assets.assets.reporting import OWNERS, record_run_totals
-from kts_assets.assets.steps import PIPELINE_STEP, PartitionFailed, PartitionStep, for_each_partition
+from kts_assets.assets.steps import PIPELINE_STEP, PartitionFailed, PartitionStep, end_step, for_each_partition
 from kts_assets.checks import REMOTE_INDEX_CHECK_SPECS, checks_that_must_run, remote_index_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.run_hygiene import record_run_worker
@@ -81,6 +81,7 @@ def remote_log_index(
     checks = checks_that_must_run(remote_index_checks(context, kafka_log_dirs, metadata_store), "remote_log_index")
     if REMOTE_LOG_INDEX not in context.selected_asset_keys:  # its check, run alone
         yield from checks
+        end_step(context)
         return
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
@@ -174,6 +175,7 @@ def remote_log_index(
                                 "index_segments_read": len(tasks)})
     yield dg.MaterializeResult(asset_key=REMOTE_LOG_INDEX)
     yield from checks  # judged once the index is reported
+    end_step(context)  # the run's last step fails it for the partitions that failed in it
 
 
 def _recorded_log_crc32c(md) -> int | None:

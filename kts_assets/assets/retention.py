@@ -16,7 +16,7 @@ from pydantic import Field
 from kts_assets.asset_keys import RETENTION_STATE, tier_kind
 from kts_assets.assets.copy import remote_segments
 from kts_assets.assets.reporting import OWNERS, record_run_totals, tier_observations
-from kts_assets.assets.steps import PIPELINE_STEP, PartitionFailed, PartitionStep, for_each_partition
+from kts_assets.assets.steps import PIPELINE_STEP, PartitionFailed, PartitionStep, end_step, for_each_partition
 from kts_assets.checks import RETENTION_CHECK_SPECS, checks_that_must_run, retention_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
 from kts_assets.run_hygiene import record_run_worker
@@ -76,6 +76,7 @@ def retention_state(
     checks = checks_that_must_run(retention_checks(context, kafka_log_dirs), "retention_state")
     if RETENTION_STATE not in context.selected_asset_keys:  # its check, run alone
         yield from checks
+        end_step(context)
         return
     keys = list(context.partition_keys)
     log_dirs, owned = kafka_log_dirs.paths(), kafka_log_dirs.owned_paths()
@@ -163,6 +164,7 @@ def retention_state(
     record_run_totals(context, {"partitions_in_run": len(keys), "retention_partitions_failed": len(failed), **totals})
     yield dg.MaterializeResult(asset_key=RETENTION_STATE)
     yield from checks  # judged once the pass is reported
+    end_step(context)  # the run's last step fails it for the partitions that failed in it
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@
 - retries a failure twice (5 s, then 10 s): a store or bucket that was briefly away. A check that
   cannot run fails without a retry (``kts_assets.checks.checks_that_must_run``);
 - runs its partitions with one skeleton (``for_each_partition``): each partition's work, its
-  report as the partition's metadata, a failure that is that partition's alone.
+  report as the partition's metadata, a failure that is that partition's alone;
+- ends with ``end_step``: the run's last step fails the run for the partitions that failed in it, so
+  that a failed partition never costs the others the steps after it (kts_assets.partition_outcome).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import TypeVar
 import dagster as dg
 
 from kts_assets import broker_scope
+from kts_assets.checks import RUN_FAILING_CHECKS
+from kts_assets.partition_outcome import fail_run_for_failed_partitions
 from kts_assets.partitions import topic_partitions
 
 PIPELINE_STEP = dict(
@@ -32,6 +36,11 @@ PIPELINE_STEP = dict(
     pool=broker_scope.current().pool,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
 )
+
+# The steps in the order a run runs them: each depends on those before it when both are in a run
+# (remote_segments → retention_state → remote_log_index), so the last one in a run sees every
+# partition's outcome of it.
+STEP_ORDER = ("local_and_remote_segments", "retention_state", "remote_log_index")
 
 T = TypeVar("T")  # a partition's work
 R = TypeVar("R")  # what doing it gave
@@ -110,3 +119,23 @@ def for_each_partition(
     if work and len(failed) == len(work):
         raise dg.Failure(f"{step.name} failed for every partition of the run: {', '.join(failed[:20])}")
     return failed
+
+
+def end_step(context: dg.AssetExecutionContext) -> None:
+    """The end of a step: the run's last step fails the run, one line per partition that failed a
+    RUN_FAILING_CHECKS check in it (``PartitionsFailed``, not retried). An earlier step leaves it
+    to the last one, which runs for every partition: a failed partition's run still takes the
+    healthy ones through retention and the remote log index."""
+    if _last_step_of_run(context):
+        fail_run_for_failed_partitions(context, RUN_FAILING_CHECKS)
+
+
+def _last_step_of_run(context: dg.AssetExecutionContext) -> bool:
+    """Whether no step after this one in STEP_ORDER is in the run (a job's subset, a re-execution's
+    chosen steps)."""
+    in_run = {node.name for node in context.job_def.nodes}
+    chosen = context.run.step_keys_to_execute
+    if chosen is not None:
+        in_run &= set(chosen)
+    this = context.op_execution_context.node_handle.name
+    return not in_run.intersection(STEP_ORDER[STEP_ORDER.index(this) + 1:])

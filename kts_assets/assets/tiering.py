@@ -16,7 +16,7 @@ import dagster as dg
 
 from kts_assets.assets.copy import copy_pass, remote_segments
 from kts_assets.assets.segments import discard_staging, local_segments, prepare_inventory, report_inventory, scan_inventory
-from kts_assets.assets.steps import PIPELINE_STEP
+from kts_assets.assets.steps import PIPELINE_STEP, end_step
 from kts_assets.checks import SEGMENTS_CHECK_SPECS, checks_that_must_run, segments_checks
 from kts_assets.run_hygiene import record_run_worker
 from kts_resources.tiering.copier import PARALLEL_PARTITIONS
@@ -94,3 +94,4 @@ def local_and_remote_segments(
         yield dg.MaterializeResult(asset_key=remote_segments.key)
     yield from checks_that_must_run(segments_checks(context, kafka_log_dirs, metadata_store, remote_tier),
                                     "local_segments and remote_segments")
+    end_step(context)  # the run's last step fails it for the partitions that failed in it
