@@ -488,6 +488,116 @@ def test_a_cursor_of_the_first_version_is_still_read():
     assert decode_cursor('{"v":1,"requested":{"t-0":5}}') == {"t-0": 5}
 
 
+# --- a failed copy is retried with backoff ------------------------------------------------------------
+
+
+def copy_job_stand_in(fail: bool = False) -> dg.JobDefinition:
+    """A ``copy_job`` whose one step copies nothing; with ``fail`` it raises, as a failed copy does."""
+
+    @dg.asset(partitions_def=topic_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+    def remote_segments(context) -> None:
+        if fail:
+            raise RuntimeError("the remote tier refused the upload")
+
+    return dg.Definitions(assets=[remote_segments], jobs=[dg.define_asset_job("copy_job", selection=[remote_segments])]
+                          ).resolve_job_def("copy_job")
+
+
+def run_copy(instance: dg.DagsterInstance, request: dg.RunRequest, *, fail: bool) -> dg.ExecuteInProcessResult:
+    """Run the stand-in ``copy_job`` over the request's range, as the daemon would launch it,
+    leaving its run (failed with ``fail``) in the instance."""
+    return copy_job_stand_in(fail).execute_in_process(instance=instance, tags=dict(request.tags), raise_on_error=False)
+
+
+def at(monkeypatch, ms: int) -> None:
+    """The sensor's clock set to ``ms`` (epoch milliseconds)."""
+    monkeypatch.setattr(sensors_roll, "now_ms", lambda: ms)
+
+
+def test_a_partition_whose_copy_failed_is_requested_again_after_its_backoff_and_not_before(tmp_path, instance, monkeypatch):
+    import time
+
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    first = tick(instance, log_dir)
+    (request,) = first.run_requests
+    assert not run_copy(instance, request, fail=True).success
+    failed_at = int(time.time() * 1000)
+
+    at(monkeypatch, failed_at)
+    waiting = tick(instance, log_dir, cursor=first.cursor)
+    assert waiting.run_requests == []
+    assert "1 partition waits for a retry of a failed copy: orders-0 at " in waiting.skip_message
+    assert "(retry 1)" in waiting.skip_message
+    at(monkeypatch, failed_at + 30_000)  # half the first backoff: still waiting
+    still = tick(instance, log_dir, cursor=waiting.cursor)
+    assert still.run_requests == [] and "orders-0 at " in still.skip_message
+
+    at(monkeypatch, failed_at + sensors_roll.retry_delay_ms(0) + 1000)
+    retried = tick(instance, log_dir, cursor=still.cursor)
+    assert requested_keys(instance, retried) == ["orders-0"]
+    assert "retries" in json.loads(retried.cursor)
+
+    # The retry fails too: the next one waits twice as long.
+    assert not run_copy(instance, retried.run_requests[0], fail=True).success
+    failed_again = int(time.time() * 1000)
+    at(monkeypatch, failed_again + sensors_roll.retry_delay_ms(0) + 1000)
+    again = tick(instance, log_dir, cursor=retried.cursor)
+    assert again.run_requests == [] and "(retry 2)" in again.skip_message
+    at(monkeypatch, failed_again + sensors_roll.retry_delay_ms(1) + 1000)
+    assert requested_keys(instance, tick(instance, log_dir, cursor=again.cursor)) == ["orders-0"]
+
+
+def test_the_backoff_doubles_from_a_minute_and_is_capped():
+    assert [sensors_roll.retry_delay_ms(n) // 60_000 for n in range(8)] == [1, 2, 4, 8, 16, 32, 32, 32]
+    assert sensors_roll.retry_delay_ms(10_000) == sensors_roll.MAX_RETRY_MS
+
+
+def test_a_partition_of_a_run_that_succeeded_is_not_retried(tmp_path, instance, monkeypatch):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    first = tick(instance, log_dir)
+    assert run_copy(instance, first.run_requests[0], fail=False).success  # e.g. a follower's replica: nothing to copy here
+    at(monkeypatch, sensors_roll.now_ms() + sensors_roll.MAX_RETRY_MS)
+    later = tick(instance, log_dir, cursor=first.cursor)
+    assert later.run_requests == [] and "for a retry of a failed copy:" not in later.skip_message
+
+
+def test_only_the_partitions_a_failed_run_left_uncopied_wait_for_a_retry(tmp_path, instance, monkeypatch):
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
+    from kts_resources.tiering.copier import copy_partition
+
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=9, topics=("orders",), partitions=2, total_bytes=48 * KiB, segment_bytes=8 * KiB))
+    partitions = {p.topic_partition.dir_name: p for p in LogDir(log_dir).partitions()}
+    add_partitions(instance, sorted(partitions))
+    first = tick(instance, log_dir)
+    (request,) = first.run_requests
+    # The run copied orders-0, then failed on orders-1.
+    assert copy_partition(partitions["orders-0"], LogDir(log_dir), _store[-1].store(),
+                          remote_storage_from_uri((tmp_path / "remote").as_uri())).copied
+    assert not run_copy(instance, request, fail=True).success
+    waiting = tick(instance, log_dir, cursor=first.cursor)
+    assert "1 partition waits for a retry of a failed copy: orders-1 at " in waiting.skip_message
+    assert "orders-0" not in waiting.skip_message.partition("waits for a retry")[2]
+    at(monkeypatch, sensors_roll.now_ms() + sensors_roll.retry_delay_ms(0) + 1000)
+    assert requested_keys(instance, tick(instance, log_dir, cursor=waiting.cursor)) == ["orders-1"]
+
+
+def test_a_retry_that_comes_due_while_another_run_covers_the_partition_waits_for_that_run(tmp_path, instance, monkeypatch):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    first = tick(instance, log_dir)
+    (request,) = first.run_requests
+    assert not run_copy(instance, request, fail=True).success
+    waiting = tick(instance, log_dir, cursor=first.cursor)
+    # The reconcile schedule's run over it has not started yet when the retry comes due.
+    instance.create_run_for_job(copy_job_stand_in(), tags=dict(request.tags), status=dg.DagsterRunStatus.NOT_STARTED)
+    at(monkeypatch, sensors_roll.now_ms() + sensors_roll.retry_delay_ms(0) + 1000)
+    covered = tick(instance, log_dir, cursor=waiting.cursor)
+    assert covered.run_requests == [] and "its run still in flight" in covered.skip_message
+
+
 # --- `kts sync` moves the stored cursor -----------------------------------------------------------------
 
 
