@@ -80,7 +80,10 @@ def test_a_flipped_bit_in_a_local_segment_fails_the_crc_check(log_dir, pg_url, t
     data[100] ^= 0x01
     victim.write_bytes(bytes(data))
     result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=dg.AssetSelection.assets(local_segments.key), partition_key="orders-0")
-    [evaluation] = result.get_asset_check_evaluations()
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(evaluations) == {"local_segments_crc_clean", LOCAL_INDEXES_WHOLE.name}  # local_segments' two checks
+    assert evaluations[LOCAL_INDEXES_WHOLE.name].passed  # a flipped bit leaves the index files whole
+    evaluation = evaluations["local_segments_crc_clean"]
     assert not evaluation.passed and str(victim) in evaluation.description
     assert evaluation.metadata["first_unhealthy_base_offset"].value == eligible(log_dir, "orders-0")[1].base_offset
 
