@@ -1,4 +1,4 @@
-"""Asset checks: offset invariants, CRC-clean local segments, every finished remote segment in the
+"""Asset checks: offset invariants, CRC-clean local segments with whole indexes, every finished remote segment in the
 bucket with its checksum, the data-loss alarm, the remote log index's coverage, and whether each
 pass completed.
 
@@ -34,6 +34,7 @@ from kts_resources.spark.inventory import inventory_path, read_inventory_table
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.reading.remote_index_check import check_partition_index
 from kts_resources.remote_log import RemoteStorageError
+from kts_resources.maintenance.local_indexes import repair_hint, segments_to_reindex
 from kts_resources.maintenance.remote_integrity import inspect_finished_segments
 from kts_resources.tiering.lost_ranges import describe, detect_lost_ranges
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
@@ -245,7 +246,21 @@ def _no_uncopied_segment_lost(loc: LocatedPartition, store) -> Verdict:
     return True, metadata, f"every deleted local segment was copied first{acknowledged}"
 
 
+def _local_indexes_whole(loc: LocatedPartition) -> Verdict:
+    """Every closed local segment has a whole ``.index`` and ``.timeindex`` (stat() only); failing,
+    it names the files and how they get repaired — kts writes only log dirs it owns."""
+    found = segments_to_reindex(loc.partition.segments())
+    problems = [p for _, ps in found for p in ps]
+    metadata = {"segments_with_index_problems": len(found), "owned_log_dir": loc.owned}
+    if not found:
+        return True, metadata, "every closed segment has a whole .index and .timeindex"
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    return (False, {**metadata, "first_index_problem": problems[0]},
+            "; ".join(problems[:5]) + more + "; " + repair_hint(found[0][0].log, loc.owned))
+
+
 CRC_CLEAN = dg.AssetCheckKey(LOCAL_SEGMENTS, "local_segments_crc_clean")
+LOCAL_INDEXES_WHOLE = dg.AssetCheckKey(LOCAL_SEGMENTS, "local_indexes_whole")
 OFFSET_INVARIANTS = dg.AssetCheckKey(REMOTE_SEGMENTS, "offset_invariants")
 REMOTE_SEGMENTS_IN_BUCKET = dg.AssetCheckKey(REMOTE_SEGMENTS, "remote_segments_in_bucket")
 NO_UNCOPIED_SEGMENT_LOST = dg.AssetCheckKey(REMOTE_SEGMENTS, "no_uncopied_segment_lost")
@@ -255,6 +270,11 @@ SEGMENTS_CHECK_SPECS = [
     dg.AssetCheckSpec(CRC_CLEAN.name, asset=LOCAL_SEGMENTS, partitions_def=topic_partitions,
                       description="Every batch of every local segment passes its CRC-32C and no segment ends in invalid bytes "
                                   "(from the Parquet inventory)."),
+    dg.AssetCheckSpec(LOCAL_INDEXES_WHOLE.name, asset=LOCAL_SEGMENTS, partitions_def=topic_partitions,
+                      description="Every closed local segment has its .index and .timeindex, each a whole number of "
+                                  "entries. Failing, it names the files: in a log dir kts owns (KTS_OWNED_LOG_DIRS) the "
+                                  "index_rebuild sensor rebuilds them; kts never writes a broker-owned log dir, and says "
+                                  "how to repair it."),
     dg.AssetCheckSpec(OFFSET_INVARIANTS.name, asset=REMOTE_SEGMENTS, partitions_def=topic_partitions,
                       description="Lx ≤ Ly ≤ Lz (local log start ≤ high watermark ≤ log end) and Rx ≤ Ry ≤ Ly "
                                   "(remote start ≤ remote end ≤ high watermark)."),
@@ -285,9 +305,13 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
     keys = _partition_keys(context)
     if CRC_CLEAN in selected:
         yield from _report(context, LOCAL_SEGMENTS, CRC_CLEAN.name, _crc_clean_verdicts(keys))
-    if not selected & {OFFSET_INVARIANTS, REMOTE_SEGMENTS_IN_BUCKET, NO_UNCOPIED_SEGMENT_LOST, COPY_COMPLETED}:
+    if not selected & {LOCAL_INDEXES_WHOLE, OFFSET_INVARIANTS, REMOTE_SEGMENTS_IN_BUCKET, NO_UNCOPIED_SEGMENT_LOST, COPY_COMPLETED}:
         return
     located = _Located(kafka_log_dirs, keys)
+    if LOCAL_INDEXES_WHOLE in selected:
+        yield from _report(context, LOCAL_SEGMENTS, LOCAL_INDEXES_WHOLE.name, located.verdicts(_local_indexes_whole))
+    if not selected & {OFFSET_INVARIANTS, REMOTE_SEGMENTS_IN_BUCKET, NO_UNCOPIED_SEGMENT_LOST, COPY_COMPLETED}:
+        return
     records = _latest_records(context.instance, REMOTE_SEGMENTS, keys)
     store = metadata_store.store()
     if OFFSET_INVARIANTS in selected:

@@ -20,6 +20,10 @@ public road in Dagster 1.13.
   ``setSensorCursor``) need a loaded workspace or a running webserver and replace the whole
   cursor. The instance's ``*_instigator_state`` methods are public, but the state, selector and
   origin types they take are all under ``dagster._core``.
+* :func:`read_key_values` / :func:`write_key_values` — a sensor's per-partition state (thousands of
+  entries) lives in the instance's key-value store, its cursor only names it: a cursor is shown
+  whole on the sensor's page. The instance has no public key-value API; its run storage's
+  ``get_cursor_values`` / ``set_cursor_values`` are the ones Dagster's own daemons use.
 
 Pinned with the dagster release in pyproject.toml; tests/test_roll_sensor.py and tests/test_checks.py
 fail if these types move.
@@ -118,3 +122,16 @@ def _sensor_origin(sensor: dg.SensorDefinition, location_name: str) -> RemoteIns
         LoadableTargetOrigin(executable_path=sys.executable, module_name=DEFINITIONS_MODULE),
         location_name=location_name)
     return RemoteInstigatorOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), sensor.name)
+
+
+def read_key_values(instance: dg.DagsterInstance, keys: set[str]) -> dict[str, str]:
+    """Values of the instance's key-value store (the table Dagster's own daemons keep their
+    cursors in). Sensors keep their per-partition state there and only its digest in the cursor
+    (kts_assets.sensors.cursor): ``DagsterInstance`` has no public key-value API in 1.13, its run
+    storage's ``get_cursor_values`` / ``set_cursor_values`` are what the daemons use."""
+    return dict(instance.run_storage.get_cursor_values(keys))
+
+
+def write_key_values(instance: dg.DagsterInstance, values: dict[str, str]) -> None:
+    """Set keys of the instance's key-value store (see :func:`read_key_values`)."""
+    instance.run_storage.set_cursor_values(values)

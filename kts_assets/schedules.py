@@ -1,7 +1,8 @@
 """Schedules: the periodic reconcile that copies whatever the roll sensor missed.
 
-The roll sensor's cursor records what it requested, not what was copied, so a failed or cancelled
-copy run would otherwise wait for that partition's next roll. Every hour this schedule requests
+The roll sensor retries a failed copy itself, with backoff (``kts_assets.sensors.roll``); this is
+the backstop for whatever it cannot see (a copy it never requested, runs finished while it was
+stopped, segments the broker wrote without a roll it noticed). Every hour this schedule requests
 ``copy_job`` for every known partition, in the same few ranged runs as the sensor (copying is
 idempotent: a partition with nothing new costs a listing, not an upload).
 """
@@ -28,7 +29,7 @@ def reconcile_schedule(context: dg.ScheduleEvaluationContext):
     """One ranged copy run per RECONCILE_PARTITIONS_PER_RUN known partitions."""
     keys = list(context.instance.get_dynamic_partitions(topic_partitions.name))
     if not keys:
-        return dg.SkipReason(NO_PARTITIONS_YET)
+        return dg.SkipReason(f"nothing to reconcile: {NO_PARTITIONS_YET}")
     batches = batch_key_ranges(keys, keys, max_partitions_per_run=RECONCILE_PARTITIONS_PER_RUN)
     context.log.info(f"reconciling {len(keys)} partitions in {len(batches)} runs")
     # Schedules scope run keys to the tick: a retried tick does not launch a range twice.

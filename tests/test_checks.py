@@ -1,7 +1,8 @@
 """Asset checks on a simulated log dir: all pass on a healthy partition copied to a filesystem tier;
 a flipped bit in a local segment fails the CRC check; a remote object removed or rewritten fails the
 bucket check; a segment the broker deleted before kts copied it raises the data-loss alarm; a
-multi-partition run records one evaluation per partition."""
+multi-partition run records one evaluation per partition; a deleted .index in a broker-owned log dir
+fails the local index check naming the file and how to repair it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from tests.conftest import materializations
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments, retention_state
 from kts_assets.checks import (
+    LOCAL_INDEXES_WHOLE,
     NO_UNCOPIED_SEGMENT_LOST,
     REMOTE_INDEX_CHECK_SPECS,
     REMOTE_SEGMENTS_IN_BUCKET,
@@ -69,7 +71,7 @@ def test_every_check_passes_on_a_healthy_partition(log_dir, pg_url, tmp_path, kt
     result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments, retention_state, remote_log_index], partition_key="orders-0")
     assert result.success
     assert verdicts(result) == {(key.name, "orders-0"): True for key in CHECK_KEYS}
-    assert len(CHECK_KEYS) == 7
+    assert len(CHECK_KEYS) == 8
 
 
 def test_a_flipped_bit_in_a_local_segment_fails_the_crc_check(log_dir, pg_url, tmp_path, kts_home, instance):
@@ -78,9 +80,30 @@ def test_a_flipped_bit_in_a_local_segment_fails_the_crc_check(log_dir, pg_url, t
     data[100] ^= 0x01
     victim.write_bytes(bytes(data))
     result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=dg.AssetSelection.assets(local_segments.key), partition_key="orders-0")
-    [evaluation] = result.get_asset_check_evaluations()
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(evaluations) == {"local_segments_crc_clean", LOCAL_INDEXES_WHOLE.name}  # local_segments' two checks
+    assert evaluations[LOCAL_INDEXES_WHOLE.name].passed  # a flipped bit leaves the index files whole
+    evaluation = evaluations["local_segments_crc_clean"]
     assert not evaluation.passed and str(victim) in evaluation.description
     assert evaluation.metadata["first_unhealthy_base_offset"].value == eligible(log_dir, "orders-0")[1].base_offset
+
+
+def test_a_deleted_index_in_a_broker_owned_log_dir_fails_the_local_index_check_naming_the_file(
+        log_dir, pg_url, tmp_path, kts_home, instance):
+    segment = eligible(log_dir, "orders-1")[0]
+    segment.offset_index.unlink()  # the demo's log dir: the broker's, not in KTS_OWNED_LOG_DIRS
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments],
+                 tags={"dagster/asset_partition_range_start": "orders-0", "dagster/asset_partition_range_end": "orders-1"})
+    evaluations = {e.partition: e for e in result.get_asset_check_evaluations() if e.check_name == LOCAL_INDEXES_WHOLE.name}
+    assert evaluations["orders-0"].passed
+    failed = evaluations["orders-1"]
+    assert not failed.passed and failed.asset_key == local_segments.key
+    assert failed.description.startswith(f"{segment.offset_index}: the offset index is missing; ")
+    assert "kts does not write broker-owned log dirs" in failed.description
+    assert f"`kts index rebuild {segment.log}`" in failed.description and "KTS_OWNED_LOG_DIRS" in failed.description
+    assert failed.metadata["first_index_problem"].value == f"{segment.offset_index}: the offset index is missing"
+    assert failed.metadata["owned_log_dir"].value is False
+    assert not segment.offset_index.exists()  # kts never writes there
 
 
 def test_a_missing_or_rewritten_remote_object_fails_the_bucket_check_until_the_next_copy_recopies_it(

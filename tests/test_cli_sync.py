@@ -19,8 +19,8 @@ from dagster._daemon.sensor import execute_sensor_iteration
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from kts_resources.tiering.status import STATUS_FIELDS
-from kts_assets.sensors.cursor import decode_cursor
-from kts_assets.sensors.roll import survey_log_dirs
+from kts_assets.sensors.cursor import decode_cursor, sensor_state
+from kts_assets.sensors.roll import SENSOR_NAME, survey_log_dirs
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.segment import summarize_segment
 from kts_resources.remote_storage.factory import remote_storage_from_uri
@@ -87,7 +87,8 @@ def test_sync_copies_every_eligible_segment_and_records_runs_in_the_instance(tmp
         for name in ("KTS_DATABASE_URL", "KTS_LOG_DIRS", "KTS_HOME", "KTS_REMOTE_URI"):
             monkeypatch.setenv(name, env[name])
         with kts_code_location(instance) as workspace:
-            assert decode_cursor(stored_roll_cursor(workspace)) == survey_log_dirs([log_dir], materialized).eligible
+            stored = sensor_state(instance, SENSOR_NAME, stored_roll_cursor(workspace))
+            assert decode_cursor(stored) == survey_log_dirs([log_dir], materialized).eligible
             list(execute_sensor_iteration(workspace, logging.getLogger("sensor daemon"), None, None))
             sensor = remote_roll_sensor(workspace)
             (tick,) = instance.get_ticks(sensor.get_remote_origin_id(), sensor.selector_id)

@@ -54,7 +54,20 @@ def test_a_second_tick_with_nothing_new_skips(tmp_path):
         instance.add_dynamic_partitions(topic_partitions.name, ["orders-0"])
         result = _tick(instance, str(log_dir))
         assert not result.dynamic_partitions_requests
-        assert result.skip_message and "no new partitions" in result.skip_message
+        assert result.skip_message == (f"no new partitions: looked at 1 log dir ({log_dir}), 1 partition there, "
+                                       "every one already known")
+
+
+def test_the_skip_reason_names_a_log_dir_not_found_and_partitions_that_left(tmp_path):
+    (tmp_path / "a").mkdir()
+    log_dir = _log_dir(tmp_path / "a", "orders-0")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(topic_partitions.name, ["orders-0", "orders-1"])
+        result = _tick(instance, f"{log_dir},{tmp_path / 'missing'}")
+        assert result.skip_message == (
+            f"no new partitions: looked at 1 log dir ({log_dir}), 1 partition there, every one already known; "
+            f"not found, so not read: {tmp_path / 'missing'} (is KTS_LOG_DIRS right?); "
+            "1 known partition no longer in any log dir (kept for its history)")
 
 
 def test_a_vanished_partition_is_kept_so_its_history_survives(tmp_path):

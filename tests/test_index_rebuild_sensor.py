@@ -69,7 +69,10 @@ def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_
     assert dg.materialize([local_and_remote_segments, remote_log_index], instance=instance, resources=resources,
                           tags=RANGE).success
     whole = _tick(instance, log_dir, pg_url)
-    assert whole.run_requests == [] and "every remote log index whole" in whole.skip_message
+    known = len(instance.get_dynamic_partitions("topic_partitions"))
+    assert whole.run_requests == [] and whole.skip_message == (
+        f"looked at {known} of {known} known partitions: every remote log index and every closed segment's local "
+        ".index / .timeindex whole")
 
     store = RemoteLogMetadataStore.from_url(pg_url)
     tips = {t.topic_partition.dir_name: t for t in store.partitions()}
@@ -107,7 +110,7 @@ def test_a_damaged_or_missing_remote_log_index_is_rebuilt_by_the_sensors_run_as_
 
 
 def test_missing_or_torn_local_indexes_in_an_owned_log_dir_are_rebuilt_by_kafkas_recovery_rule(
-        log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
+        log_dir, pg_url, tmp_path, kts_home, instance, capfd):  # noqa: F811
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote", owned=True)
     instance.add_dynamic_partitions("topic_partitions", KEYS)
     segments = LogDir(log_dir).partitions()[0].segments()
@@ -120,7 +123,11 @@ def test_missing_or_torn_local_indexes_in_an_owned_log_dir_are_rebuilt_by_kafkas
     segments[0].time_index.unlink()  # a segment from before KIP-33: no time index
     with open(segments[1].offset_index, "r+b") as f:
         f.truncate(f.seek(0, 2) - 3)  # a torn write
+    capfd.readouterr()
     found = _tick(instance, log_dir, pg_url, owned=True)
+    logged = capfd.readouterr().err
+    assert f"{key}: local index to rebuild: {segments[0].time_index}: the time index is missing (and 1 more)" in logged
+    assert "remote log index to rebuild" not in logged  # a local index is called a local index
     [request] = found.run_requests
     assert request.tags["dagster/asset_partition_range_start"] <= key <= request.tags["dagster/asset_partition_range_end"]
     result = dg.materialize([local_and_remote_segments, remote_log_index], selection=[local_segments.key, remote_log_index.key], instance=instance, resources=resources, tags=request.tags,
@@ -133,15 +140,48 @@ def test_missing_or_torn_local_indexes_in_an_owned_log_dir_are_rebuilt_by_kafkas
     assert _tick(instance, log_dir, pg_url, cursor=found.cursor, owned=True).run_requests == []
 
 
-def test_in_a_brokers_log_dir_local_indexes_are_never_written(log_dir, pg_url, tmp_path, kts_home, instance):  # noqa: F811
+def test_a_missing_local_index_in_a_brokers_log_dir_is_reported_with_the_repair_and_never_written(
+        log_dir, pg_url, tmp_path, kts_home, instance, capfd):  # noqa: F811
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote", owned=False)
     instance.add_dynamic_partitions("topic_partitions", KEYS)
     segment = LogDir(log_dir).partitions()[0].segments()[0]
-    segment.time_index.unlink()
-    assert _tick(instance, log_dir, pg_url).run_requests == []  # nothing kts may do about it
-    result = dg.materialize([local_and_remote_segments], selection=[local_segments.key], instance=instance, resources=resources, tags=RANGE,
-                            run_config={"ops": {"local_and_remote_segments": {"config": {"rebuild_indexes": True}}}})
-    assert result.success and not segment.time_index.exists()
+    key = segment.log.parent.name
+    segment.offset_index.unlink()
+    logs = _captured_sensor_logs(instance, log_dir, pg_url, capfd)
+    found, lines = logs()
+    # One run, so that the partition's local_indexes_whole check fails naming the file; nothing is rebuilt.
+    [request] = found.run_requests
+    assert request.tags["dagster/asset_partition_range_start"] <= key <= request.tags["dagster/asset_partition_range_end"]
+    warning = next(line for line in lines if "broker-owned" in line)
+    assert warning.startswith(f"{key}: local index missing or torn in a broker-owned log dir: {segment.offset_index}: the offset index is missing; ")
+    assert f"kts does not write broker-owned log dirs: repair with `kts index rebuild {segment.log}`" in warning
+    assert "KTS_OWNED_LOG_DIRS" in warning
+    result = dg.materialize([local_and_remote_segments, remote_log_index], selection=[local_segments.key, remote_log_index.key],
+                            instance=instance, resources=resources, tags=request.tags, run_config=request.run_config)
+    assert result.success and not segment.offset_index.exists()
+    failed = {e.partition: e for e in result.get_asset_check_evaluations() if e.check_name == "local_indexes_whole" and not e.passed}
+    assert list(failed) == [key] and str(segment.offset_index) in failed[key].description
+    # Reported once: the next ticks request nothing more, and still say what is wrong and how to repair it.
+    again, _ = logs(found.cursor)
+    assert again.run_requests == []
+    known = len(instance.get_dynamic_partitions("topic_partitions"))
+    assert again.skip_message.startswith(f"looked at {known} of {known} known partitions: every remote log index whole; "
+                                         "nothing kts may rebuild; "
+                                         f"1 partition in broker-owned log dirs with a missing or torn local index, reported by the "
+                                         f"local_indexes_whole check of local_segments: {key}; {key}: {segment.offset_index}: "
+                                         "the offset index is missing; kts does not write broker-owned log dirs")
+
+
+def _captured_sensor_logs(instance, log_dir, pg_url, capfd):
+    """A tick function returning (the tick's result, the messages the sensor logged): a sensor's
+    log goes to the tick's own log handlers, here the console's."""
+
+    def tick(cursor=None):
+        capfd.readouterr()
+        result = _tick(instance, log_dir, pg_url, cursor=cursor)
+        return result, [line.split(" - ", 4)[-1] for line in capfd.readouterr().err.splitlines() if " - dagster - " in line]
+
+    return tick
 
 
 def test_the_index_rebuild_job_rebuilds_local_and_remote_indexes_and_checks_them():
@@ -150,7 +190,8 @@ def test_the_index_rebuild_job_rebuilds_local_and_remote_indexes_and_checks_them
     # The inventory's CRC check and the index's come along (each judged in its asset's step),
     # remote_segments' checks do not.
     assert sorted(k.to_user_string() for k in job.asset_layer.asset_graph.asset_check_keys) == [
-        "local_segments:local_segments_crc_clean", "remote_log_index:remote_log_index_covers_finished_segments"]
+        "local_segments:local_indexes_whole", "local_segments:local_segments_crc_clean",
+        "remote_log_index:remote_log_index_covers_finished_segments"]
     assert job.executor_def.name == "in_process"
     assert job.partitioned_config.get_run_config_for_partition_key(KEYS[0]) == REBUILD_CONFIG
     assert index_rebuild_sensor.job_name == INDEX_REBUILD_JOB_NAME

@@ -20,7 +20,7 @@ import pytest
 from kts_assets import batching
 from kts_assets.partitions import topic_partitions
 from kts_assets.sensors import roll as sensors_roll
-from kts_assets.sensors.cursor import CURSOR_COMPRESS_ABOVE, decode_cursor, decode_cursor_maps, encode_cursor
+from kts_assets.sensors.cursor import CURSOR_COMPRESS_ABOVE, decode_cursor, decode_cursor_maps, encode_cursor, sensor_state
 from kts_assets.sensors.roll import LAG_BYTES, LAG_SEGMENTS, segment_base_offsets, segment_roll_sensor, survey_log_dirs
 from kts_resources.kafka.checkpoints import write_offset_checkpoint
 from kts_resources.kafka.logdir import LogDir, offset_file_name
@@ -85,6 +85,12 @@ def requested_keys(instance: dg.DagsterInstance, result) -> list[str]:
         end = keys.index(request.tags[batching.PARTITION_RANGE_END_TAG])
         covered.extend(keys[start:end + 1])
     return covered
+
+
+def requested_in(instance: dg.DagsterInstance, cursor: str | None) -> dict[str, int]:
+    """The newest base offset the sensor's cursor records as requested, per partition (the state
+    the short cursor names, kept in the instance)."""
+    return decode_cursor(sensor_state(instance, sensors_roll.SENSOR_NAME, cursor))
 
 
 def asked_for(result) -> int:
@@ -170,7 +176,7 @@ def test_first_tick_requests_runs_for_partitions_with_eligible_segments(tmp_path
     assert result.run_requests[0].tags[batching.PARTITION_RANGE_START_TAG] == "orders-0"
     assert result.run_requests[0].tags[batching.PARTITION_RANGE_END_TAG] == "orders-0"
     assert result.run_requests[0].tags["kts/trigger"] == "segment_roll"
-    assert decode_cursor(result.cursor) == {"orders-0": 100}
+    assert requested_in(instance, result.cursor) == {"orders-0": 100}
 
 
 def test_second_tick_with_nothing_new_requests_nothing_and_says_how_many_were_checked(tmp_path, instance):
@@ -180,7 +186,7 @@ def test_second_tick_with_nothing_new_requests_nothing_and_says_how_many_were_ch
     second = tick(instance, log_dir, cursor=first.cursor)
     assert second.run_requests == []
     assert "checked 3 of 3 known partitions" in second.skip_message
-    assert decode_cursor(second.cursor) == decode_cursor(first.cursor)
+    assert requested_in(instance, second.cursor) == requested_in(instance, first.cursor)
 
 
 def test_after_a_new_roll_only_that_partition_is_requested(tmp_path, instance):
@@ -192,13 +198,13 @@ def test_after_a_new_roll_only_that_partition_is_requested(tmp_path, instance):
     write_checkpoints(log_dir, {"orders-0": (250, 250), "orders-1": (50, 50), "orders-2": (130, 130)})
     second = tick(instance, log_dir, cursor=first.cursor)
     assert requested_keys(instance, second) == ["orders-2"]
-    assert decode_cursor(second.cursor) == {"orders-0": 100, "orders-2": 0}
+    assert requested_in(instance, second.cursor) == {"orders-0": 100, "orders-2": 0}
     # orders-0 rolls twice more and the broker checkpoints past both rolls.
     write_segments(log_dir, "orders-0", [0, 100, 200, 300, 400])
     write_checkpoints(log_dir, {"orders-0": (420, 410), "orders-1": (50, 50), "orders-2": (130, 130)})
     third = tick(instance, log_dir, cursor=second.cursor)
     assert requested_keys(instance, third) == ["orders-0"]
-    assert decode_cursor(third.cursor)["orders-0"] == 300
+    assert requested_in(instance, third.cursor)["orders-0"] == 300
 
 
 def test_a_recovery_point_behind_the_high_watermark_holds_the_segment_back(tmp_path, instance):
@@ -223,12 +229,12 @@ def test_partitions_not_yet_added_are_ignored(tmp_path, instance):
     add_partitions(instance, ["t-1", "t-3"])
     result = tick(instance, tmp_path)
     assert requested_keys(instance, result) == ["t-1", "t-3"]  # one range over both known keys
-    assert set(decode_cursor(result.cursor)) == {"t-1", "t-3"}
+    assert set(requested_in(instance, result.cursor)) == {"t-1", "t-3"}
     # Once discovery adds the others, they are requested, and only they.
     add_partitions(instance, ["t-0", "t-2"])
     later = tick(instance, tmp_path, cursor=result.cursor)
     assert asked_for(later) == 2
-    assert set(decode_cursor(later.cursor)) == {"t-0", "t-1", "t-2", "t-3"}
+    assert set(requested_in(instance, later.cursor)) == {"t-0", "t-1", "t-2", "t-3"}
 
 
 def test_no_known_partitions_is_an_idle_tick(tmp_path, instance):
@@ -243,7 +249,7 @@ def test_partitions_spread_over_two_log_dirs_are_all_requested(tmp_path, instanc
     b = synthetic_log_dir(tmp_path / "b", {"t-1": ([0, 10, 20], 15), "u-0": ([0, 7], 9)})
     add_partitions(instance, ["t-0", "t-1", "t-2", "u-0"])
     result = tick(instance, a, b)
-    assert decode_cursor(result.cursor) == {"t-0": 10, "t-1": 0, "u-0": 0}
+    assert requested_in(instance, result.cursor) == {"t-0": 10, "t-1": 0, "u-0": 0}
 
 
 # --- batching ------------------------------------------------------------------------------------------
@@ -279,7 +285,7 @@ def test_a_burst_beyond_the_run_cap_waits_for_the_next_tick(tmp_path, instance, 
     add_partitions(instance, keys)
     first = tick(instance, tmp_path)
     assert len(first.run_requests) == runs
-    assert set(decode_cursor(first.cursor)) == set(keys[:per_run * runs])
+    assert set(requested_in(instance, first.cursor)) == set(keys[:per_run * runs])
     assert "deferred" not in (first.skip_message or "")
     second = tick(instance, tmp_path, cursor=first.cursor)
     assert requested_keys(instance, second) == keys[per_run * runs:]
@@ -335,14 +341,34 @@ def test_cursor_for_10000_partitions_round_trips_compressed_and_small():
     assert decode_cursor(cursor) == requested
 
 
-def test_the_tick_cursor_round_trips_through_the_next_tick(tmp_path, instance):
-    keys = [f"t-{p}" for p in range(500)]
-    synthetic_log_dir(tmp_path, {k: ([0, 10, 20], 25) for k in keys})
+def test_the_tick_cursor_over_4000_partitions_is_short_and_round_trips_through_the_next_tick(tmp_path, instance, monkeypatch):
+    monkeypatch.setattr(sensors_roll, "MAX_RUNS_PER_TICK", 20)  # every partition in the first tick
+    keys = [f"t-{p}" for p in range(4000)]
+    synthetic_log_dir(tmp_path, {k: ([0, 10], 15) for k in keys})
     add_partitions(instance, keys)
     first = tick(instance, tmp_path)
-    assert "zlib" in json.loads(first.cursor)
-    assert decode_cursor(first.cursor) == {k: 10 for k in keys}
-    assert tick(instance, tmp_path, cursor=first.cursor).run_requests == []
+    assert len(first.cursor) < 100, first.cursor  # the state is kept in the instance; the cursor names it
+    assert json.loads(first.cursor)["partitions"] == 4000
+    assert "zlib" in json.loads(sensor_state(instance, sensors_roll.SENSOR_NAME, first.cursor))
+    assert requested_in(instance, first.cursor) == {k: 0 for k in keys}
+    second = tick(instance, tmp_path, cursor=first.cursor)
+    assert second.run_requests == [] and len(second.cursor) < 100
+    assert requested_in(instance, second.cursor) == requested_in(instance, first.cursor)
+
+
+def test_a_cursor_that_carries_its_state_inline_is_read_and_rewritten_short(tmp_path, instance):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    inline = encode_cursor({"orders-0": 100})  # as the sensor wrote cursors before keeping its state in the instance
+    result = tick(instance, log_dir, cursor=inline)
+    assert result.run_requests == []
+    assert requested_in(instance, result.cursor) == {"orders-0": 100} and len(result.cursor) < 100
+
+
+def test_a_cursor_naming_a_state_no_longer_kept_starts_over(tmp_path, instance):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    result = tick(instance, three_partitions(tmp_path), cursor='{"v":3,"state":"0123456789abcdef"}')
+    assert requested_keys(instance, result) == ["orders-0"]
 
 
 def test_an_unreadable_cursor_starts_over_instead_of_failing_the_tick(tmp_path, instance):
@@ -362,7 +388,7 @@ def test_a_simulated_broker_that_keeps_appending_gets_runs_for_exactly_the_parti
     keys = [p.topic_partition.dir_name for p in LogDir(tmp_path).partitions()]
     add_partitions(instance, keys)
     first = tick(instance, tmp_path)
-    before = decode_cursor(first.cursor)
+    before = requested_in(instance, first.cursor)
     assert set(before) == set(keys)
 
     simulate(tmp_path, SimulationConfig(**{**config.__dict__, "seed": 6, "total_bytes": 24 * KiB}))
@@ -371,7 +397,7 @@ def test_a_simulated_broker_that_keeps_appending_gets_runs_for_exactly_the_parti
     assert grown  # 24 KiB more over 8 KiB segments rolls somewhere
     second = tick(instance, tmp_path, cursor=first.cursor)
     assert asked_for(second) == len(grown)
-    assert decode_cursor(second.cursor) == after
+    assert requested_in(instance, second.cursor) == after
 
 
 # --- copy lag as it happens ----------------------------------------------------------------------------
@@ -462,6 +488,116 @@ def test_a_cursor_of_the_first_version_is_still_read():
     assert decode_cursor('{"v":1,"requested":{"t-0":5}}') == {"t-0": 5}
 
 
+# --- a failed copy is retried with backoff ------------------------------------------------------------
+
+
+def copy_job_stand_in(fail: bool = False) -> dg.JobDefinition:
+    """A ``copy_job`` whose one step copies nothing; with ``fail`` it raises, as a failed copy does."""
+
+    @dg.asset(partitions_def=topic_partitions, backfill_policy=dg.BackfillPolicy.single_run())
+    def remote_segments(context) -> None:
+        if fail:
+            raise RuntimeError("the remote tier refused the upload")
+
+    return dg.Definitions(assets=[remote_segments], jobs=[dg.define_asset_job("copy_job", selection=[remote_segments])]
+                          ).resolve_job_def("copy_job")
+
+
+def run_copy(instance: dg.DagsterInstance, request: dg.RunRequest, *, fail: bool) -> dg.ExecuteInProcessResult:
+    """Run the stand-in ``copy_job`` over the request's range, as the daemon would launch it,
+    leaving its run (failed with ``fail``) in the instance."""
+    return copy_job_stand_in(fail).execute_in_process(instance=instance, tags=dict(request.tags), raise_on_error=False)
+
+
+def at(monkeypatch, ms: int) -> None:
+    """The sensor's clock set to ``ms`` (epoch milliseconds)."""
+    monkeypatch.setattr(sensors_roll, "now_ms", lambda: ms)
+
+
+def test_a_partition_whose_copy_failed_is_requested_again_after_its_backoff_and_not_before(tmp_path, instance, monkeypatch):
+    import time
+
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    first = tick(instance, log_dir)
+    (request,) = first.run_requests
+    assert not run_copy(instance, request, fail=True).success
+    failed_at = int(time.time() * 1000)
+
+    at(monkeypatch, failed_at)
+    waiting = tick(instance, log_dir, cursor=first.cursor)
+    assert waiting.run_requests == []
+    assert "1 partition waits for a retry of a failed copy: orders-0 at " in waiting.skip_message
+    assert "(retry 1)" in waiting.skip_message
+    at(monkeypatch, failed_at + 30_000)  # half the first backoff: still waiting
+    still = tick(instance, log_dir, cursor=waiting.cursor)
+    assert still.run_requests == [] and "orders-0 at " in still.skip_message
+
+    at(monkeypatch, failed_at + sensors_roll.retry_delay_ms(0) + 1000)
+    retried = tick(instance, log_dir, cursor=still.cursor)
+    assert requested_keys(instance, retried) == ["orders-0"]
+    assert "retries" in json.loads(retried.cursor)
+
+    # The retry fails too: the next one waits twice as long.
+    assert not run_copy(instance, retried.run_requests[0], fail=True).success
+    failed_again = int(time.time() * 1000)
+    at(monkeypatch, failed_again + sensors_roll.retry_delay_ms(0) + 1000)
+    again = tick(instance, log_dir, cursor=retried.cursor)
+    assert again.run_requests == [] and "(retry 2)" in again.skip_message
+    at(monkeypatch, failed_again + sensors_roll.retry_delay_ms(1) + 1000)
+    assert requested_keys(instance, tick(instance, log_dir, cursor=again.cursor)) == ["orders-0"]
+
+
+def test_the_backoff_doubles_from_a_minute_and_is_capped():
+    assert [sensors_roll.retry_delay_ms(n) // 60_000 for n in range(8)] == [1, 2, 4, 8, 16, 32, 32, 32]
+    assert sensors_roll.retry_delay_ms(10_000) == sensors_roll.MAX_RETRY_MS
+
+
+def test_a_partition_of_a_run_that_succeeded_is_not_retried(tmp_path, instance, monkeypatch):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    first = tick(instance, log_dir)
+    assert run_copy(instance, first.run_requests[0], fail=False).success  # e.g. a follower's replica: nothing to copy here
+    at(monkeypatch, sensors_roll.now_ms() + sensors_roll.MAX_RETRY_MS)
+    later = tick(instance, log_dir, cursor=first.cursor)
+    assert later.run_requests == [] and "for a retry of a failed copy:" not in later.skip_message
+
+
+def test_only_the_partitions_a_failed_run_left_uncopied_wait_for_a_retry(tmp_path, instance, monkeypatch):
+    from kts_resources.remote_storage.factory import remote_storage_from_uri
+    from kts_resources.tiering.copier import copy_partition
+
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=9, topics=("orders",), partitions=2, total_bytes=48 * KiB, segment_bytes=8 * KiB))
+    partitions = {p.topic_partition.dir_name: p for p in LogDir(log_dir).partitions()}
+    add_partitions(instance, sorted(partitions))
+    first = tick(instance, log_dir)
+    (request,) = first.run_requests
+    # The run copied orders-0, then failed on orders-1.
+    assert copy_partition(partitions["orders-0"], LogDir(log_dir), _store[-1].store(),
+                          remote_storage_from_uri((tmp_path / "remote").as_uri())).copied
+    assert not run_copy(instance, request, fail=True).success
+    waiting = tick(instance, log_dir, cursor=first.cursor)
+    assert "1 partition waits for a retry of a failed copy: orders-1 at " in waiting.skip_message
+    assert "orders-0" not in waiting.skip_message.partition("waits for a retry")[2]
+    at(monkeypatch, sensors_roll.now_ms() + sensors_roll.retry_delay_ms(0) + 1000)
+    assert requested_keys(instance, tick(instance, log_dir, cursor=waiting.cursor)) == ["orders-1"]
+
+
+def test_a_retry_that_comes_due_while_another_run_covers_the_partition_waits_for_that_run(tmp_path, instance, monkeypatch):
+    add_partitions(instance, ["orders-0", "orders-1", "orders-2"])
+    log_dir = three_partitions(tmp_path)
+    first = tick(instance, log_dir)
+    (request,) = first.run_requests
+    assert not run_copy(instance, request, fail=True).success
+    waiting = tick(instance, log_dir, cursor=first.cursor)
+    # The reconcile schedule's run over it has not started yet when the retry comes due.
+    instance.create_run_for_job(copy_job_stand_in(), tags=dict(request.tags), status=dg.DagsterRunStatus.NOT_STARTED)
+    at(monkeypatch, sensors_roll.now_ms() + sensors_roll.retry_delay_ms(0) + 1000)
+    covered = tick(instance, log_dir, cursor=waiting.cursor)
+    assert covered.run_requests == [] and "its run still in flight" in covered.skip_message
+
+
 # --- `kts sync` moves the stored cursor -----------------------------------------------------------------
 
 
@@ -497,7 +633,7 @@ def test_advancing_the_cursor_creates_the_state_the_daemon_reads_then_merges_int
     with kts_code_location(instance) as workspace:
         assert stored_roll_cursor(workspace) is None
         sensors_roll.advance_roll_cursor(instance, {"orders-0": 100, "orders-1": 0})
-        assert decode_cursor(stored_roll_cursor(workspace)) == {"orders-0": 100, "orders-1": 0}
+        assert requested_in(instance, stored_roll_cursor(workspace)) == {"orders-0": 100, "orders-1": 0}
         lag = {LAG_SEGMENTS: {"orders-0": 1}, LAG_BYTES: {"orders-0": 10}}
         sensors_roll.advance_roll_cursor(instance, {})  # nothing copied: nothing written
         state = [s for s in instance.all_instigator_state() if s.instigator_name == segment_roll_sensor.name]
@@ -505,7 +641,7 @@ def test_advancing_the_cursor_creates_the_state_the_daemon_reads_then_merges_int
         instance.update_instigator_state(state[0].with_data(state[0].instigator_data._replace(
             cursor=encode_cursor({"orders-0": 100, "orders-2": 7}, lag))))
         sensors_roll.advance_roll_cursor(instance, {"orders-0": 300})
-        maps = decode_cursor_maps(stored_roll_cursor(workspace))
+        maps = decode_cursor_maps(sensor_state(instance, sensors_roll.SENSOR_NAME, stored_roll_cursor(workspace)))
         assert maps == {"requested": {"orders-0": 300, "orders-2": 7}, **lag}  # the lag left for the next tick
         assert len([s for s in instance.all_instigator_state() if s.instigator_name == segment_roll_sensor.name]) == 1
 
@@ -560,7 +696,7 @@ def test_a_kts_sync_pass_moves_the_stored_cursor_so_the_next_tick_asks_for_nothi
     assert sensors_roll.advance_roll_cursor(instance, eligible) == 1
 
     cursor = _cursor_of(instance, roll)
-    assert decode_cursor(cursor) == {"orders-0": 100}
+    assert requested_in(instance, cursor) == {"orders-0": 100}
     assert _cursor_of(instance, other) == "untouched"
     assert tick(instance, log_dir, cursor=cursor).run_requests == []
     assert sensors_roll.advance_roll_cursor(instance, eligible) == 0  # nothing new: nothing written

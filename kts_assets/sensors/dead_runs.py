@@ -15,4 +15,6 @@ def dead_run_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     released = release_dead_runs(context.instance)
     for line in released:
         context.log.warning(line)
-    return dg.SkipReason("; ".join(released) if released else "no dead run holds anything")
+    return dg.SkipReason("; ".join(released) if released else
+                         "looked at this host's unfinished runs and the runs holding pool slots: every unfinished run's "
+                         "process is alive and no finished run holds a slot, so nothing to release")

@@ -6,18 +6,25 @@ re-plan, and the cursor keeps, per partition, when its oldest kept remote segmen
 retention.ms (its largest timestamp + retention.ms), so a partition nothing happened to is planned
 again only once that time has come. The first tick plans every known partition once. The hourly
 reconcile schedule runs retention over every partition as a backstop.
+
+That state (a due time per partition) is kept in the instance; the cursor only names it
+(``kts_assets.sensors.cursor``), with the event id reached and how many partitions are tracked.
+A tick that requests nothing says what it planned, why, and which partition is due next.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 
 import dagster as dg
 
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, batch_key_ranges, range_run_request
 from kts_assets.jobs import EXPIRY_JOB_NAME
 from kts_assets.partitions import NO_PARTITIONS_YET, topic_partitions
+from kts_assets.sensors.cursor import sensor_state, state_cursor
+from kts_assets.sizes import counted
 from kts_resources.tiering.expiry import plan_partition
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 from kts_resources.tiering.tiers import locate_partitions
@@ -29,11 +36,15 @@ EVENT_OVERLAP = 100
 MAX_RUNS_PER_TICK = 10
 
 
-def _decode(cursor: str | None) -> tuple[int, dict[str, int], set[int]]:
-    if not cursor:
+SENSOR_NAME = "retention_sensor"
+
+
+def _decode(state: str | None) -> tuple[int, dict[str, int], set[int]]:
+    """The state (kept in the instance, ``sensors.cursor``; a cursor from before is its own state)."""
+    if not state:
         return -1, {}, set()
     try:
-        data = json.loads(cursor)
+        data = json.loads(state)
         return int(data["event"]), {str(k): int(v) for k, v in data["due"].items()}, {int(i) for i in data.get("seen", [])}
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"not a retention sensor cursor: {e}") from e
@@ -73,7 +84,12 @@ def partitions_to_plan(store, known: list[str], last_event: int, due: dict[str, 
     return wanted, newest, window
 
 
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 @dg.sensor(
+    name=SENSOR_NAME,
     job_name=EXPIRY_JOB_NAME,
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
@@ -89,8 +105,13 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
     if not known:
         return dg.SkipReason(NO_PARTITIONS_YET)
     store = metadata_store.store()
-    last_event, due, seen = _decode(context.cursor)
+    try:
+        last_event, due, seen = _decode(sensor_state(context.instance, SENSOR_NAME, context.cursor))
+    except ValueError as e:
+        context.log.warning(f"{e}; starting over: every known partition is planned once")
+        last_event, due, seen = -1, {}, set()
     now_ms = int(time.time() * 1000)
+    came_due = sum(1 for at in due.values() if at <= now_ms)
     wanted, newest, seen = partitions_to_plan(store, known, last_event, due, seen, now_ms)
     located, _missing = locate_partitions(kafka_log_dirs.paths(), sorted(wanted), owned_log_dirs=kafka_log_dirs.owned_paths())
     from kts_resources.tiering.tiers import topic_id_partition
@@ -120,5 +141,19 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
     for b in batches[MAX_RUNS_PER_TICK:]:
         for key in b.keys:
             due[key] = now_ms
-    context.log.info(f"planned {len(wanted)} of {len(known)} partitions; {len(with_work)} have something to expire")
-    return dg.SensorResult(run_requests=requests, cursor=_encode(newest, due, seen))
+    state = _encode(newest, due, seen)
+    cursor = state_cursor(context.instance, SENSOR_NAME, state, previous=context.cursor, event=newest, partitions=len(due))
+    if last_event < 0:
+        why = f"first tick: planned all {counted(len(known), 'known partition')}"
+    else:
+        events = "no new store event" if newest == last_event else f"the store events after {last_event} up to {newest}"
+        why = (f"planned {len(wanted)} of {counted(len(known), 'known partition')}"
+               f" (those named by {events}, and {came_due} whose oldest remote segment passed retention.ms)")
+    if requests:
+        context.log.info(f"{why}; {counted(len(with_work), 'partition')} with something to expire → "
+                         f"{counted(len(requests), 'run')}")
+        return dg.SensorResult(run_requests=requests, cursor=cursor)
+    upcoming = min(due.items(), key=lambda kv: (kv[1], kv[0]), default=None)
+    next_due = (f"; next due: {upcoming[0]} at {_when(upcoming[1])}" if upcoming
+                else "; no partition has a remote segment under a finite retention.ms")
+    return dg.SensorResult(skip_reason=f"{why}: none has anything to expire{next_due}", cursor=cursor)

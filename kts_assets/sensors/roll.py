@@ -8,9 +8,15 @@ segment base offsets from file names alone (one ``os.scandir`` per partition dir
 opened), and compares each partition's newest eligible base offset with the cursor. Partitions
 that changed are batched into a few ranged runs of ``copy_job`` (see ``kts_assets.batching``).
 
-The cursor records what was requested, not what was copied: a run that fails is not retried by
-the sensor; the reconcile schedule (``kts_assets.schedules``) sweeps every partition periodically.
-``kts sync`` moves it for what it copied (:func:`advance_roll_cursor`).
+The cursor records what was requested, not what was copied. A copy that failed is retried here,
+with backoff (:func:`retry_delay_ms`: 1, 2, 4 … minutes, at most 32): per tick the sensor reads
+the copy runs that finished since its last tick (one query of the run storage, however many
+partitions there are) and the ones still in flight; a partition of a failed or cancelled run whose
+newest eligible segment is still not copied gets a retry time, and is requested again once it has
+come and no run covers it. A later run that succeeds for it, or its segments found copied, clears
+its retries. The skip message names the partitions waiting and when. The reconcile schedule
+(``kts_assets.schedules``) still sweeps every partition hourly. ``kts sync`` moves the cursor for
+what it copied (:func:`advance_roll_cursor`).
 
 Copy lag is observed here too, before any copy: from the same file-name survey and every
 partition's highest copied offset (one query of the metadata store per tick), each partition whose
@@ -20,7 +26,9 @@ lag changed since the last tick gets an ``AssetObservation`` of ``remote_segment
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
@@ -28,11 +36,18 @@ import dagster as dg
 
 from kts_assets import broker_scope
 from kts_assets.assets import remote_segments
-from kts_assets.batching import MAX_PARTITIONS_PER_RUN, KeyRangeBatch, batch_key_ranges, range_run_request
+from kts_assets.batching import (
+    MAX_PARTITIONS_PER_RUN,
+    PARTITION_RANGE_END_TAG,
+    PARTITION_RANGE_START_TAG,
+    KeyRangeBatch,
+    batch_key_ranges,
+    range_run_request,
+)
 from kts_assets.dagster_internals import update_sensor_cursor
 from kts_assets.jobs import COPY_JOB_NAME
 from kts_assets.partitions import topic_partitions
-from kts_assets.sensors.cursor import REQUESTED, decode_cursor_maps, encode_cursor
+from kts_assets.sensors.cursor import REQUESTED, decode_cursor_maps, encode_cursor, is_state_cursor, sensor_state, state_cursor
 from kts_assets.sizes import counted, human_bytes
 from kts_resources.kafka.checkpoints import PARTITION_METADATA, CheckpointError, read_partition_metadata
 from kts_resources.kafka.logdir import LOG_SUFFIX, LogDir, offset_file_name, parse_offset_file_name
@@ -52,6 +67,19 @@ MAX_RUNS_PER_TICK = 10
 MAX_LAG_OBSERVATIONS_PER_TICK = 1000
 # The cursor's maps of the copy lag last reported per partition.
 LAG_SEGMENTS, LAG_BYTES = "copy_lag_segments", "copy_lag_bytes"
+# The cursor's maps of the retries: when a failed partition's next copy is due (epoch ms), and
+# how many retries it has had; and how far the finished copy runs were read (their update time, µs).
+RETRY_AT, RETRIES, RUNS_READ = "retry_at", "retries", "runs_read"
+RUNS_READ_UNTIL = "updated_us"
+FIRST_RETRY_MS = 60_000
+MAX_RETRY_MS = 32 * 60_000
+# Finished copy runs read per tick at most (the rest on the next tick); on a first tick, runs
+# finished within this long before it are read.
+MAX_FINISHED_RUNS_PER_TICK = 500
+FIRST_TICK_LOOKBACK_MS = 60 * 60_000
+# How many partitions a message names before "and N more".
+NAMED_IN_MESSAGE = 10
+SENSOR_NAME = "segment_roll_sensor"
 
 
 # --- the newest eligible segment from file names and checkpoints (no Dagster) ---------------------
@@ -193,6 +221,115 @@ def lag_observation(key: str, segments: int, size: int) -> dg.AssetObservation:
         LAG_SEGMENTS: segments, LAG_BYTES: size, "copy_lag": f"{counted(segments, 'segment')}, {human_bytes(size)}"})
 
 
+# --- retries of failed copies (no Dagster but the run records they read) -------------------------
+
+
+def retry_delay_ms(retries: int) -> int:
+    """How long a partition whose copy failed waits before its next one, after ``retries``
+    retries already: 1, 2, 4 … minutes, at most MAX_RETRY_MS (the hourly reconcile is later)."""
+    return min(FIRST_RETRY_MS << min(retries, 20), MAX_RETRY_MS)
+
+
+def run_partition_keys(tags: Mapping[str, str], positions: Mapping[str, int], known: Sequence[str]) -> list[str]:
+    """The known partition keys a run covers: its key range, or its one partition."""
+    start, end = tags.get(PARTITION_RANGE_START_TAG), tags.get(PARTITION_RANGE_END_TAG)
+    if start is not None and end is not None:
+        if start not in positions or end not in positions:
+            return []
+        return list(known[positions[start]:positions[end] + 1])
+    key = tags.get("dagster/partition")
+    return [key] if key in positions else []
+
+
+@dataclass(frozen=True)
+class FinishedCopy:
+    """A copy run that finished: its partitions, whether it succeeded, when it ended (epoch ms)."""
+
+    keys: list[str]
+    succeeded: bool
+    ended_ms: int
+
+
+@dataclass
+class CopyRuns:
+    """What the run storage says of copy runs this tick."""
+
+    in_flight: set[str] = field(default_factory=set)  # partitions a queued or running copy run covers
+    finished: list[FinishedCopy] = field(default_factory=list)  # oldest first
+    read_until_us: int = 0  # the newest finished run's update time read
+
+
+def read_copy_runs(instance: dg.DagsterInstance, known: Sequence[str], read_until_us: int | None, now_ms: int) -> CopyRuns:
+    """The copy runs in flight and those finished since ``read_until_us`` (None: a first tick,
+    which looks FIRST_TICK_LOOKBACK_MS back). Two queries of the run storage; the work is in the
+    number of runs, not partitions."""
+    positions = {key: i for i, key in enumerate(known)}
+    runs = CopyRuns(read_until_us=read_until_us if read_until_us is not None else (now_ms - FIRST_TICK_LOOKBACK_MS) * 1000)
+    in_progress = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                   dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+    for record in instance.get_run_records(filters=dg.RunsFilter(job_name=COPY_JOB_NAME, statuses=in_progress)):
+        runs.in_flight.update(run_partition_keys(record.dagster_run.tags, positions, known))
+    finished = instance.get_run_records(
+        filters=dg.RunsFilter(job_name=COPY_JOB_NAME,
+                              statuses=[dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
+                              updated_after=datetime.fromtimestamp(runs.read_until_us / 1e6, tz=timezone.utc)),
+        order_by="update_timestamp", ascending=True, limit=MAX_FINISHED_RUNS_PER_TICK)
+    for record in finished:
+        updated = record.update_timestamp
+        if updated.tzinfo is None:  # the run storage keeps UTC without a zone
+            updated = updated.replace(tzinfo=timezone.utc)
+        runs.read_until_us = max(runs.read_until_us, int(updated.timestamp() * 1e6))
+        ended = record.end_time if record.end_time is not None else updated.timestamp()
+        runs.finished.append(FinishedCopy(run_partition_keys(record.dagster_run.tags, positions, known),
+                                          record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, int(ended * 1000)))
+    return runs
+
+
+def uncopied(key: str, eligible: Mapping[str, int], highest_copied: Mapping[str, int] | None) -> bool:
+    """Whether the partition's newest eligible segment is not yet in the remote tier (unknown
+    offsets — the store unreachable — count as not copied: a retry is idempotent)."""
+    if key not in eligible:
+        return False
+    if highest_copied is None or key not in highest_copied:
+        return True
+    return highest_copied[key] < eligible[key]
+
+
+def update_retries(runs: CopyRuns, eligible: Mapping[str, int], highest_copied: Mapping[str, int] | None,
+                   retry_at: dict[str, int], retries: dict[str, int]) -> None:
+    """Schedule a retry for each partition of a failed or cancelled run whose newest eligible
+    segment is still not copied (after the retries it had: :func:`retry_delay_ms`); a run that
+    succeeded, or the segments found copied, clear a partition's retries."""
+    for run in runs.finished:
+        for key in run.keys:
+            if run.succeeded or not uncopied(key, eligible, highest_copied):
+                retry_at.pop(key, None)
+                retries.pop(key, None)
+            elif key not in runs.in_flight and key not in retry_at:
+                retry_at[key] = run.ended_ms + retry_delay_ms(retries.get(key, 0))
+    for key in list(retry_at):
+        if key in runs.in_flight:
+            continue
+        if not uncopied(key, eligible, highest_copied):
+            retry_at.pop(key, None)
+            retries.pop(key, None)
+
+
+def describe_waiting(retry_at: Mapping[str, int], retries: Mapping[str, int], in_flight: set[str]) -> str:
+    """``2 partitions wait for a retry of a failed copy: orders-0 at 17:42:10 UTC (retry 2), …``."""
+    waiting = sorted(retry_at.items(), key=lambda kv: (kv[1], kv[0]))
+    if not waiting:
+        return ""
+    named = [f"{key} at {datetime.fromtimestamp(at / 1000, tz=timezone.utc):%H:%M:%S} UTC (retry {retries.get(key, 0) + 1})"
+             + (", its run still in flight" if key in in_flight else "") for key, at in waiting[:NAMED_IN_MESSAGE]]
+    more = f" and {len(waiting) - NAMED_IN_MESSAGE} more" if len(waiting) > NAMED_IN_MESSAGE else ""
+    return f"{counted(len(waiting), 'partition')} {'waits' if len(waiting) == 1 else 'wait'} for a retry of a failed copy: {', '.join(named)}{more}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 # --- the sensor -----------------------------------------------------------------------------------
 
 
@@ -203,7 +340,8 @@ class RollPlan:
     batches: list[KeyRangeBatch]
     cursor: dict[str, int]
     changed: int  # partitions with new eligible segments
-    deferred: int  # of those, left for the next tick by MAX_RUNS_PER_TICK
+    deferred: int  # of those and the retries, left for the next tick by MAX_RUNS_PER_TICK
+    retried: tuple[str, ...] = ()  # the retries requested now
 
 
 def plan_roll_runs(
@@ -211,40 +349,50 @@ def plan_roll_runs(
     eligible: Mapping[str, int],
     previous: Mapping[str, int],
     *,
+    retry: Iterable[str] = (),
     max_partitions_per_run: int = MAX_PARTITIONS_PER_RUN,
     max_runs: int = MAX_RUNS_PER_TICK,
 ) -> RollPlan:
-    """Batch the partitions whose newest eligible base offset differs from the cursor's.
+    """Batch the partitions whose newest eligible base offset differs from the cursor's, and
+    those whose failed copy is due for a retry (``retry``).
 
     Any difference counts, not only growth: a partition recreated or truncated starts lower, and
     copying is idempotent. Cursor entries of partitions no longer known are dropped.
     """
     changed = [k for k in known_keys if k in eligible and eligible[k] != previous.get(k)]
-    batches = batch_key_ranges(known_keys, changed, max_partitions_per_run=max_partitions_per_run)
+    retry_set = set(retry)
+    batches = batch_key_ranges(known_keys, [*changed, *retry_set], max_partitions_per_run=max_partitions_per_run)
     now, later = batches[:max_runs], batches[max_runs:]
     known = set(known_keys)
     cursor = {k: v for k, v in previous.items() if k in known}
+    retried = []
     for batch in now:
         for key in batch.keys:
-            cursor[key] = eligible[key]
-    return RollPlan(now, cursor, len(changed), sum(len(b.keys) for b in later))
+            if key in eligible:
+                cursor[key] = eligible[key]
+            if key in retry_set:
+                retried.append(key)
+    return RollPlan(now, cursor, len(changed), sum(len(b.keys) for b in later), tuple(retried))
 
 
 @dg.sensor(
+    name=SENSOR_NAME,
     job_name=COPY_JOB_NAME,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
         "Requests copy runs, a few partition ranges at a time, for partitions that rolled eligible "
-        "segments, and records each partition's copy lag (as observations of remote_segments) whenever it changes."
+        "segments, retries partitions whose copy failed (after 1, 2, 4 … minutes, at most 32), and records each "
+        "partition's copy lag (as observations of remote_segments) whenever it changes."
     ),
 )
 def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaLogDirsResource,
                         metadata_store: MetadataStoreResource) -> dg.SensorResult:
-    """Copy runs for the known partitions whose newest eligible segment is not yet requested."""
+    """Copy runs for the known partitions whose newest eligible segment is not yet requested, or
+    whose failed copy is due for a retry."""
     known = list(context.instance.get_dynamic_partitions(topic_partitions.name))
     try:
-        maps, cursor_readable = decode_cursor_maps(context.cursor), True
+        maps, cursor_readable = decode_cursor_maps(sensor_state(context.instance, SENSOR_NAME, context.cursor)), True
     except ValueError as e:
         context.log.warning(f"{e}; starting from an empty cursor (every partition with eligible segments is requested)")
         maps, cursor_readable = {}, False
@@ -255,23 +403,42 @@ def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Kaf
     if survey.not_found:
         context.log.debug(f"{len(survey.not_found)} known partitions in no log dir: {', '.join(survey.not_found[:20])}")
 
-    plan = plan_roll_runs(known, survey.eligible, previous,
+    observations, lag_maps, highest_copied = _observe_copy_lag(context, metadata_store, survey, known, maps)
+    known_set = set(known)
+    retry_at = {k: v for k, v in maps.get(RETRY_AT, {}).items() if k in known_set}
+    retries = {k: v for k, v in maps.get(RETRIES, {}).items() if k in known_set}
+    now = now_ms()
+    runs = read_copy_runs(context.instance, known, maps.get(RUNS_READ, {}).get(RUNS_READ_UNTIL), now)
+    update_retries(runs, survey.eligible, highest_copied, retry_at, retries)
+    due = [k for k, at in retry_at.items() if at <= now and k not in runs.in_flight]
+    plan = plan_roll_runs(known, survey.eligible, previous, retry=due,
                           max_partitions_per_run=MAX_PARTITIONS_PER_RUN, max_runs=MAX_RUNS_PER_TICK)
-    observations, lag_maps = _observe_copy_lag(context, metadata_store, survey, known, maps)
-    checked = (f"checked {survey.checked} of {len(known)} known partitions"
+    for key in plan.retried:  # requested: its retry time is spent, its count kept for the backoff
+        retry_at.pop(key, None)
+        retries[key] = retries.get(key, 0) + 1
+    state_maps = {**lag_maps, RETRY_AT: retry_at, RETRIES: retries, RUNS_READ: {RUNS_READ_UNTIL: runs.read_until_us}}
+    checked = (f"checked {survey.checked} of {counted(len(known), 'known partition')}"
                f" ({len(survey.eligible)} with eligible segments, {survey.without_checkpoints} not yet checkpointed)")
-    unchanged = cursor_readable and plan.cursor == previous and all(lag_maps[name] == maps.get(name, {}) for name in lag_maps)
+    unchanged = (cursor_readable and is_state_cursor(context.cursor) and plan.cursor == previous
+                 and all(state_maps[name] == maps.get(name, {}) for name in state_maps))
     # Unchanged, the cursor is handed back as it came: compressing 10,000 entries costs ~0.1 s.
-    cursor = context.cursor if unchanged else encode_cursor(plan.cursor, lag_maps)
-    observed = f"; copy lag changed for {len(observations)} partitions" if observations else ""
+    cursor = context.cursor if unchanged else state_cursor(
+        context.instance, SENSOR_NAME, encode_cursor(plan.cursor, state_maps), previous=context.cursor,
+        partitions=len(plan.cursor), retries=len(retry_at))
+    observed = f"; copy lag changed for {counted(len(observations), 'partition')}" if observations else ""
+    waiting = describe_waiting(retry_at, retries, runs.in_flight)
+    waiting = f"; {waiting}" if waiting else ""
     if not plan.batches:
-        return dg.SensorResult(skip_reason=f"no new eligible segments; {checked}{observed}",
+        return dg.SensorResult(skip_reason=f"no new eligible segments and no failed copy due for a retry; {checked}{observed}{waiting}",
                                cursor=cursor, asset_events=observations)
 
     requested = sum(len(b.keys) for b in plan.batches)
-    context.log.info(f"{checked}; {plan.changed} gained eligible segments → {len(plan.batches)} runs"
-                     f" over {requested} partitions" + (f", {plan.deferred} deferred to the next tick" if plan.deferred else "")
-                     + observed)
+    retried = (f"; retrying the failed copy of {', '.join(plan.retried[:NAMED_IN_MESSAGE])}"
+               + (f" and {len(plan.retried) - NAMED_IN_MESSAGE} more" if len(plan.retried) > NAMED_IN_MESSAGE else "")
+               if plan.retried else "")
+    context.log.info(f"{checked}; {plan.changed} gained eligible segments{retried} → {counted(len(plan.batches), 'run')}"
+                     f" over {counted(requested, 'partition')}" + (f", {plan.deferred} deferred to the next tick" if plan.deferred else "")
+                     + observed + waiting)
     return dg.SensorResult(
         run_requests=[range_run_request(b, tags={"kts/trigger": "segment_roll"}) for b in plan.batches],
         cursor=cursor,
@@ -281,15 +448,16 @@ def segment_roll_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Kaf
 
 def _observe_copy_lag(context: dg.SensorEvaluationContext, metadata_store: MetadataStoreResource, survey: RollSurvey,
                       known: Sequence[str], maps: Mapping[str, Mapping[str, int]]
-                      ) -> tuple[list[dg.AssetObservation], dict[str, dict[str, int]]]:
-    """Observations for the partitions whose copy lag differs from the cursor's, and the cursor's
-    lag maps after them. With the store unreachable the lag is not observed this tick (a warning),
-    and copy runs are still requested."""
+                      ) -> tuple[list[dg.AssetObservation], dict[str, dict[str, int]], dict[str, int] | None]:
+    """Observations for the partitions whose copy lag differs from the cursor's, the cursor's
+    lag maps after them, and each surveyed partition's highest copied offset. With the store
+    unreachable the lag is not observed this tick (a warning, and None for the offsets), and copy
+    runs are still requested."""
     known_set = set(known)
     segments_seen = {k: v for k, v in maps.get(LAG_SEGMENTS, {}).items() if k in known_set}
     bytes_seen = {k: v for k, v in maps.get(LAG_BYTES, {}).items() if k in known_set}
     if not survey.directories:
-        return [], {LAG_SEGMENTS: segments_seen, LAG_BYTES: bytes_seen}
+        return [], {LAG_SEGMENTS: segments_seen, LAG_BYTES: bytes_seen}, {}
     from sqlalchemy.exc import SQLAlchemyError
 
     from kts_resources.metadata.database import MetadataStoreMisconfigured, MetadataStoreUnavailable
@@ -299,16 +467,17 @@ def _observe_copy_lag(context: dg.SensorEvaluationContext, metadata_store: Metad
         states = metadata_store.store().partition_states()
     except (MetadataStoreUnavailable, MetadataStoreMisconfigured, EmbeddedPostgresError, SQLAlchemyError) as e:
         context.log.warning(f"copy lag not observed this tick: the metadata store is unavailable: {type(e).__name__}: {e}")
-        return [], {LAG_SEGMENTS: segments_seen, LAG_BYTES: bytes_seen}
+        return [], {LAG_SEGMENTS: segments_seen, LAG_BYTES: bytes_seen}, None
     observations = []
-    for key, (segments, size) in sorted(copy_lags(survey, highest_copied_offsets(survey, states)).items()):
+    highest_copied = highest_copied_offsets(survey, states)
+    for key, (segments, size) in sorted(copy_lags(survey, highest_copied).items()):
         if (segments_seen.get(key), bytes_seen.get(key)) == (segments, size):
             continue
         if len(observations) == MAX_LAG_OBSERVATIONS_PER_TICK:
             break
         observations.append(lag_observation(key, segments, size))
         segments_seen[key], bytes_seen[key] = segments, size
-    return observations, {LAG_SEGMENTS: segments_seen, LAG_BYTES: bytes_seen}
+    return observations, {LAG_SEGMENTS: segments_seen, LAG_BYTES: bytes_seen}, highest_copied
 
 
 # --- `kts sync` moves the cursor for what it copied -------------------------------------------------
@@ -331,14 +500,18 @@ def advance_roll_cursor(instance: dg.DagsterInstance, copied: Mapping[str, int])
     it was: the next tick reports what the pass changed."""
     if not copied:
         return 0
-    return update_sensor_cursor(instance, segment_roll_sensor, CODE_LOCATION_NAME, lambda cursor: _advanced(cursor, copied))
+    return update_sensor_cursor(instance, segment_roll_sensor, CODE_LOCATION_NAME,
+                                lambda cursor: _advanced(instance, cursor, copied))
 
 
-def _advanced(cursor: str | None, copied: Mapping[str, int]) -> str | None:
+def _advanced(instance: dg.DagsterInstance, cursor: str | None, copied: Mapping[str, int]) -> str | None:
     try:
-        maps = decode_cursor_maps(cursor)
+        maps = decode_cursor_maps(sensor_state(instance, SENSOR_NAME, cursor))
     except ValueError:
         maps = {}  # unreadable: the sensor would start over anyway
     before = maps.pop(REQUESTED, {})
     requested = {**before, **copied}
-    return cursor if requested == before and cursor else encode_cursor(requested, maps)
+    if requested == before and cursor:
+        return cursor
+    return state_cursor(instance, SENSOR_NAME, encode_cursor(requested, maps), previous=cursor,
+                        partitions=len(requested), retries=len(maps.get(RETRY_AT, {})))

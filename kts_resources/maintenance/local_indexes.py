@@ -8,6 +8,7 @@ LogSegment.recover rule), and only in log dirs kts owns: a broker's live files a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from kts_resources.kafka.indexes import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
 from kts_resources.kafka.logdir import SegmentFiles
@@ -37,3 +38,13 @@ def index_problems(segment: SegmentFiles) -> list[str]:
 def segments_to_reindex(segments: Sequence[SegmentFiles]) -> list[tuple[SegmentFiles, list[str]]]:
     """The closed segments whose indexes need rebuilding, with why."""
     return [(s, found) for s in segments if (found := index_problems(s))]
+
+
+def repair_hint(segment_log: Path | str, owned: bool) -> str:
+    """How a segment's missing or torn indexes get repaired, said where they are reported (the
+    ``local_indexes_whole`` check, the index-rebuild sensor): in an owned log dir kts rebuilds them
+    itself; in a broker's, it never writes, and says so."""
+    if owned:
+        return "kts rebuilds them (index_rebuild_job, requested by the index_rebuild sensor): the log dir is in KTS_OWNED_LOG_DIRS"
+    return (f"kts does not write broker-owned log dirs: repair with `kts index rebuild {segment_log}` while the broker "
+            f"is stopped, or list the log dir in KTS_OWNED_LOG_DIRS if kts may edit it")
