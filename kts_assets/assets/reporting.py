@@ -29,7 +29,7 @@ TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark",
                  "remote_bytes", "copy_lag_segments", "copy_lag_bytes", "damaged_remote_segments")
 # The local log's on local_segments, under the names its inventory materialises them with
 # (label → kts status's name; the eligible ones are what the copy rule takes now).
-_LOCAL_METADATA = {"segments": "local_segments", "local_bytes": "local_bytes", "log_start_offset": "log_start_offset",
+LOCAL_METADATA = {"segments": "local_segments", "local_bytes": "local_bytes", "log_start_offset": "log_start_offset",
                    "local_log_start_offset": "local_log_start_offset", "high_watermark": "high_watermark",
                    "log_end_offset": "log_end_offset", "eligible_segments": "eligible_segments",
                    "eligible_bytes": "eligible_bytes"}
@@ -46,7 +46,7 @@ def remote_metadata(numbers: PartitionNumbers) -> dict[str, object]:
 def local_metadata(numbers: PartitionNumbers) -> dict[str, object]:
     """local_segments' metadata of the partition's ``numbers`` (the inventory adds its scan's)."""
     values = numbers.as_dict()
-    return {label: values[name] for label, name in _LOCAL_METADATA.items()}
+    return {label: values[name] for label, name in LOCAL_METADATA.items()}
 
 
 def partition_observations(view: PartitionView, *, changed_by: str, now_ms: int | None = None) -> list[dg.AssetObservation]:
