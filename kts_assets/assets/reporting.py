@@ -1,5 +1,6 @@
 """What the assets report beyond each partition's own metadata: who owns them, a run's totals, and
-a partition's tiers again after a step changed them.
+a partition's numbers (``partition_numbers``, which ``kts status`` prints) under the assets' metadata
+names, again after any step changed them — in a run, or from a CLI command as runless events.
 
 A ``MaterializeResult``'s metadata in a ranged (single-run backfill) step lands on every partition
 of the range, so a run total written there would show on each partition's plot as if it were the
@@ -30,9 +31,9 @@ TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark",
 # The local log's on local_segments, under the names its inventory materialises them with
 # (label → kts status's name; the eligible ones are what the copy rule takes now).
 LOCAL_METADATA = {"segments": "local_segments", "local_bytes": "local_bytes", "log_start_offset": "log_start_offset",
-                   "local_log_start_offset": "local_log_start_offset", "high_watermark": "high_watermark",
-                   "log_end_offset": "log_end_offset", "eligible_segments": "eligible_segments",
-                   "eligible_bytes": "eligible_bytes"}
+                  "local_log_start_offset": "local_log_start_offset", "high_watermark": "high_watermark",
+                  "log_end_offset": "log_end_offset", "eligible_segments": "eligible_segments",
+                  "eligible_bytes": "eligible_bytes"}
 # What retention_state says of a partition that changes without an expiry pass (DeleteRecords, …).
 RETENTION_METADATA = ("log_start_offset", "delete_lag_segments", "delete_lag_bytes")
 
