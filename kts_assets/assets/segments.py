@@ -15,7 +15,7 @@ from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import human_bytes
 from kts_resources.spark.inventory import inventory_path, inventory_root, key_digest, publish, write_inventory_table
 from kts_resources.kafka.errors import shown
-from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
+from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource
 from kts_resources.spark.session import inventory_schema
 from kts_resources.tiering.partition_numbers import partition_numbers
 from kts_resources.tiering.partition_view import partition_view
@@ -122,11 +122,18 @@ def _staging(plan: InventoryPlan):
     return inventory_root() / f".staging-{plan.run_id}"
 
 
-def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, result: InventoryResult, store) -> None:
+def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, result: InventoryResult,
+                     metadata_store: MetadataStoreResource) -> None:
     """Publish the staged inventories and report each partition (in the step's own thread), its
     offsets and eligible segments as `kts status` computes them from the local log and the
-    metadata ``store`` (after the run's copy: what is eligible and not copied yet)."""
+    metadata store (the log start offset kts recorded bounds what is eligible); a store that does
+    not answer (the copy beside it then fails, saying so) leaves the local log's numbers alone."""
     columns = table_schema(inventory_schema())  # the columns of each partition's Parquet files
+    try:
+        store = metadata_store.store()
+    except ConnectionError as e:
+        context.log.warning(f"the inventory's offsets are the local log's alone: {e}")
+        store = None
     staging = _staging(plan)
     by_key: dict[str, list] = {key: [] for key in plan.located}
     for row in result.rows:
@@ -152,7 +159,7 @@ def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, res
                 "dagster/row_count": len(seg_rows),
                 "dagster/column_schema": columns,
                 "size": f"{human_bytes(int(local['local_bytes']))} local, {human_bytes(numbers.eligible_bytes)} eligible "
-                        "for the remote tier and not copied yet",
+                        "for the remote tier",
                 "records": sum(r.record_count for r in seg_rows),
                 "crc_failures": crc_failures,
                 "unhealthy_segments": len(unhealthy),

@@ -5,7 +5,7 @@ observations a step that changed the partition reports), so the Dagster UI and `
 
 The numbers come from one :class:`~kts_resources.tiering.partition_view.PartitionView`: both tiers'
 offsets, bytes, segments and copy lag (:func:`partition_view.tiers_of`), the segments the copy rule
-takes now (not copied yet), the open lost ranges, the damaged remote segments and, when asked for
+allows, the open lost ranges, the damaged remote segments and, when asked for
 (it needs the retention plan, which reads the topic's configs and every closed segment's largest
 timestamp), the delete lag. Plain values out; neither Dagster nor PySpark is imported.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from kts_resources.tiering.expiry import plan_partition
 from kts_resources.tiering.partition_view import PartitionView, tiers_of
-from kts_resources.tiering.tiers import PartitionTiers, eligible_segments, segment_bytes
+from kts_resources.tiering.tiers import PartitionTiers, copy_candidates, segment_bytes
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import LostOffsetRange
@@ -29,7 +29,9 @@ class PartitionNumbers:
     """One partition's numbers (−1: an unknown or absent offset, as in PartitionTiers)."""
 
     tiers: PartitionTiers
-    eligible_segments: int  # closed local segments the copy rule takes now, not yet copied
+    # Closed local segments the copy rule allows (wholly below min(high watermark, recovery point)),
+    # from the log start offset on, copied or not: the copy lag counts those not copied yet.
+    eligible_segments: int
     eligible_bytes: int
     lost_ranges: "tuple[LostOffsetRange, ...]"  # the open ones
     damaged_remote_segments: int  # found damaged in the tier and not yet re-copied (copier.recopy_damaged)
@@ -53,7 +55,8 @@ def partition_numbers(view: PartitionView, *, exact_log_end_offset: bool = True,
     """The numbers of the partition ``view`` shows. ``exact_log_end_offset``: as :func:`tiers_of`
     takes it. ``now_ms``: the delete lag too, from the partition's retention plan at that time."""
     tiers = tiers_of(view, exact_log_end_offset=exact_log_end_offset)
-    eligible = eligible_segments(tiers, view.segments)
+    eligible = copy_candidates(view.segments, high_watermark=tiers.high_watermark, recovery_point=tiers.recovery_point,
+                               log_start_offset=tiers.log_start_offset, highest_copied_offset=-1)
     known = view.store is not None and view.tip is not None
     lag_segments = lag_bytes = None
     if now_ms is not None:
