@@ -10,7 +10,8 @@ re-copies it while its local segment exists.
 import dagster as dg
 
 from kts_assets.assets import remote_segments
-from kts_resources.resources import MetadataStoreResource, RemoteTierResource
+from kts_assets.assets.reporting import report_partitions
+from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.maintenance.scrub import DEFAULT_GRACE_S
 
 
@@ -24,12 +25,15 @@ class ScrubConfig(dg.Config):
                             "period and stale multipart uploads removed, interrupted deletes finished); with `deep`, every "
                             "object read back and every batch CRC checked. Fails naming each finished segment whose objects are "
                             "missing or corrupt; the next copy pass re-copies those whose local segment exists.")
-def remote_tier_scrubbed(context: dg.AssetCheckExecutionContext, config: ScrubConfig,
-                         metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> dg.AssetCheckResult:
+def remote_tier_scrubbed(context: dg.AssetCheckExecutionContext, config: ScrubConfig, metadata_store: MetadataStoreResource,
+                         remote_tier: RemoteTierResource, kafka_log_dirs: KafkaLogDirsResource) -> dg.AssetCheckResult:
     from kts_resources.maintenance.scrub import scrub
 
-    report = scrub(metadata_store.store(), remote_tier.storage(), deep=config.deep, grace_s=config.grace_seconds,
-                   progress=context.log.info)
+    store = metadata_store.store()
+    report = scrub(store, remote_tier.storage(), deep=config.deep, grace_s=config.grace_seconds, progress=context.log.info)
+    # The partitions whose damage was recorded or cleared (or deletes finished), shown again as `kts status` has them.
+    report_partitions(context.op_execution_context.log_event, store, report.partitions_changed, log_dirs=kafka_log_dirs.paths(),
+                      owned_log_dirs=kafka_log_dirs.owned_paths(), changed_by=f"scrub_job run {context.run.run_id}")
     metadata = {"objects_listed": report.objects_listed, "segments_checked": report.segments_checked,
                 "orphans_deleted": len(report.orphans_deleted), "deletes_finished": report.deletes_finished,
                 "uploads_aborted": report.uploads_aborted, "damaged_segments": len(report.damaged),

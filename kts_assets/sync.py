@@ -292,16 +292,16 @@ def run_pass(keys: list[str], open_store: Callable[[], RemoteLogMetadataStore], 
         run_batch(job, instance, batch, run_config, outcome, say)
     # The roll sensor need not ask again for what this pass copied (failed partitions it still will).
     advance_roll_cursor(instance, {key: offset for key, offset in eligible.items() if key not in outcome.failed})
-    # Topics no kts has seen in a log dir for the grace period lose their remote data, as a deletion would.
-    from kts_resources.tiering.partition_admin import delete_topics_gone_from_log_dirs
-    from kts_resources.tiering.quotas import SystemClock
+    # Topics no kts has seen in a log dir for the grace period lose their remote data, as a deletion
+    # would: the topic deletion job's function (the daemon's road), its partitions reported to the UI.
+    from kts_assets.sensors.topic_deletion import delete_gone_topics_and_report
     from kts_resources.tiering.status import status_rows_and_lost
 
     store = open_store()
     storage = open_storage()
     try:
-        deleted = delete_topics_gone_from_log_dirs(store, storage, {k.rpartition("-")[0] for k in keys},
-                                                   clock=SystemClock(), home=settings.kts_home())
+        deleted = delete_gone_topics_and_report(store, storage, settings.log_dirs(), settings.owned_log_dirs(),
+                                                instance.report_runless_asset_event, changed_by="kts sync")
         # The totals are what `kts status` reports now, computed by the same function.
         unreadable: dict[str, str] = {}
         status = status_rows_and_lost(store, unreadable)

@@ -43,6 +43,31 @@ def _retention_between(older, newer) -> int:
     return int(time.time() * 1000) - (older.max_timestamp_ms + newer.max_timestamp_ms) // 2
 
 
+def latest_metadata(instance, asset: str) -> dict:
+    """What the UI shows of ``asset``'s KEY now: the metadata of its latest materialisation or observation."""
+    records = [record for fetch in (instance.fetch_materializations, instance.fetch_observations)
+               for record in fetch(dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[KEY]), limit=1).records]
+    latest = max(records, key=lambda record: record.storage_id)
+    return {label: value.value for label, value in (latest.asset_materialization or latest.asset_observation).metadata.items()}
+
+
+def assert_the_ui_shows_status(instance, store, log_dir, monkeypatch, changed_by: str) -> dict:
+    """remote_segments' and local_segments' latest metadata of KEY are `kts status --json`'s row
+    (computed by the same function); that row."""
+    from kts_assets.assets.reporting import LOCAL_METADATA, TIER_METADATA
+    from kts_resources.tiering.status import STATUS_FIELDS, status_rows_and_lost
+
+    monkeypatch.setenv("KTS_LOG_DIRS", str(log_dir))
+    [row] = [row for row, _lost in status_rows_and_lost(store) if f"{row['topic']}-{row['partition']}" == KEY]
+    remote, local = latest_metadata(instance, "remote_segments"), latest_metadata(instance, "local_segments")
+    assert {name: remote[name] for name in TIER_METADATA if name in STATUS_FIELDS} == \
+           {name: row[name] for name in TIER_METADATA if name in STATUS_FIELDS}
+    assert {label: local[label] for label, name in LOCAL_METADATA.items() if name in STATUS_FIELDS} == \
+           {label: row[name] for label, name in LOCAL_METADATA.items() if name in STATUS_FIELDS}
+    assert remote["changed_by"] == local["changed_by"] == changed_by
+    return row
+
+
 def _finished(pg_url):
     store = RemoteLogMetadataStore.from_url(pg_url)
     tip = next(t for t in store.partitions() if t.topic_partition.dir_name == KEY)
@@ -78,22 +103,8 @@ def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_u
     assert "past retention" in md["size"]
     assert md["delete_lag_segments"] == 0 and md["delete_lag_bytes"] == 0  # what was to go went
     # Both tiers are reported again by the step that changed them: the UI shows what `kts status` shows.
-    from kts_resources.tiering.partition_view import partition_tiers
-    from kts_resources.tiering.tiers import active_log_end_offset
-
-    observed = {}
-    for event in result.all_events:
-        if event.event_type_value == "ASSET_OBSERVATION":
-            observation = event.event_specific_data.asset_observation
-            observed[observation.asset_key.to_user_string()] = {k: v.value for k, v in observation.metadata.items()}
-    [loc] = locate_partitions([log_dir], [KEY], owned_log_dirs=[log_dir])[0].values()
-    segments = loc.partition.segments()
-    now = partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments))
-    assert observed["remote_segments"]["remote_segments"] == now.remote_segments == len(finished) - 2
-    assert observed["remote_segments"]["remote_bytes"] == now.remote_bytes
-    assert observed["remote_segments"]["log_start_offset"] == now.log_start_offset == finished[2].start_offset
-    assert observed["local_segments"]["segments"] == now.local_segments
-    assert observed["local_segments"]["local_log_start_offset"] == now.local_log_start_offset
+    row = assert_the_ui_shows_status(instance, store, log_dir, monkeypatch, f"retention_state run {result.run_id}")
+    assert row["remote_segments"] == len(finished) - 2 and row["log_start_offset"] == finished[2].start_offset
     assert [m.start_offset for m in store.list_remote_log_segments(tip, states={FINISHED})] == [m.start_offset for m in finished[2:]]
     assert not (log_dir / KEY / f"{finished[0].start_offset:020d}.log").exists()
     assert partition_metadata(result, "remote_log_index")[KEY]["indexed_segments"] == len(finished) - 2
@@ -105,6 +116,30 @@ def test_retention_state_expires_the_oldest_segments_in_both_tiers(log_dir, pg_u
     [again] = alone.get_asset_check_evaluations()
     assert again.passed and again.check_name == "retention_completed" and not alone.get_asset_materialization_events()
     assert again.target_materialization_data.run_id == result.run_id
+    store.close()
+
+
+def test_an_expiry_of_every_remote_segment_beside_a_broker_shows_in_the_ui_as_kts_status_says(
+        log_dir, pg_url, tmp_path, kts_home, instance, monkeypatch):  # noqa: F811
+    """The demo's case: a broker-owned log dir keeps its segments, the remote tier loses all of
+    them. The UI must not keep the copy's 'N remote segments', remote log start 0, segments
+    'eligible' or a delete lag of what is gone."""
+    resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote", owned=False)
+    assert dg.materialize([local_and_remote_segments], partition_key=KEY, instance=instance, resources=resources).success
+    store, tip, finished = _finished(pg_url)
+    assert latest_metadata(instance, "remote_segments")["remote_segments"] == len(finished) > 0
+    store.set_topic_config("orders", "retention.ms", 1)  # every segment's records are past it
+    result = dg.materialize([retention_state], partition_key=KEY, instance=instance, resources=resources)
+    assert result.success
+    row = assert_the_ui_shows_status(instance, store, log_dir, monkeypatch, f"retention_state run {result.run_id}")
+    assert (row["remote_segments"], row["remote_bytes"], row["remote_log_start_offset"]) == (0, 0, -1)
+    assert row["local_segments"] > 0 and row["log_start_offset"] == finished[-1].end_offset + 1
+    # What the broker keeps lies below the log start offset now: no segment is eligible any more.
+    local = latest_metadata(instance, "local_segments")
+    assert local["eligible_segments"] == local["eligible_bytes"] == 0 and local["log_start_offset"] == row["log_start_offset"]
+    md = partition_metadata(result, "retention_state")[KEY]
+    assert md["remote_segments_deleted"] == len(finished) and md["delete_lag_bytes"] == md["delete_lag_segments"] == 0
+    assert md["log_start_offset"] == row["log_start_offset"]
     store.close()
 
 

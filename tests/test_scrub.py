@@ -310,13 +310,15 @@ def test_the_weekly_scrub_job_records_the_scrub_as_a_check_that_fails_on_damage(
     from kts_assets.assets import local_and_remote_segments, remote_segments
     from kts_assets.definitions import default_resources, defs
     from kts_assets.scrub_job import remote_tier_scrubbed, scrub_job
-    from kts_resources.resources import MetadataStoreResource, RemoteTierResource
+    from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 
     if hasattr(remote_storage, "bucket"):
         pytest.skip("the job's path is the same for both tiers")
     assert {s.name for s in defs.get_repository_def().schedule_defs} >= {"scrub_schedule"}
+    root, _tip, segments = copied
     resources = {"metadata_store": MetadataStoreResource(database_url=pg_url),
-                 "remote_tier": RemoteTierResource(remote_uri=remote_storage.location(""))}
+                 "remote_tier": RemoteTierResource(remote_uri=remote_storage.location("")),
+                 "kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(root))}
     job = dg.Definitions(assets=[local_and_remote_segments], asset_checks=[remote_tier_scrubbed], jobs=[scrub_job],
                          resources={**default_resources(), **resources}).resolve_job_def("scrub_job")
     with dg.instance_for_test() as instance:
@@ -325,7 +327,6 @@ def test_the_weekly_scrub_job_records_the_scrub_as_a_check_that_fails_on_damage(
         [evaluation] = healthy.get_asset_check_evaluations()
         assert evaluation.passed and evaluation.check_name == "remote_tier_scrubbed"
         assert evaluation.metadata["damaged_segments"].value == 0 and evaluation.metadata["objects_listed"].value > 0
-        _root, _tip, segments = copied
         remote_storage.delete_objects([stored_objects(segments[0].custom_metadata)["log"].key])
         damaged = job.execute_in_process(instance=instance)
         [evaluation] = damaged.get_asset_check_evaluations()
@@ -335,6 +336,11 @@ def test_the_weekly_scrub_job_records_the_scrub_as_a_check_that_fails_on_damage(
         record = instance.event_log_storage.get_latest_asset_check_execution_by_key(
             [dg.AssetCheckKey(remote_segments.key, "remote_tier_scrubbed")])[dg.AssetCheckKey(remote_segments.key, "remote_tier_scrubbed")]
         assert record.event.dagster_event.event_specific_data.passed is False
+        # The partition whose damage it recorded is reported again, as `kts status` counts it.
+        [observed] = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=remote_segments.key,
+                                                                       asset_partitions=["orders-0"]), limit=1).records
+        assert observed.run_id == damaged.run_id
+        assert observed.asset_observation.metadata["damaged_remote_segments"].value == 1
 
 
 def test_a_scrub_sigkilled_half_way_is_converged_by_a_rerun(tmp_path, pg_url, metadata_store):

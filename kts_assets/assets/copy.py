@@ -1,12 +1,10 @@
 """``remote_segments``: the copy procedure (Kafka's RLMCopyTask) for the run's partitions, under
 the shared write quota, with each partition's remote-tier state as metadata."""
 
-import dataclasses
-
 import dagster as dg
 
 from kts_assets.asset_keys import REMOTE_SEGMENTS, tier_kind
-from kts_assets.assets.reporting import OWNERS, TIER_METADATA, record_run_totals
+from kts_assets.assets.reporting import OWNERS, record_run_totals, remote_metadata
 from kts_assets.assets.segments import local_segments
 from kts_assets.assets.steps import PartitionFailed, PartitionStep, for_each_partition
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
@@ -22,7 +20,8 @@ from kts_resources.tiering.tiers import (
     log_dir_partitions,
     topic_id_disagreements,
 )
-from kts_resources.tiering.partition_view import partition_tiers
+from kts_resources.tiering.partition_numbers import partition_numbers
+from kts_resources.tiering.partition_view import partition_view
 
 
 # Bumped when what a copy writes (objects, metadata) changes meaning.
@@ -116,8 +115,8 @@ def copy_pass(
             "manifests_backfilled": result.manifests_backfilled,  # for segments copied before manifests existed
             "throttle_time_ms": result.throttle_ms,
             "copy_failed": 1 if result.stopped else 0,
-            **{name: value for name, value in dataclasses.asdict(partition_tiers(loc, store)).items()
-               if name in TIER_METADATA},
+            # Both tiers as `kts status` computes them (Lz's bound: the exact one costs a read).
+            **remote_metadata(partition_numbers(partition_view(loc, store), exact_log_end_offset=False)),
         }
         metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes']))} remote, {human_bytes(result.copied_bytes)} "
                             f"copied by this run, {human_bytes(int(metadata['copy_lag_bytes']))} lagging")

@@ -1,5 +1,6 @@
 """What the assets report beyond each partition's own metadata: who owns them, a run's totals, and
-a partition's tiers again after a step changed them.
+a partition's numbers (``partition_numbers``, which ``kts status`` prints) under the assets' metadata
+names, again after any step changed them — in a run, or from a CLI command as runless events.
 
 A ``MaterializeResult``'s metadata in a ranged (single-run backfill) step lands on every partition
 of the range, so a run total written there would show on each partition's plot as if it were the
@@ -9,38 +10,93 @@ UI shows on the run and its runs list can filter by.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 import dagster as dg
 
-from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_SEGMENTS
-from kts_resources.tiering.partition_view import partition_tiers
-from kts_resources.tiering.tiers import LocatedPartition, active_log_end_offset
+from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_SEGMENTS, RETENTION_STATE
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.tiering.partition_numbers import PartitionNumbers, partition_numbers
+from kts_resources.tiering.partition_view import PartitionView, partition_view
+from kts_resources.tiering.tiers import locate_partitions
 
 OWNERS = ["team:kts"]
 RUN_TOTAL_TAG_PREFIX = "kts/"
 # Both tiers' numbers on remote_segments (the copy's materialisation and every re-report; Lz is
-# left out of the copy's, where it would cost a read of the active segment).
+# left out of the copy's, where it would cost a read of the active segment), under kts status's names.
 TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark", "remote_log_start_offset",
                  "remote_log_end_offset", "highest_copied_offset", "local_segments", "remote_segments",
-                 "remote_bytes", "copy_lag_segments", "copy_lag_bytes")
-# The local log's on local_segments, under the names its inventory materialises them with.
-_LOCAL_METADATA = {"segments": "local_segments", "local_bytes": "local_bytes", "log_start_offset": "log_start_offset",
-                   "local_log_start_offset": "local_log_start_offset", "high_watermark": "high_watermark",
-                   "log_end_offset": "log_end_offset"}
+                 "remote_bytes", "copy_lag_segments", "copy_lag_bytes", "damaged_remote_segments")
+# The local log's on local_segments, under the names its inventory materialises them with
+# (label → kts status's name; the eligible ones are what the copy rule takes now).
+LOCAL_METADATA = {"segments": "local_segments", "local_bytes": "local_bytes", "log_start_offset": "log_start_offset",
+                  "local_log_start_offset": "local_log_start_offset", "high_watermark": "high_watermark",
+                  "log_end_offset": "log_end_offset", "eligible_segments": "eligible_segments",
+                  "eligible_bytes": "eligible_bytes"}
+# What retention_state says of a partition that changes without an expiry pass (DeleteRecords, …).
+RETENTION_METADATA = ("log_start_offset", "delete_lag_segments", "delete_lag_bytes")
 
 
-def tier_observations(loc: LocatedPartition, store, *, changed_by: str) -> list[dg.AssetObservation]:
-    """The partition's numbers as ``kts status`` computes them, as observations of local_segments
-    and remote_segments: a step that changed the partition without materialising those assets
-    (expiry, DeleteRecords, …) reports them again, so the UI never shows what is no longer true."""
-    segments = loc.partition.segments()
-    numbers = dataclasses.asdict(partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments)))
-    remote = {name: numbers[name] for name in TIER_METADATA}
-    local = {label: numbers[name] for label, name in _LOCAL_METADATA.items()}
-    return [dg.AssetObservation(asset_key=REMOTE_SEGMENTS, partition=loc.key, metadata={**remote, "changed_by": changed_by}),
-            dg.AssetObservation(asset_key=LOCAL_SEGMENTS, partition=loc.key, metadata={**local, "changed_by": changed_by})]
+def remote_metadata(numbers: PartitionNumbers) -> dict[str, object]:
+    """remote_segments' metadata of the partition's ``numbers``."""
+    values = numbers.as_dict()
+    return {name: values[name] for name in TIER_METADATA}
+
+
+def local_metadata(numbers: PartitionNumbers) -> dict[str, object]:
+    """local_segments' metadata of the partition's ``numbers`` (the inventory adds its scan's)."""
+    values = numbers.as_dict()
+    return {label: values[name] for label, name in LOCAL_METADATA.items()}
+
+
+def partition_observations(view: PartitionView, *, changed_by: str, now_ms: int | None = None) -> list[dg.AssetObservation]:
+    """The partition's numbers as ``kts status`` computes them (one function for both), as
+    observations of remote_segments and local_segments, and with ``now_ms`` (its retention numbers
+    changed too) of retention_state: a step that changed the partition without materialising those
+    assets (DeleteRecords, recover, scrub, …) reports them again, so the UI never shows what is no
+    longer true. A partition in no log dir (a deleted topic's) is reported as such."""
+    numbers = partition_numbers(view, now_ms=now_ms)
+    return numbers_observations(numbers, view.topic_partition.dir_name, in_log_dir=view.located is not None,
+                                changed_by=changed_by, retention=now_ms is not None)
+
+
+def numbers_observations(numbers: PartitionNumbers, key: str, *, in_log_dir: bool, changed_by: str,
+                         retention: bool) -> list[dg.AssetObservation]:
+    """:func:`partition_observations` of numbers already computed (``retention``: with the delete lag)."""
+    gone = {} if in_log_dir else {"missing": True}
+    observations = [
+        dg.AssetObservation(asset_key=REMOTE_SEGMENTS, partition=key, metadata={**remote_metadata(numbers), "changed_by": changed_by}),
+        dg.AssetObservation(asset_key=LOCAL_SEGMENTS, partition=key,
+                            metadata={**local_metadata(numbers), **gone, "changed_by": changed_by})]
+    if retention:
+        observations.append(dg.AssetObservation(asset_key=RETENTION_STATE, partition=key,
+                                                metadata={**retention_metadata(numbers), "changed_by": changed_by}))
+    return observations
+
+
+def retention_metadata(numbers: PartitionNumbers) -> dict[str, object]:
+    """retention_state's numbers of a partition (its log start offset and delete lag, computed with ``now_ms``)."""
+    values = numbers.as_dict()
+    return {name: values[name] for name in RETENTION_METADATA}
+
+
+def report_partitions(emit: Callable[[dg.AssetObservation], object], store, partitions: Iterable[TopicPartition], *,
+                      log_dirs: Iterable[Path], owned_log_dirs: Iterable[Path] = (), changed_by: str,
+                      now_ms: int | None = None) -> int:
+    """Report ``partitions`` again (:func:`partition_observations`), each where it is in
+    ``log_dirs`` or, in none, from the metadata store alone (one the store does not know either
+    has nothing to report). ``emit``: the run's ``context.log_event``, or a Dagster instance's
+    ``report_runless_asset_event`` for a change made outside any run (a CLI command). How many
+    partitions were reported."""
+    by_key = {tp.dir_name: tp for tp in partitions}
+    located, missing = locate_partitions(log_dirs, sorted(by_key), owned_log_dirs=owned_log_dirs)
+    views = [partition_view(loc, store) for loc in located.values()]
+    views += [view for key in missing if (view := partition_view(None, store, topic_partition=by_key[key])).tip is not None]
+    for view in views:
+        for observation in partition_observations(view, changed_by=changed_by, now_ms=now_ms):
+            emit(observation)
+    return len(views)
 
 
 def record_run_totals(context: dg.AssetExecutionContext, totals: Mapping[str, int]) -> None:

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from kts_assets.asset_keys import RETENTION_STATE, tier_kind
 from kts_assets.assets.copy import remote_segments
-from kts_assets.assets.reporting import OWNERS, record_run_totals, tier_observations
+from kts_assets.assets.reporting import OWNERS, numbers_observations, record_run_totals, retention_metadata
 from kts_assets.assets.steps import PIPELINE_STEP, PartitionFailed, PartitionStep, end_step, for_each_partition
 from kts_assets.checks import RETENTION_CHECK_SPECS, checks_that_must_run, retention_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
@@ -25,6 +25,8 @@ from kts_resources import settings
 from kts_resources.tiering.expiry import ExpiryResult, PartitionRetention, expire_partition
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.tiering.leadership import broker_replicas
+from kts_resources.tiering.partition_numbers import PartitionNumbers, partition_numbers
+from kts_resources.tiering.partition_view import partition_view
 from kts_resources.tiering.partition_admin import RemoteDataDeletion, delete_on_disable_applies, delete_partition_remote_data
 from kts_resources.tiering.quotas import SystemClock
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
@@ -121,13 +123,21 @@ def retention_state(
         except Exception as e:  # noqa: BLE001 - one partition's failure is its own
             raise PartitionFailed(f"expiry failed: {e}", one_line(str(e)), _planned(plan)) from e
 
+    def numbers_now(key: str) -> PartitionNumbers:
+        """The partition's numbers after what the pass took (the delete lag: what is past retention
+        still), reported again on local_segments and remote_segments, as `kts status` shows them."""
+        loc = located.get(key)
+        numbers = partition_numbers(partition_view(loc, store), now_ms=clock.now_ms())
+        for observation in numbers_observations(numbers, key, in_log_dir=loc is not None, changed_by=changed_by, retention=False):
+            context.log_event(observation)
+        return numbers
+
     def report(key: str, outcome: PlanOutcome, taken: _Taken) -> dict[str, object]:
         loc = located.get(key)
         if taken.deleted_on_disable is not None:
-            for observation in tier_observations(loc, store, changed_by=changed_by):
-                context.log_event(observation)
             totals["remote_segments_deleted"] += taken.deleted_on_disable.segments_deleted
             return {"retention_failed": 0, "remote_segments_deleted": taken.deleted_on_disable.segments_deleted,
+                    **retention_metadata(numbers_now(key)),
                     "note": "tiering disabled with remote.log.delete.on.disable: remote data deleted"}
         plan = outcome.plan
         if plan is None:  # nothing remote
@@ -139,17 +149,14 @@ def retention_state(
             if not taken.leads:
                 metadata["note"] = f"{replicas.role(loc.partition.topic_partition)}: the leader's kts expires the remote tier"
             metadata.update({"remote_segments_deleted": len(result.remote_deleted), "remote_bytes_deleted": result.remote_bytes_deleted,
-                             "local_segments_deleted": len(result.local_deleted), "local_bytes_deleted": result.local_bytes_deleted,
-                             "log_start_offset": result.log_start_offset})
+                             "local_segments_deleted": len(result.local_deleted), "local_bytes_deleted": result.local_bytes_deleted})
             for line in result.local_kept:
                 context.log.warning(f"{key}: {line}")
             totals["remote_segments_deleted"] += len(result.remote_deleted)
             totals["local_segments_deleted"] += len(result.local_deleted)
-            # What was to expire is gone: the delete lag is what this pass left (Kafka's RemoteDeleteLag*).
-            metadata["delete_lag_segments"] = max(0, int(metadata.get("delete_lag_segments", 0)) - len(result.remote_deleted))
-            metadata["delete_lag_bytes"] = max(0, int(metadata.get("delete_lag_bytes", 0)) - result.remote_bytes_deleted)
-            for observation in tier_observations(loc, store, changed_by=changed_by):
-                context.log_event(observation)
+            # The log start offset and the delete lag (Kafka's RemoteDeleteLag*: what is past
+            # retention and still remote) as they are now, the same numbers as the observations'.
+            metadata.update(retention_metadata(numbers_now(key)))
         metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes_to_expire']))} remote and "
                             f"{human_bytes(int(metadata['local_bytes_to_expire']))} local past retention; "
                             f"{human_bytes(int(metadata['remote_bytes_deleted']) + int(metadata['local_bytes_deleted']))} deleted")

@@ -10,15 +10,16 @@ from dataclasses import dataclass
 import dagster as dg
 
 from kts_assets.asset_keys import LOCAL_SEGMENTS
-from kts_assets.assets.reporting import OWNERS, record_run_totals
+from kts_assets.assets.reporting import OWNERS, local_metadata, record_run_totals
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import human_bytes
 from kts_resources.spark.inventory import inventory_path, inventory_root, key_digest, publish, write_inventory_table
 from kts_resources.kafka.errors import shown
-from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource
+from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource
 from kts_resources.spark.session import inventory_schema
-from kts_resources.tiering.partition_view import partition_tiers
-from kts_resources.tiering.tiers import eligible_segments, locate_partitions, segment_bytes
+from kts_resources.tiering.partition_numbers import partition_numbers
+from kts_resources.tiering.partition_view import partition_view
+from kts_resources.tiering.tiers import locate_partitions
 
 
 # Bumped when the inventory's columns or meaning change (Dagster shows materialisations made by
@@ -121,9 +122,18 @@ def _staging(plan: InventoryPlan):
     return inventory_root() / f".staging-{plan.run_id}"
 
 
-def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, result: InventoryResult) -> None:
-    """Publish the staged inventories and report each partition (in the step's own thread)."""
+def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, result: InventoryResult,
+                     metadata_store: MetadataStoreResource) -> None:
+    """Publish the staged inventories and report each partition (in the step's own thread), its
+    offsets and eligible segments as `kts status` computes them from the local log and the
+    metadata store (the log start offset kts recorded bounds what is eligible); a store that does
+    not answer (the copy beside it then fails, saying so) leaves the local log's numbers alone."""
     columns = table_schema(inventory_schema())  # the columns of each partition's Parquet files
+    try:
+        store = metadata_store.store()
+    except ConnectionError as e:
+        context.log.warning(f"the inventory's offsets are the local log's alone: {e}")
+        store = None
     staging = _staging(plan)
     by_key: dict[str, list] = {key: [] for key in plan.located}
     for row in result.rows:
@@ -134,31 +144,25 @@ def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, res
         if staged.is_dir():
             publish(staged, inventory_path(key))
         segments = plan.listed[key]
-        offsets = partition_tiers(loc, segments=segments, log_end_offset=seg_rows[-1].next_offset if seg_rows else None)
-        eligible = eligible_segments(offsets, segments)
+        numbers = partition_numbers(partition_view(loc, store, segments=segments,
+                                                   log_end_offset=seg_rows[-1].next_offset if seg_rows else None),
+                                    exact_log_end_offset=False)
         crc_failures = sum(r.crc_failures for r in seg_rows)
         unhealthy = [r for r in seg_rows if r.health != "ok"]
         for r in unhealthy:
             context.log.error(f"{key}: segment {r.base_offset} is {r.health}"
                               + (f" ({r.crc_failures} batches fail their CRC)" if r.crc_failures else ""))
-        local_bytes = sum(r.size_bytes for r in seg_rows)
-        eligible_bytes = segment_bytes(eligible)
+        local = local_metadata(numbers)  # what a later step's observation reports again
         context.add_asset_metadata(
             {
-                "segments": len(seg_rows),
+                **local,
                 "dagster/row_count": len(seg_rows),
                 "dagster/column_schema": columns,
-                "local_bytes": local_bytes,
-                "size": f"{human_bytes(local_bytes)} local, {human_bytes(eligible_bytes)} eligible for the remote tier",
+                "size": f"{human_bytes(int(local['local_bytes']))} local, {human_bytes(numbers.eligible_bytes)} eligible "
+                        "for the remote tier",
                 "records": sum(r.record_count for r in seg_rows),
                 "crc_failures": crc_failures,
                 "unhealthy_segments": len(unhealthy),
-                "log_start_offset": offsets.log_start_offset,
-                "local_log_start_offset": offsets.local_log_start_offset,
-                "high_watermark": offsets.high_watermark,
-                "log_end_offset": offsets.log_end_offset,
-                "eligible_segments": len(eligible),
-                "eligible_bytes": eligible_bytes,
                 "owned_log_dir": loc.owned,
                 **({"indexes_rebuilt": plan.reindexed[key]} if key in plan.reindexed else {}),
                 "inventory": dg.MetadataValue.path(str(inventory_path(key))),

@@ -86,7 +86,7 @@ def local_and_remote_segments(
                 elif failure is not None:  # the step fails with the inventory's error: say the copy's too
                     context.log.error(f"the copy failed as well: {type(failure).__name__}: {failure}")
                 raise
-            report_inventory(context, plan, inventory)
+            report_inventory(context, plan, inventory, metadata_store)
             yield dg.MaterializeResult(asset_key=local_segments.key)
     if failure is not None:
         raise failure

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kts_assets.cli.common import EXIT_USAGE, CommandError, bounded, key_values, print_json, print_table
 from kts_assets.cli.environment import known_partition, metadata_store, remote_storage
+from kts_assets.cli.ui_report import report_changed_partitions
 from kts_assets.sizes import counted
 
 
@@ -24,7 +25,8 @@ def cmd_delete_records(args) -> int:
         located, _ = locate_partitions(settings.log_dirs(), [key], owned_log_dirs=settings.owned_log_dirs())
         # The tier records it too, so that `kts recover` brings it back.
         start = delete_records(located.get(key), tip, store, args.before, storage=storage)
-        _report_changed(store, located.values(), "kts delete-records")
+        # Its log start offset moved, and what lies below it is now past retention (the delete lag).
+        report_changed_partitions(store, [tip.topic_partition], "kts delete-records", retention=True)
     except UnknownPartitionError as e:
         raise CommandError(str(e), EXIT_USAGE) from None
     except DeleteRecordsError as e:
@@ -43,38 +45,17 @@ def cmd_delete_records(args) -> int:
     return 0
 
 
-def _report_changed(store, located, changed_by: str) -> None:
-    """The partitions a command changed, reported again to the Dagster instance (runless
-    observations of local_segments and remote_segments), so the UI agrees with `kts status` at
-    once. The change stands either way: a Dagster instance that cannot be written is one warning."""
-    import sys
-
-    try:
-        from kts_assets.assets.reporting import tier_observations
-        from kts_assets.instance import dagster_instance
-
-        instance = dagster_instance()
-        for loc in located:
-            for observation in tier_observations(loc, store, changed_by=changed_by):
-                instance.report_runless_asset_event(observation)
-    except Exception as e:  # noqa: BLE001 - what the command did is done; only the UI lags
-        print(f"kts: warning: the Dagster UI was not told of the change ({type(e).__name__}: {e}); "
-              "the next run's report brings it up to date", file=sys.stderr)
-
-
 def cmd_topic_delete(args) -> int:
     """Delete every remote segment and remote log index file of the topic, through the partition delete states."""
     from kts_resources import settings
     from kts_resources.tiering.partition_admin import delete_topic_remote_data
     from kts_resources.tiering.quotas import SystemClock
-    from kts_resources.tiering.tiers import log_dir_partitions
 
     storage = remote_storage()
     store = metadata_store()
     try:
         results = delete_topic_remote_data(args.topic, store, storage, clock=SystemClock(), home=settings.kts_home())
-        _report_changed(store, [loc for loc in log_dir_partitions(settings.log_dirs()) if loc.partition.topic == args.topic],
-                        "kts topic delete")
+        report_changed_partitions(store, [r.tip.topic_partition for r in results], "kts topic delete", retention=True)
     except KeyError:
         raise CommandError(f"topic {args.topic!r} is not known to the metadata store") from None
     finally:

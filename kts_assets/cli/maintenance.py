@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kts_assets.cli.common import EXIT_USAGE, CommandError, bounded, directory_to_write, parse_duration_ms, print_json, report
 from kts_assets.cli.environment import known_partition, metadata_store, remote_storage
+from kts_assets.cli.ui_report import report_changed_partitions
 from kts_assets.sizes import counted
 
 
@@ -21,8 +22,13 @@ def cmd_recover(args) -> int:
     def progress(line: str) -> None:
         print(f"kts recover: {line}", file=sys.stderr, flush=True)
 
-    outcome = _on_the_tier(lambda store, storage: recover(store, storage, settings.kts_home(), progress=progress),
-                           (RecoveryError,))
+    def recover_and_report(store, storage):
+        outcome = recover(store, storage, settings.kts_home(), progress=progress)
+        # The store now has their segments and log start offsets: both tiers' numbers and the delete lag moved.
+        report_changed_partitions(store, outcome.partitions_recovered, "kts recover", retention=True)
+        return outcome
+
+    outcome = _on_the_tier(recover_and_report, (RecoveryError,))
     if args.json:
         print_json(outcome.to_json())
     else:
@@ -61,9 +67,12 @@ def cmd_restore(args) -> int:
             print(f"kts restore: {done.segments}/{total} segments, {done.bytes:,} bytes", file=sys.stderr, flush=True)
 
     def restore(store, storage):
-        known_partition(store, args.topic, args.partition)  # an odd or unknown topic: one line
-        return restore_partition(store, storage, args.topic, args.partition, to_dir, from_offset=args.from_offset,
-                                 progress=progress)
+        tip = known_partition(store, args.topic, args.partition)  # an odd or unknown topic: one line
+        result = restore_partition(store, storage, args.topic, args.partition, to_dir, from_offset=args.from_offset,
+                                   progress=progress)
+        if _is_a_log_dir(result.partition_dir.parent):  # restored where kts status looks: the local numbers moved
+            report_changed_partitions(store, [tip.topic_partition], "kts restore")
+        return result
 
     result = _on_the_tier(restore, (RestoreError, RemoteStorageError))
     summary = {"partition_dir": str(result.partition_dir), "segments": result.segments, "files": result.files,
@@ -90,9 +99,13 @@ def cmd_scrub(args) -> int:
 
     if args.grace < 0:
         raise CommandError(f"--grace {args.grace} ms: a grace period is not negative", EXIT_USAGE)
-    outcome = _on_the_tier(lambda store, storage: scrub(store, storage, deep=args.deep, grace_s=args.grace / 1000,
-                                                        dry_run=args.dry_run, progress=progress),
-                           (RemoteStorageError,), then="; nothing was deleted")
+    def scrub_and_report(store, storage):
+        outcome = scrub(store, storage, deep=args.deep, grace_s=args.grace / 1000, dry_run=args.dry_run, progress=progress)
+        # Damage recorded or cleared, interrupted deletes finished: the remote numbers moved.
+        report_changed_partitions(store, outcome.partitions_changed, "kts scrub")
+        return outcome
+
+    outcome = _on_the_tier(scrub_and_report, (RemoteStorageError,), then="; nothing was deleted")
     if args.json:
         print_json(outcome.to_json())
     else:
@@ -108,6 +121,13 @@ def cmd_scrub(args) -> int:
             hint = ["nothing was deleted: check KTS_REMOTE_URI"]
         report(outcome.problems + hint)
     return 0 if outcome.clean else 1
+
+
+def _is_a_log_dir(path) -> bool:
+    """``path`` is one of the broker's log dirs (KTS_LOG_DIRS), which `kts status` and the UI show."""
+    from kts_resources import settings
+
+    return any(path.resolve() == log_dir.expanduser().resolve() for log_dir in settings.log_dirs())
 
 
 def _on_the_tier(work, errors: tuple[type[Exception], ...], *, then: str = ""):

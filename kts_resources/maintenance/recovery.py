@@ -123,6 +123,9 @@ class RecoveryReport:
     index_files_published: int = 0
     index_segments_read: int = 0
     index_errors: list[str] = field(default_factory=list)
+    # The partitions whose rows the recovery wrote or read back (their segments, or only their log
+    # start offset): what reports them again shows them as the store has them now.
+    partitions_recovered: list[TopicPartition] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -331,6 +334,7 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
     report.unmanifested_sample = [f"{stem}.log" if f"{stem}.log" in survey.sizes else sorted(survey.segment_objects[stem])[0]
                                   for stem in leftovers[:SAMPLE]]
     report.partitions = len(recovered_tips)
+    report.partitions_recovered = sorted({tip.topic_partition for tip in [*recovered_tips, *deleted_below]}, key=str)
     report.lost_ranges_closed = _close_lost_ranges_the_tier_holds(store, recovered_tips)
 
     if home is not None:

@@ -49,6 +49,7 @@ from kts_resources.tiering.copier import delete_remote_log_segment, manifest_con
 from kts_resources.tiering.lost_ranges import uncovered
 from kts_resources.tiering.quotas import SystemClock
 from kts_resources.maintenance.remote_integrity import inspect_finished_segments, object_checksum_problem, scan_log_object
+from kts_resources.kafka.partition import TopicPartition
 from kts_resources.remote_log import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from kts_resources.remote_storage.base import ObjectInfo, RemoteStorageError, RemoteStorageManager, stored_objects
 from kts_resources.remote_storage.keys import LOG_SUFFIX, ParsedObjectKey
@@ -77,6 +78,9 @@ class ScrubReport:
     index_files_deleted: list[str] = field(default_factory=list)  # keys of remote log index files no pointer names
     index_files_young: int = 0  # ... within the grace period
     index_pointers: list[str] = field(default_factory=list)  # one line per damaged remote log index pointer
+    # Partitions whose numbers the scrub changed (damage recorded or cleared, an interrupted
+    # delete finished), to be reported again where they are shown.
+    partitions_changed: set[TopicPartition] = field(default_factory=set)
     dry_run: bool = False
 
     @property
@@ -122,7 +126,8 @@ def scrub(store, rsm: RemoteStorageManager, *, deep: bool = False, grace_s: floa
             report.wrong_tier.append(found.wrong_tier_line(rsm, tip))
             continue
         if deep and not dry_run:  # every byte checked: what was recorded before and is whole now was no damage here
-            found.clear_whole(store, tip, finished, f"kts scrub --deep: found whole in {rsm.location()}")
+            if found.clear_whole(store, tip, finished, f"kts scrub --deep: found whole in {rsm.location()}"):
+                report.partitions_changed.add(tip.topic_partition)
         damaged = list(found.damaged)
         for md, problem in found.manifests_lost:
             objects_problem = None if deep else _objects_problem(rsm, md)  # deep: every object verified already
@@ -135,6 +140,7 @@ def scrub(store, rsm: RemoteStorageManager, *, deep: bool = False, grace_s: floa
             report.damaged.append(f"{tip.topic_partition} segment {md.start_offset}..{md.end_offset}: {'; '.join(problems)}")
             if not dry_run:
                 store.record_segment_damage(RemoteLogSegmentId(tip, md.segment_id.id), "; ".join(problems))
+                report.partitions_changed.add(tip.topic_partition)
         say(f"{tip.topic_partition}: {len(finished)} finished segments checked, {len(damaged)} damaged, "
             f"{len(found.manifests_lost)} manifests missing or wrong")
     if report.wrong_tier:
@@ -165,6 +171,7 @@ def scrub(store, rsm: RemoteStorageManager, *, deep: bool = False, grace_s: floa
                     continue
                 if not dry_run:
                     delete_remote_log_segment(store, rsm, md, clock)
+                    report.partitions_changed.add(parsed.topic_id_partition.topic_partition)
                 report.deletes_finished += 1
         elif md.state is S.COPY_SEGMENT_STARTED:
             report.young_left += len(objects)

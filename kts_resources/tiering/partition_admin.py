@@ -173,21 +173,30 @@ TOPIC_ABSENCE_GRACE_KEY = "kts.topic.absence.grace.ms"
 DEFAULT_TOPIC_ABSENCE_GRACE_MS = 7 * 24 * 3600 * 1000
 
 
-def delete_topics_gone_from_log_dirs(store: "RemoteLogMetadataStore", storage: "RemoteStorageManager",
-                                     present_topics: set[str], *, clock: "Clock", home: Path | None) -> list[str]:
-    """Mark ``present_topics`` (every topic in this process's log dirs) as seen, then delete the
-    remote data of topics no kts process sharing the store has seen for the grace period
-    (``kts broker-config set kts.topic.absence.grace.ms=…``; −1 turns this off). Every copy pass
-    marks its topics seen too, so a partition reassigned to another broker's log dir is not taken
-    for a deletion while a kts beside that broker copies it."""
+def topics_gone_from_log_dirs(store: "RemoteLogMetadataStore", present_topics: set[str], *, clock: "Clock") -> list[str]:
+    """The topics whose remote data is due to go, as Kafka's topic deletion would take it: none of
+    ``present_topics`` (every topic in this process's log dirs), and no kts process sharing the
+    store has seen them in a log dir for the grace period (``kts broker-config set
+    kts.topic.absence.grace.ms=…``; −1 turns this off). Reads only: the topic deletion sensor asks
+    it on every tick."""
     import datetime as dt
 
-    store.mark_topics_seen(present_topics)
     grace_ms = int(store.broker_configs().get(TOPIC_ABSENCE_GRACE_KEY, DEFAULT_TOPIC_ABSENCE_GRACE_MS))
     if grace_ms < 0:
         return []
     cutoff = dt.datetime.fromtimestamp((clock.now_ms() - grace_ms) / 1000, tz=dt.timezone.utc)
-    gone = [t for t in store.topics_unseen_since(cutoff) if t not in present_topics]
+    return [t for t in store.topics_unseen_since(cutoff) if t not in present_topics]
+
+
+def delete_topics_gone_from_log_dirs(store: "RemoteLogMetadataStore", storage: "RemoteStorageManager",
+                                     present_topics: set[str], *, clock: "Clock", home: Path | None) -> list[str]:
+    """Mark ``present_topics`` (every topic in this process's log dirs) as seen, then delete the
+    remote data of the topics :func:`topics_gone_from_log_dirs` names; those topics. Every copy
+    pass marks its topics seen too, so a partition reassigned to another broker's log dir is not
+    taken for a deletion while a kts beside that broker copies it. `kts sync` and the topic
+    deletion job (the Dagster daemon's road) both run this."""
+    store.mark_topics_seen(present_topics)
+    gone = topics_gone_from_log_dirs(store, present_topics, clock=clock)
     for topic in gone:
         delete_topic_remote_data(topic, store, storage, clock=clock, home=home)
     return gone

@@ -1,15 +1,15 @@
 """What ``kts status`` prints and ``kts sync`` totals: one row per partition in the broker's log dirs,
-both tiers' offsets, bytes, segments and copy lag (:func:`partition_view.tiers_of`), open lost ranges,
-damaged remote segments and this broker's replica role. Neither Dagster nor PySpark is imported."""
+its numbers (both tiers' offsets, bytes, segments and copy lag, open lost ranges, damaged remote
+segments: :func:`partition_numbers.partition_numbers`, which the assets' metadata reports too) and
+this broker's replica role. Neither Dagster nor PySpark is imported."""
 
 from __future__ import annotations
-
-import dataclasses
 
 from kts_resources import settings
 from kts_resources.kafka.errors import KafkaFormatError, os_error_line
 from kts_resources.tiering.leadership import broker_replicas
-from kts_resources.tiering.partition_view import partition_view, tiers_of
+from kts_resources.tiering.partition_numbers import partition_numbers
+from kts_resources.tiering.partition_view import partition_view
 from kts_resources.tiering.tiers import log_dir_partitions
 
 STATUS_FIELDS = (
@@ -35,8 +35,7 @@ def status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> lis
     for located in log_dir_partitions(settings.log_dirs()):
         partition = located.partition
         try:
-            view = partition_view(located, store)
-            tiers = tiers_of(view)
+            numbers = partition_numbers(partition_view(located, store))
         except ConnectionError:
             raise  # the store is down: not this partition's problem
         except OSError as e:
@@ -50,12 +49,7 @@ def status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> lis
             if str(e) not in unreadable.values():
                 unreadable[located.key] = str(e)
             continue
-        tip = view.tip
-        lost = store.lost_ranges(tip) if tip is not None else []
-        row = {"topic": partition.topic, "partition": partition.partition, **dataclasses.asdict(tiers),
-               "lost_ranges": [[r.start_offset, r.end_offset] for r in lost],
-               # Found damaged in the tier and not yet re-copied (copier.recopy_damaged).
-               "damaged_remote_segments": len(store.damaged_segments(tip)) if tip is not None else 0,
+        row = {"topic": partition.topic, "partition": partition.partition, **numbers.as_dict(),
                "replica": role(partition.topic_partition)}
-        rows.append(({name: row[name] for name in STATUS_FIELDS}, lost))
+        rows.append(({name: row[name] for name in STATUS_FIELDS}, list(numbers.lost_ranges)))
     return rows
