@@ -3,8 +3,8 @@ a partition's tiers again after a step changed them.
 
 A ``MaterializeResult``'s metadata in a ranged (single-run backfill) step lands on every partition
 of the range, so a run total written there would show on each partition's plot as if it were the
-partition's own. Totals go to the run instead: its log and its tags (``kts/<name>``), which the
-UI shows on the run and its runs list can filter by.
+partition's own. Totals go to the run instead: one line of its log each step (``run totals:
+name=value, …``), which ``run_totals`` reads back.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from kts_resources.tiering.partition_view import partition_tiers
 from kts_resources.tiering.tiers import LocatedPartition, active_log_end_offset
 
 OWNERS = ["team:kts"]
-RUN_TOTAL_TAG_PREFIX = "kts/"
+RUN_TOTALS_PREFIX = "run totals: "
 # Both tiers' numbers on remote_segments (the copy's materialisation and every re-report; Lz is
 # left out of the copy's, where it would cost a read of the active segment).
 TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark", "remote_log_start_offset",
@@ -44,6 +44,20 @@ def tier_observations(loc: LocatedPartition, store, *, changed_by: str) -> list[
 
 
 def record_run_totals(context: dg.AssetExecutionContext, totals: Mapping[str, int]) -> None:
-    """``totals`` as the run's tags ``kts/<name>`` (not a log line too: every event is a write to
-    the instance, and the step's own summary line already says them)."""
-    context.instance.add_run_tags(context.run.run_id, {f"{RUN_TOTAL_TAG_PREFIX}{name}": str(value) for name, value in totals.items()})
+    """``totals`` as one line of the run's log, ``run totals: name=value, …`` (``run_totals`` reads
+    them back). Not run tags: a run's tags are what its runs-list row shows, and a dozen counters
+    there left room for three runs a screen."""
+    context.log.info(RUN_TOTALS_PREFIX + ", ".join(f"{name}={value}" for name, value in totals.items()))
+
+
+def run_totals(instance: dg.DagsterInstance, run_id: str) -> dict[str, int]:
+    """Every step's ``record_run_totals`` of the run, merged (a name two steps both say, such as
+    partitions_in_run, has one value)."""
+    totals: dict[str, int] = {}
+    for entry in instance.all_logs(run_id):
+        if entry.is_dagster_event or not entry.user_message.startswith(RUN_TOTALS_PREFIX):
+            continue
+        for item in entry.user_message[len(RUN_TOTALS_PREFIX):].split(", "):
+            name, _, value = item.partition("=")
+            totals[name] = int(value)
+    return totals
