@@ -13,11 +13,12 @@ import dagster as dg
 import pytest
 
 from tests.conftest import materializations
+from kts_assets.asset_keys import REMOTE_TIER
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments, retention_state
+from kts_assets.assets.reporting import run_totals
 from kts_assets.definitions import defs
 from kts_assets.jobs import copy_job
 from kts_assets.partitions import topic_partitions
-from kts_assets.assets.reporting import run_totals
 from kts_resources.spark.inventory import inventory_path
 from kts_resources.kafka.checkpoints import PartitionMetadata, read_offset_checkpoint, write_partition_metadata
 from kts_resources.kafka.logdir import LogDir
@@ -252,6 +253,11 @@ def test_one_run_scans_and_copies_many_partitions_in_one_spark_step(log_dir, pg_
     assert totals["partitions_in_run"] == len(KEYS) and totals["partitions_failed"] == 0
     kts_tags = {name for name in instance.get_run_by_id(result.run_id).tags if name.startswith("kts/")}
     assert kts_tags == {"kts/trigger", "kts/process"}
+    # What the run did to the whole tier is one observation of remote_tier, a point on its plots.
+    [tier] = [o for o in result.asset_observations_for_node("local_and_remote_segments") if o.asset_key == REMOTE_TIER]
+    assert tier.metadata["copied_bytes"].value == sum(md["copied_bytes"] for md in remote.values()) > 0
+    assert tier.metadata["partitions"].value == len(KEYS) and tier.metadata["partitions_failed"].value == 0
+    assert "KiB copied by this run over 3 partitions" in tier.metadata["size"].value
     for key in KEYS:
         wanted = eligible(log_dir, key)
         assert remote[key]["remote_bytes"] == remote[key]["copied_bytes"] == sum(s.log.stat().st_size for s in wanted)

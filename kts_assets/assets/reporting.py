@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_SEGMENTS
+from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_SEGMENTS, REMOTE_TIER
 from kts_resources.tiering.partition_view import partition_tiers
 from kts_resources.tiering.tiers import LocatedPartition, active_log_end_offset
 
@@ -41,6 +41,13 @@ def tier_observations(loc: LocatedPartition, store, *, changed_by: str) -> list[
     local = {label: numbers[name] for label, name in _LOCAL_METADATA.items()}
     return [dg.AssetObservation(asset_key=REMOTE_SEGMENTS, partition=loc.key, metadata={**remote, "changed_by": changed_by}),
             dg.AssetObservation(asset_key=LOCAL_SEGMENTS, partition=loc.key, metadata={**local, "changed_by": changed_by})]
+
+
+def observe_tier(context: dg.AssetExecutionContext, metadata: Mapping[str, object]) -> None:
+    """The run's part in the whole tier's story as an observation of ``remote_tier`` (the scrub's
+    unpartitioned asset): one point per run on that asset's plots, over time, under keys that say
+    their unit (``*_bytes``, ``*_ms``), beside a ``size`` text with units for the metadata list."""
+    context.log_event(dg.AssetObservation(asset_key=REMOTE_TIER, metadata=dict(metadata)))
 
 
 def record_run_totals(context: dg.AssetExecutionContext, totals: Mapping[str, int]) -> None:
