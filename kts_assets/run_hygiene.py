@@ -1,10 +1,10 @@
 """Runs that die must not block the runs after them.
 
-A run carries the host, pid and start time of the process executing it, in one tag
-(``kts/process``, ``<host>:<pid>:<start>``; one tag, since every tag is a chip on the run's row in
-the UI): ``kts sync`` sets it when it launches a run in-process, and a daemon-launched run worker
-tags itself when its first step starts (``record_run_worker``). ``release_dead_runs`` — called by every ``kts sync`` and by
-the dead-run sensor — finds unfinished runs of this host whose process is gone (SIGKILL, OOM,
+A run carries the host, pid and start time of the process executing it, in one tag (``kts/process``,
+``<host>:<pid>:<start>``; one tag, since every tag is a chip on the run's row in the UI): ``kts
+sync`` sets it when it launches a run in-process, and a daemon-launched run worker tags itself when
+its first step starts (``record_run_worker``). ``release_dead_runs`` — called by every ``kts sync``
+and by the dead-run sensor — finds unfinished runs of this host whose process is gone (SIGKILL, OOM,
 reboot), marks them failed and frees the pool slots they held. (Dagster's run monitoring frees the
 slots of runs that ended, and its code server fails a run whose worker died while the server lived;
 but the default run launcher has no worker health check, so a run orphaned by a reboot would stay
@@ -58,7 +58,7 @@ def launch_tags(trigger: str = "kts sync") -> dict[str, str]:
     return {TRIGGER_TAG: trigger, PROCESS_TAG: f"{socket.gethostname()}:{pid}:{_process_start(pid)}"}
 
 
-def run_process(tags: dict[str, str]) -> tuple[str, int, str] | None:
+def _run_process(tags: dict[str, str]) -> tuple[str, int, str] | None:
     """(host, pid, start time) of the process a run's ``kts/process`` tag names, or None."""
     host, _, rest = tags.get(PROCESS_TAG, "").partition(":")
     pid, _, start = rest.partition(":")
@@ -97,7 +97,7 @@ def release_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     host = socket.gethostname()
     # Unfinished runs are few: each one's tag is read here rather than matched by the query.
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=_UNFINISHED)):
-        process = run_process(run.tags)
+        process = _run_process(run.tags)
         if process is None or process[0] != host or not _process_gone(process[1], process[2]):
             continue
         pid = process[1]
