@@ -371,7 +371,7 @@ def _partitioned_checks(nodes: dict) -> list[dict]:
 
 def test_each_asset_lists_its_asset_checks_partitioned_like_it(webserver):
     expected = {
-        "local_segments": {"local_segments_crc_clean"},
+        "local_segments": {"local_segments_crc_clean", "local_indexes_whole"},
         # Not the scrub: Materialize on remote_segments runs every check of the asset in the implicit
         # asset job, and a partition's copy must not read the whole tier.
         "remote_segments": {"offset_invariants", "remote_segments_in_bucket", "no_uncopied_segment_lost", "copy_completed"},
@@ -490,14 +490,14 @@ def test_one_sync_shows_every_partition_of_both_assets_materialized(webserver):
 def test_every_check_passed_in_the_sync_run(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
     checks = _partitioned_checks(nodes)
-    assert len(checks) == 7
+    assert len(checks) == 8
     assert all(c["executionForLatestMaterialization"] == {"status": "SUCCEEDED"} for c in checks), checks
 
 
 def test_every_check_shows_passed_for_every_partition_after_one_sync(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
     checks = _partitioned_checks(nodes)
-    assert len(checks) == 7
+    assert len(checks) == 8
     for check in checks:
         statuses = check["partitionStatuses"]
         assert statuses["__typename"] == "AssetCheckDefaultPartitionStatuses", check
