@@ -16,6 +16,8 @@ REMOTE_SEGMENTS = _scope.asset_key("remote_segments")
 RETENTION_STATE = _scope.asset_key("retention_state")
 REMOTE_LOG_INDEX = _scope.asset_key("remote_log_index")
 HOURLY_RECORD_COUNTS = _scope.asset_key("hourly_record_counts")
+# The whole remote tier, one unpartitioned asset: what the tier-wide scrub reports on.
+REMOTE_TIER = _scope.asset_key("remote_tier")
 
 
 def tier_kind() -> str:

@@ -1,13 +1,13 @@
 """Jobs, and their names, for what sensors and schedules start. One run covers many partitions
 (single-run backfill policy on both assets), so a busy tick starts one Spark JVM, not one per
 partition. Partitioning (topic_partitions) comes from the assets; define_asset_job's
-partitions_def is deprecated.
+partitions_def is deprecated. Every job runs in one process: the executor is the Definitions'
+(kts_assets.definitions).
 """
 
 import dagster as dg
 
 from kts_assets.assets import hourly_record_counts, local_segments, remote_log_index, remote_segments, retention_state
-from kts_assets.scrub_job import remote_tier_scrubbed
 
 COPY_JOB_NAME = "copy_job"
 EXPIRY_JOB_NAME = "expiry_job"
@@ -19,16 +19,9 @@ REBUILD_CONFIG = {"ops": {"local_and_remote_segments": {"config": {"rebuild_inde
 
 copy_job = dg.define_asset_job(
     COPY_JOB_NAME,
-    # The assets' checks come along, but not the weekly scrub's tier-wide one (it reads the whole tier).
-    selection=(dg.AssetSelection.assets(local_segments.key, remote_segments.key, retention_state, remote_log_index)
-               - dg.AssetSelection.checks(remote_tier_scrubbed)),
+    selection=dg.AssetSelection.assets(local_segments.key, remote_segments.key, retention_state, remote_log_index),
     description="Scan the partitions' local segments with Spark while the eligible ones are copied to the remote tier, "
                 "expire what retention takes, then bring the remote log index up to the finished segments.",
-    # One process per run, as `kts sync` runs it: the Spark steps (inventory, retention plan, index
-    # build) share one Spark session (each step process of the multiprocess executor started a JVM
-    # of its own, which made daemon runs ~4x slower than `kts sync`); the copy parallelises
-    # partitions in threads anyway.
-    executor_def=dg.in_process_executor,
 )
 
 expiry_job = dg.define_asset_job(
@@ -36,7 +29,6 @@ expiry_job = dg.define_asset_job(
     selection=[retention_state, remote_log_index],
     description="Expire what retention takes from the partitions (both tiers), then roll the deleted segments out of "
                 "the remote log index.",
-    executor_def=dg.in_process_executor,
 )
 
 index_rebuild_job = dg.define_asset_job(
@@ -46,14 +38,12 @@ index_rebuild_job = dg.define_asset_job(
                 "owned log dirs, by Kafka's recovery rule), and the remote log index from scratch (every finished segment "
                 "read again, the files laid out afresh and shipped).",
     config=REBUILD_CONFIG,
-    executor_def=dg.in_process_executor,
 )
 
 backfill_job = dg.define_asset_job(
     "backfill_job",
     selection=[hourly_record_counts],
     description="Example backfill: per-hour record counts of partitions, read from both tiers with Spark (read_tiered).",
-    executor_def=dg.in_process_executor,
 )
 
 jobs = [copy_job, expiry_job, index_rebuild_job, backfill_job]

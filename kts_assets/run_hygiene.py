@@ -1,9 +1,10 @@
 """Runs that die must not block the runs after them.
 
-A run carries the host, pid and start time of the process executing it as tags: ``kts sync`` sets
-them when it launches a run in-process, and a daemon-launched run worker tags itself when its first
-step starts (``record_run_worker``). ``release_dead_runs`` — called by every ``kts sync`` and by
-the dead-run sensor — finds unfinished runs of this host whose process is gone (SIGKILL, OOM,
+A run carries the host, pid and start time of the process executing it, in one tag (``kts/process``,
+``<host>:<pid>:<start>``; one tag, since every tag is a chip on the run's row in the UI): ``kts
+sync`` sets it when it launches a run in-process, and a daemon-launched run worker tags itself when
+its first step starts (``record_run_worker``). ``release_dead_runs`` — called by every ``kts sync``
+and by the dead-run sensor — finds unfinished runs of this host whose process is gone (SIGKILL, OOM,
 reboot), marks them failed and frees the pool slots they held. (Dagster's run monitoring frees the
 slots of runs that ended, and its code server fails a run whose worker died while the server lived;
 but the default run launcher has no worker health check, so a run orphaned by a reboot would stay
@@ -20,9 +21,8 @@ from collections.abc import Callable, Iterator
 
 import dagster as dg
 
-HOST_TAG = "kts/host"
-PID_TAG = "kts/pid"
-PROCESS_START_TAG = "kts/process_start"  # tells a live pid from a recycled one
+# "<host>:<pid>:<start>": the process's start time tells a live pid from a recycled one.
+PROCESS_TAG = "kts/process"
 TRIGGER_TAG = "kts/trigger"
 
 _UNFINISHED = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
@@ -55,14 +55,17 @@ def _is_zombie(pid: int) -> bool:
 def launch_tags(trigger: str = "kts sync") -> dict[str, str]:
     """Tags that let a later process tell whether this one is still alive."""
     pid = os.getpid()
-    return {TRIGGER_TAG: trigger, HOST_TAG: socket.gethostname(), PID_TAG: str(pid), PROCESS_START_TAG: _process_start(pid)}
+    return {TRIGGER_TAG: trigger, PROCESS_TAG: f"{socket.gethostname()}:{pid}:{_process_start(pid)}"}
 
 
-def _process_gone(tags: dict[str, str]) -> bool:
-    try:
-        pid = int(tags[PID_TAG])
-    except (KeyError, ValueError):
-        return False
+def _run_process(tags: dict[str, str]) -> tuple[str, int, str] | None:
+    """(host, pid, start time) of the process a run's ``kts/process`` tag names, or None."""
+    host, _, rest = tags.get(PROCESS_TAG, "").partition(":")
+    pid, _, start = rest.partition(":")
+    return (host, int(pid), start) if host and pid.isdigit() else None
+
+
+def _process_gone(pid: int, recorded_start: str) -> bool:
     if pid == os.getpid():
         return False
     try:
@@ -73,8 +76,7 @@ def _process_gone(tags: dict[str, str]) -> bool:
         pass  # alive, under another account
     if _is_zombie(pid):
         return True
-    recorded = tags.get(PROCESS_START_TAG, "")
-    return bool(recorded) and _process_start(pid) not in ("", recorded)
+    return bool(recorded_start) and _process_start(pid) not in ("", recorded_start)
 
 
 def record_run_worker(context: dg.AssetExecutionContext) -> None:
@@ -83,7 +85,7 @@ def record_run_worker(context: dg.AssetExecutionContext) -> None:
     ``release_dead_runs`` (the dead-run sensor) can tell when that worker is gone — Dagster's
     default run launcher has no health check, so after a reboot nothing else would fail the run."""
     run = context.run
-    if PID_TAG not in run.tags:
+    if PROCESS_TAG not in run.tags:
         context.instance.add_run_tags(run.run_id, launch_tags(run.tags.get(TRIGGER_TAG, "run worker")))
 
 
@@ -93,13 +95,16 @@ def release_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     still holds one. Returns one line per run released."""
     lines = []
     host = socket.gethostname()
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=_UNFINISHED, tags={HOST_TAG: host})):
-        if not _process_gone(run.tags):
+    # Unfinished runs are few: each one's tag is read here rather than matched by the query.
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=_UNFINISHED)):
+        process = _run_process(run.tags)
+        if process is None or process[0] != host or not _process_gone(process[1], process[2]):
             continue
-        message = f"the kts process (pid {run.tags.get(PID_TAG)} on {host}) that ran it is gone"
+        pid = process[1]
+        message = f"the kts process (pid {pid} on {host}) that ran it is gone"
         instance.report_run_failed(run, message=f"run {run.run_id}: {message}; marked failed by kts's dead-run check")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        lines.append(f"run {run.run_id} ({run.job_name}) died with its process (pid {run.tags.get(PID_TAG)}): "
+        lines.append(f"run {run.run_id} ({run.job_name}) died with its process (pid {pid}): "
                      f"marked failed and its pool slots freed")
     for run_id in instance.event_log_storage.get_concurrency_run_ids():
         run = instance.get_run_by_id(run_id)

@@ -13,11 +13,12 @@ import dagster as dg
 import pytest
 
 from tests.conftest import materializations
+from kts_assets.asset_keys import REMOTE_TIER
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments, retention_state
+from kts_assets.assets.reporting import run_totals
 from kts_assets.definitions import defs
 from kts_assets.jobs import copy_job
 from kts_assets.partitions import topic_partitions
-from kts_assets.scrub_job import remote_tier_scrubbed
 from kts_resources.spark.inventory import inventory_path
 from kts_resources.kafka.checkpoints import PartitionMetadata, read_offset_checkpoint, write_partition_metadata
 from kts_resources.kafka.logdir import LogDir
@@ -129,13 +130,13 @@ def test_a_second_inventory_scans_only_what_was_written_since_unless_asked_to_re
     resources = pipeline_resources(log_dir, pg_url, tmp_path / "remote")
 
     def inventory(**config) -> tuple[int, int]:
-        """(segments scanned, segments unchanged): run totals, so on the run (its tags), not on the partition."""
+        """(segments scanned, segments unchanged): run totals, so on the run (its log), not on the partition."""
         run_config = {"ops": {"local_and_remote_segments": {"config": config}}} if config else None
         result = dg.materialize([local_and_remote_segments], selection=[local_segments.key], partition_key="orders-0", instance=instance, resources=resources, run_config=run_config)
         assert result.success
         assert "segments_scanned" not in materializations(result, "local_segments")[-1].metadata
-        tags = instance.get_run_by_id(result.run_id).tags
-        return int(tags["kts/segments_scanned"]), int(tags["kts/segments_unchanged"])
+        totals = run_totals(instance, result.run_id)
+        return totals["segments_scanned"], totals["segments_unchanged"]
 
     segments = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0").segments()
     assert inventory() == (len(segments), 0)
@@ -235,9 +236,7 @@ def test_copy_lag_counts_eligible_segments_not_yet_copied(log_dir, pg_url, tmp_p
 
 
 def test_one_run_scans_and_copies_many_partitions_in_one_spark_step(log_dir, pg_url, tmp_path, kts_home, instance):
-    # copy_job names the weekly scrub's check to leave it out, so the definitions must hold it.
     job = dg.Definitions(assets=[local_and_remote_segments, retention_state, remote_log_index], jobs=[copy_job],
-                         asset_checks=[remote_tier_scrubbed],
                          resources=pipeline_resources(log_dir, pg_url, tmp_path / "remote")).resolve_job_def("copy_job")
     result = job.execute_in_process(instance=instance, tags={RANGE_START: KEYS[0], RANGE_END: KEYS[-1]})
     assert result.success
@@ -247,10 +246,18 @@ def test_one_run_scans_and_copies_many_partitions_in_one_spark_step(log_dir, pg_
     local = partition_metadata(result, "local_segments")
     remote = partition_metadata(result, "remote_segments")
     assert set(local) == set(remote) == set(KEYS)
-    # Run totals are the run's (its tags), never repeated on each partition.
+    # Run totals are the run's (a line of its log), never repeated on each partition, nor a tag each:
+    # the run's row in the UI shows at most 4 of kts's tags.
     assert not any("partitions_in_run" in md for md in [*local.values(), *remote.values()])
-    tags = instance.get_run_by_id(result.run_id).tags
-    assert tags["kts/partitions_in_run"] == str(len(KEYS)) and tags["kts/partitions_failed"] == "0"
+    totals = run_totals(instance, result.run_id)
+    assert totals["partitions_in_run"] == len(KEYS) and totals["partitions_failed"] == 0
+    kts_tags = {name for name in instance.get_run_by_id(result.run_id).tags if name.startswith("kts/")}
+    assert kts_tags == {"kts/trigger", "kts/process"}
+    # What the run did to the whole tier is one observation of remote_tier, a point on its plots.
+    [tier] = [o for o in result.asset_observations_for_node("local_and_remote_segments") if o.asset_key == REMOTE_TIER]
+    assert tier.metadata["copied_bytes"].value == sum(md["copied_bytes"] for md in remote.values()) > 0
+    assert tier.metadata["partitions"].value == len(KEYS) and tier.metadata["partitions_failed"].value == 0
+    assert "KiB copied by this run over 3 partitions" in tier.metadata["size"].value
     for key in KEYS:
         wanted = eligible(log_dir, key)
         assert remote[key]["remote_bytes"] == remote[key]["copied_bytes"] == sum(s.log.stat().st_size for s in wanted)

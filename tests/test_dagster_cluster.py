@@ -244,7 +244,11 @@ def test_the_ui_shows_each_brokers_assets_and_partitions_under_its_broker(cluste
         prefix = f"broker_{broker.broker_id}/"
         mine = {key: node for key, node in nodes.items() if key.startswith(prefix)}
         assert set(mine) == {prefix + name for name in ("local_segments", "remote_segments", "retention_state",
-                                                          "remote_log_index", "hourly_record_counts")}
+                                                          "remote_log_index", "hourly_record_counts", "remote_tier")}
+        # The whole tier, which each broker's weekly scrub reports on: one asset, no partitions, no Spark.
+        tier = mine.pop(prefix + "remote_tier")
+        assert tier["repository"]["location"]["name"] == f"kts-broker-{broker.broker_id}" and not tier["pools"]
+        assert tier["partitionDefinition"] is None
         for key, node in mine.items():
             assert node["repository"]["location"]["name"] == f"kts-broker-{broker.broker_id}", key
             assert node["pools"] == [f"spark_broker_{broker.broker_id}"], key
@@ -253,4 +257,4 @@ def test_the_ui_shows_each_brokers_assets_and_partitions_under_its_broker(cluste
             assert node["partitionKeys"] == broker.keys, key
         copied = mine[prefix + "remote_segments"]["assetPartitionStatuses"]["materializedPartitions"]
         assert sorted(copied) == broker.keys
-    assert len(nodes) == 10  # no asset of either broker under a plain, shared key
+    assert len(nodes) == 12  # no asset of either broker under a plain, shared key

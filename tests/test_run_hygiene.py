@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ import pytest
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_segments
 from kts_assets.checks import OFFSET_INVARIANTS
 from kts_assets.partitions import topic_partitions
+from kts_assets.run_hygiene import PROCESS_TAG
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
@@ -214,8 +216,11 @@ def test_release_marks_failed_a_run_whose_process_is_gone_and_frees_its_slot():
     from kts_assets.run_hygiene import launch_tags, release_dead_runs
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    host = socket.gethostname()
     with _pool_instance(limit=2) as instance:
-        gone = _started_run(instance, {**launch_tags(), "kts/pid": dead})
+        gone = _started_run(instance, {**launch_tags(), PROCESS_TAG: f"{host}:{dead}:"})
+        # The same pid on another host (beside a cluster, one instance for every broker) is not this host's to judge.
+        elsewhere = _started_run(instance, {**launch_tags(), PROCESS_TAG: f"not-{host}:{dead}:"})
         alive = _started_run(instance, launch_tags())  # this very process: still running
         for run in (gone, alive):
             instance.event_log_storage.claim_concurrency_slot("spark", run.run_id, "local_segments")
@@ -225,6 +230,7 @@ def test_release_marks_failed_a_run_whose_process_is_gone_and_frees_its_slot():
         assert lines == [f"run {gone.run_id} (copy_job) died with its process (pid {dead}): marked failed and its pool slots freed"]
         assert instance.get_run_by_id(gone.run_id).status == dg.DagsterRunStatus.FAILURE
         assert instance.get_run_by_id(alive.run_id).status == dg.DagsterRunStatus.STARTED
+        assert instance.get_run_by_id(elsewhere.run_id).status == dg.DagsterRunStatus.STARTED
         holders = {s.run_id for s in instance.event_log_storage.get_concurrency_info("spark").claimed_slots}
         assert holders == {alive.run_id}
 
@@ -270,7 +276,7 @@ def test_a_run_worker_killed_in_its_spark_step_is_failed_by_the_dead_run_sensor_
     [held_by] = _spark_slot_holders(env["DAGSTER_HOME"])
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         deadline = time.monotonic() + 60  # the step tags its run with its worker when it starts
-        while "kts/pid" not in instance.get_run_by_id(held_by).tags:
+        while PROCESS_TAG not in instance.get_run_by_id(held_by).tags:
             assert time.monotonic() < deadline, _tail(out)
             time.sleep(0.2)
     os.killpg(worker.pid, signal.SIGKILL)  # as an OOM kill or a reboot would: the worker and its JVM
@@ -287,13 +293,15 @@ def test_a_run_worker_killed_in_its_spark_step_is_failed_by_the_dead_run_sensor_
     assert after.returncode == 0, after.stderr[-3000:]
 
 
-def test_copy_job_runs_its_steps_in_one_process_so_a_run_starts_one_spark_session():
+def test_every_job_runs_its_steps_in_one_process_so_a_run_starts_one_spark_session():
     """A daemon-launched copy run pays one JVM, as `kts sync` does: the inventory step and the CRC
-    check share the run's process, and so its Spark session."""
+    check share the run's process, and so its Spark session. So does Dagster's implicit asset job,
+    which the Materialize button on an asset page launches."""
     from kts_assets.definitions import defs
-    from kts_assets.jobs import COPY_JOB_NAME
 
-    assert defs.resolve_job_def(COPY_JOB_NAME).executor_def is dg.in_process_executor
+    jobs = [*defs.get_repository_def().get_all_jobs()]
+    assert "__ASSET_JOB" in {job.name for job in jobs} and "copy_job" in {job.name for job in jobs}
+    assert {job.name: job.executor_def for job in jobs} == {job.name: dg.in_process_executor for job in jobs}
 
 
 def test_loading_the_definitions_prints_no_dagster_beta_or_preview_warning():

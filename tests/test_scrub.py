@@ -304,12 +304,12 @@ def test_the_cli_reports_and_exits_1_on_damage(copied, tmp_path, pg_url, remote_
     assert "missing" in run.stderr and "re-copied by the next copy pass" in run.stderr
 
 
-def test_the_weekly_scrub_job_records_the_scrub_as_a_check_that_fails_on_damage(copied, tmp_path, pg_url, remote_storage):
+def test_the_weekly_scrub_job_reports_the_tier_and_its_check_which_fails_on_damage(copied, tmp_path, pg_url, remote_storage):
     import dagster as dg
 
-    from kts_assets.assets import local_and_remote_segments, remote_segments
+    from kts_assets.assets import remote_segments
     from kts_assets.definitions import default_resources, defs
-    from kts_assets.scrub_job import remote_tier_scrubbed, scrub_job
+    from kts_assets.scrub_job import REMOTE_TIER_SCRUBBED, remote_tier_asset, scrub_job
     from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 
     if hasattr(remote_storage, "bucket"):
@@ -319,23 +319,25 @@ def test_the_weekly_scrub_job_records_the_scrub_as_a_check_that_fails_on_damage(
     resources = {"metadata_store": MetadataStoreResource(database_url=pg_url),
                  "remote_tier": RemoteTierResource(remote_uri=remote_storage.location("")),
                  "kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(root))}
-    job = dg.Definitions(assets=[local_and_remote_segments], asset_checks=[remote_tier_scrubbed], jobs=[scrub_job],
+    job = dg.Definitions(assets=[remote_tier_asset], jobs=[scrub_job],
                          resources={**default_resources(), **resources}).resolve_job_def("scrub_job")
     with dg.instance_for_test() as instance:
         healthy = job.execute_in_process(instance=instance)
         assert healthy.success
         [evaluation] = healthy.get_asset_check_evaluations()
         assert evaluation.passed and evaluation.check_name == "remote_tier_scrubbed"
+        assert evaluation.asset_key == REMOTE_TIER_SCRUBBED.asset_key  # the tier's own check, not a partition's
         assert evaluation.metadata["damaged_segments"].value == 0 and evaluation.metadata["objects_listed"].value > 0
+        [tier] = healthy.asset_materializations_for_node("remote_tier")
+        assert tier.metadata["segments_checked"].value == len(copied[2])
         remote_storage.delete_objects([stored_objects(segments[0].custom_metadata)["log"].key])
         damaged = job.execute_in_process(instance=instance)
         [evaluation] = damaged.get_asset_check_evaluations()
         assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
         assert "missing" in evaluation.description and evaluation.metadata["damaged_segments"].value == 1
-        # The check's latest result is what the UI shows on remote_segments: failed.
-        record = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-            [dg.AssetCheckKey(remote_segments.key, "remote_tier_scrubbed")])[dg.AssetCheckKey(remote_segments.key, "remote_tier_scrubbed")]
-        assert record.event.dagster_event.event_specific_data.passed is False
+        # The check's latest result is what the UI shows on remote_tier: failed, evaluated by this run.
+        record = instance.event_log_storage.get_latest_asset_check_execution_by_key([REMOTE_TIER_SCRUBBED])[REMOTE_TIER_SCRUBBED]
+        assert record.event.dagster_event.event_specific_data.passed is False and record.run_id == damaged.run_id
         # The partition whose damage it recorded is reported again, as `kts status` counts it.
         [observed] = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=remote_segments.key,
                                                                        asset_partitions=["orders-0"]), limit=1).records

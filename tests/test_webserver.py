@@ -319,7 +319,8 @@ def test_the_kts_code_location_loads_without_error(webserver):
 
 
 TIERING = ["local_segments", "remote_log_index", "remote_segments", "retention_state"]  # copy_job's assets
-ALL_ASSETS = sorted([*TIERING, "hourly_record_counts"])
+PARTITIONED = sorted([*TIERING, "hourly_record_counts"])
+ALL_ASSETS = sorted([*PARTITIONED, "remote_tier"])  # remote_tier: the whole tier, which the weekly scrub reports on
 
 
 def test_the_asset_graph_is_inventory_copy_then_retention_and_the_remote_log_index(webserver):
@@ -327,25 +328,28 @@ def test_the_asset_graph_is_inventory_copy_then_retention_and_the_remote_log_ind
     assert sorted(nodes) == ALL_ASSETS
     deps = {name: sorted(k["path"][0] for k in node["dependencyKeys"]) for name, node in nodes.items()}
     assert deps == {"local_segments": [], "remote_segments": ["local_segments"], "retention_state": ["remote_segments"],
-                    "remote_log_index": ["remote_segments", "retention_state"], "hourly_record_counts": []}
+                    "remote_log_index": ["remote_segments", "retention_state"], "hourly_record_counts": [],
+                    "remote_tier": ["remote_segments"]}
     groups = {name: node["groupName"] for name, node in nodes.items()}
     assert groups == {"local_segments": "tiering", "remote_segments": "tiering", "remote_log_index": "tiering",
-                      "retention_state": "retention", "hourly_record_counts": "backfills"}
+                      "retention_state": "retention", "hourly_record_counts": "backfills", "remote_tier": "tiering"}
     for name in TIERING:
         assert "copy_job" in nodes[name]["jobNames"], name
         assert nodes[name]["backfillPolicy"] == {"policyType": "SINGLE_RUN"}  # one run, one Spark JVM, many partitions
     assert {"expiry_job"} <= set(nodes["retention_state"]["jobNames"])
     assert "backfill_job" in nodes["hourly_record_counts"]["jobNames"]
+    assert "scrub_job" in nodes["remote_tier"]["jobNames"] and "copy_job" not in nodes["remote_tier"]["jobNames"]
     assert {"spark", "kafka", "parquet"} <= set(nodes["local_segments"]["kinds"])
     # The webserver's tier is a directory (KTS_REMOTE_URI file:…): its kind says so, not "s3".
     assert {"kafka", "filesystem"} <= set(nodes["remote_segments"]["kinds"]) and "s3" not in nodes["remote_segments"]["kinds"]
 
 
-def test_both_assets_are_partitioned_by_topic_partitions_holding_exactly_the_log_dirs_partitions(webserver):
+def test_the_partition_assets_are_partitioned_by_topic_partitions_holding_exactly_the_log_dirs_partitions(webserver):
     on_disk = sorted(p.name for p in webserver.log_dirs.iterdir() if p.is_dir())
     assert on_disk == EXPECTED_KEYS  # the simulation wrote what it was asked to
     nodes = _by_key(webserver.graphql(PARTITIONS_QUERY)["assetNodes"])
     assert sorted(nodes) == ALL_ASSETS
+    assert not nodes.pop("remote_tier")["isPartitioned"]  # one tier, whatever the partitions
     for name, node in nodes.items():
         assert node["isPartitioned"], name
         assert node["partitionDefinition"]["type"] == "DYNAMIC", name
@@ -367,9 +371,11 @@ def _partitioned_checks(nodes: dict) -> list[dict]:
 
 def test_each_asset_lists_its_asset_checks_partitioned_like_it(webserver):
     expected = {
-        "local_segments": {"local_segments_crc_clean"},
-        "remote_segments": {"offset_invariants", "remote_segments_in_bucket", "no_uncopied_segment_lost", "copy_completed",
-                            TIER_WIDE_CHECK},
+        "local_segments": {"local_segments_crc_clean", "local_indexes_whole"},
+        # Not the scrub: Materialize on remote_segments runs every check of the asset in the implicit
+        # asset job, and a partition's copy must not read the whole tier.
+        "remote_segments": {"offset_invariants", "remote_segments_in_bucket", "no_uncopied_segment_lost", "copy_completed"},
+        "remote_tier": {TIER_WIDE_CHECK},
         "retention_state": {"retention_completed"},
         "remote_log_index": {"remote_log_index_covers_finished_segments"},
     }
@@ -382,7 +388,7 @@ def test_each_asset_lists_its_asset_checks_partitioned_like_it(webserver):
         assert {c["name"] for c in checks["checks"]} == expected[name]
         for check in checks["checks"]:
             assert check["assetKey"] == {"path": [name]}, check
-            if check["name"] == TIER_WIDE_CHECK:  # the weekly scrub's, of the whole tier
+            if check["name"] == TIER_WIDE_CHECK:  # the weekly scrub's, of the whole tier, shown on the tier
                 assert check["partitionDefinition"] is None and "scrub_job" in check["jobNames"], check
                 assert "copy_job" not in check["jobNames"], check  # a sync never reads the whole tier
                 continue
@@ -398,8 +404,9 @@ def test_the_repository_has_its_jobs_sensors_and_schedules(webserver):
     assert "copy_job" in {job["name"] for job in repository["jobs"]}
     sensors = {s["name"]: s for s in repository["sensors"]}
     assert sorted(sensors) == ["dead_run_sensor", "index_rebuild_sensor", "partition_discovery_sensor", "retention_sensor",
-                               "segment_roll_sensor"]
+                               "segment_roll_sensor", "topic_deletion_sensor"]
     assert sensors["retention_sensor"]["targets"] == [{"pipelineName": "expiry_job"}]
+    assert sensors["topic_deletion_sensor"]["targets"] == [{"pipelineName": "topic_deletion_job"}]
     assert sensors["index_rebuild_sensor"]["targets"] == [{"pipelineName": "index_rebuild_job"}]
     assert {"copy_job", "expiry_job", "index_rebuild_job", "backfill_job", "scrub_job"} <= {job["name"] for job in repository["jobs"]}
     assert all(s["defaultStatus"] == "RUNNING" for s in sensors.values())
@@ -484,14 +491,14 @@ def test_one_sync_shows_every_partition_of_both_assets_materialized(webserver):
 def test_every_check_passed_in_the_sync_run(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
     checks = _partitioned_checks(nodes)
-    assert len(checks) == 7
+    assert len(checks) == 8
     assert all(c["executionForLatestMaterialization"] == {"status": "SUCCEEDED"} for c in checks), checks
 
 
 def test_every_check_shows_passed_for_every_partition_after_one_sync(webserver):
     nodes = _by_key(webserver.graphql(CHECK_STATUSES)["assetNodes"])
     checks = _partitioned_checks(nodes)
-    assert len(checks) == 7
+    assert len(checks) == 8
     for check in checks:
         statuses = check["partitionStatuses"]
         assert statuses["__typename"] == "AssetCheckDefaultPartitionStatuses", check

@@ -4,7 +4,7 @@ the shared write quota, with each partition's remote-tier state as metadata."""
 import dagster as dg
 
 from kts_assets.asset_keys import REMOTE_SEGMENTS, tier_kind
-from kts_assets.assets.reporting import OWNERS, record_run_totals, remote_metadata
+from kts_assets.assets.reporting import OWNERS, observe_tier, record_run_totals, remote_metadata
 from kts_assets.assets.segments import local_segments
 from kts_assets.assets.steps import PartitionFailed, PartitionStep, for_each_partition
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
@@ -95,6 +95,7 @@ def copy_pass(
                               not_leader=replicas.copy_refusal(loc.partition.topic_partition))
 
     copied_total = 0
+    tier_totals = {"copied_bytes": 0, "throttle_time_ms": 0}  # the run's, for remote_tier's plots
     stopped: list[str] = []  # partitions whose pass a segment or an upload stopped (copy_completed fails them)
 
     def report(key: str, loc: LocatedPartition, result: PartitionCopyResult) -> dict[str, object]:
@@ -107,6 +108,8 @@ def copy_pass(
         for line in result.damaged_left:
             context.log.error(f"{key}: damaged remote segment: {line}")
         copied_total += len(result.copied)
+        tier_totals["copied_bytes"] += result.copied_bytes
+        tier_totals["throttle_time_ms"] += result.throttle_ms
         metadata: dict[str, object] = {
             "copied_segments": len(result.copied),
             "copied_bytes": result.copied_bytes,
@@ -132,5 +135,11 @@ def copy_pass(
                                 threads=max(1, parallel_partitions))
     failed_count = len(failed) + len(stopped)
     context.log.info(f"copied {counted(copied_total, 'segment')} over {counted(len(located), 'partition')} ({failed_count} failed)")
-    # Run totals go on the run, not on every partition the run materialises.
+    # Run totals go on the run, not on every partition the run materialises; what the run did to the
+    # tier goes on the tier's own plots.
     record_run_totals(context, {"partitions_in_run": len(keys), "partitions_failed": failed_count})
+    observe_tier(context, store, {**tier_totals, "copied_segments": copied_total, "partitions": len(located),
+                           "partitions_failed": failed_count,
+                           "size": f"{human_bytes(tier_totals['copied_bytes'])} copied by this run over "
+                                   f"{counted(len(located), 'partition')}, "
+                                   f"{tier_totals['throttle_time_ms'] / 1000:,.1f} s waiting on the copy quota"})

@@ -4,8 +4,8 @@ names, again after any step changed them — in a run, or from a CLI command as 
 
 A ``MaterializeResult``'s metadata in a ranged (single-run backfill) step lands on every partition
 of the range, so a run total written there would show on each partition's plot as if it were the
-partition's own. Totals go to the run instead: its log and its tags (``kts/<name>``), which the
-UI shows on the run and its runs list can filter by.
+partition's own. Totals go to the run instead: one line of its log each step (``run totals:
+name=value, …``), which ``run_totals`` reads back.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from pathlib import Path
 
 import dagster as dg
 
-from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_SEGMENTS, RETENTION_STATE
+from kts_assets.asset_keys import LOCAL_SEGMENTS, REMOTE_SEGMENTS, REMOTE_TIER, RETENTION_STATE
+from kts_assets.sizes import human_bytes
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.tiering.partition_numbers import PartitionNumbers, partition_numbers
 from kts_resources.tiering.partition_view import PartitionView, partition_view
 from kts_resources.tiering.tiers import locate_partitions
 
 OWNERS = ["team:kts"]
-RUN_TOTAL_TAG_PREFIX = "kts/"
+RUN_TOTALS_PREFIX = "run totals: "
 # Both tiers' numbers on remote_segments (the copy's materialisation and every re-report; Lz is
 # left out of the copy's, where it would cost a read of the active segment), under kts status's names.
 TIER_METADATA = ("log_start_offset", "local_log_start_offset", "high_watermark", "remote_log_start_offset",
@@ -38,16 +39,20 @@ LOCAL_METADATA = {"segments": "local_segments", "local_bytes": "local_bytes", "l
 RETENTION_METADATA = ("log_start_offset", "delete_lag_segments", "delete_lag_bytes")
 
 
+# Each asset's ``size``: the same numbers in words with their units, for the metadata list. Every
+# report of the numbers carries it, so the words never stay behind the numbers they restate.
 def remote_metadata(numbers: PartitionNumbers) -> dict[str, object]:
     """remote_segments' metadata of the partition's ``numbers``."""
     values = numbers.as_dict()
-    return {name: values[name] for name in TIER_METADATA}
+    return {**{name: values[name] for name in TIER_METADATA},
+            "size": f"{human_bytes(numbers.tiers.remote_bytes)} remote, {human_bytes(numbers.tiers.copy_lag_bytes)} waiting to be copied"}
 
 
 def local_metadata(numbers: PartitionNumbers) -> dict[str, object]:
     """local_segments' metadata of the partition's ``numbers`` (the inventory adds its scan's)."""
     values = numbers.as_dict()
-    return {label: values[name] for label, name in LOCAL_METADATA.items()}
+    return {**{label: values[name] for label, name in LOCAL_METADATA.items()},
+            "size": f"{human_bytes(numbers.tiers.local_bytes)} local, {human_bytes(numbers.eligible_bytes)} eligible for the remote tier"}
 
 
 def partition_observations(view: PartitionView, *, changed_by: str, now_ms: int | None = None) -> list[dg.AssetObservation]:
@@ -78,7 +83,8 @@ def numbers_observations(numbers: PartitionNumbers, key: str, *, in_log_dir: boo
 def retention_metadata(numbers: PartitionNumbers) -> dict[str, object]:
     """retention_state's numbers of a partition (its log start offset and delete lag, computed with ``now_ms``)."""
     values = numbers.as_dict()
-    return {name: values[name] for name in RETENTION_METADATA}
+    return {**{name: values[name] for name in RETENTION_METADATA},
+            "size": f"{human_bytes(numbers.delete_lag_bytes or 0)} remote past retention, not yet deleted"}
 
 
 def report_partitions(emit: Callable[[dg.AssetObservation], object], store, partitions: Iterable[TopicPartition], *,
@@ -99,7 +105,32 @@ def report_partitions(emit: Callable[[dg.AssetObservation], object], store, part
     return len(views)
 
 
+def observe_tier(context: dg.AssetExecutionContext, store, metadata: Mapping[str, object]) -> None:
+    """The run's part in the whole tier's story as an observation of ``remote_tier`` (the scrub's
+    unpartitioned asset): one point per run on that asset's plots, over time, under keys that say
+    their unit (``*_bytes``, ``*_ms``), beside a ``size`` text with units for the metadata list,
+    and what the whole tier holds after the run (``tier_remote_bytes``, ``tier_remote_segments``)."""
+    segments, size = store.tier_totals()
+    context.log_event(dg.AssetObservation(asset_key=REMOTE_TIER, metadata={
+        **metadata, "tier_remote_segments": segments, "tier_remote_bytes": size,
+        "tier_size": f"{human_bytes(size)} in {segments:,} remote segment{'' if segments == 1 else 's'} in the whole tier"}))
+
+
 def record_run_totals(context: dg.AssetExecutionContext, totals: Mapping[str, int]) -> None:
-    """``totals`` as the run's tags ``kts/<name>`` (not a log line too: every event is a write to
-    the instance, and the step's own summary line already says them)."""
-    context.instance.add_run_tags(context.run.run_id, {f"{RUN_TOTAL_TAG_PREFIX}{name}": str(value) for name, value in totals.items()})
+    """``totals`` as one line of the run's log, ``run totals: name=value, …`` (``run_totals`` reads
+    them back). Not run tags: a run's tags are what its runs-list row shows, and a dozen counters
+    there left room for three runs a screen."""
+    context.log.info(RUN_TOTALS_PREFIX + ", ".join(f"{name}={value}" for name, value in totals.items()))
+
+
+def run_totals(instance: dg.DagsterInstance, run_id: str) -> dict[str, int]:
+    """Every step's ``record_run_totals`` of the run, merged (a name two steps both say, such as
+    partitions_in_run, has one value)."""
+    totals: dict[str, int] = {}
+    for entry in instance.all_logs(run_id):
+        if entry.is_dagster_event or not entry.user_message.startswith(RUN_TOTALS_PREFIX):
+            continue
+        for item in entry.user_message[len(RUN_TOTALS_PREFIX):].split(", "):
+            name, _, value = item.partition("=")
+            totals[name] = int(value)
+    return totals

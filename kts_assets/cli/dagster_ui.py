@@ -1,8 +1,13 @@
 """`kts ui` and `kts code-server`: Dagster's servers on the instance and environment the CLI uses.
 
-- ``kts ui``: the webserver and the daemon (``dagster dev``), loopback only. Alone it loads this kts's
-  code location itself; with ``--workspace`` it loads the code locations a workspace file names —
-  beside a cluster, every broker's ``kts code-server`` — and is the one webserver and daemon of them.
+- ``kts ui``: the webserver and the daemon, loopback only. Alone it starts this kts's code location as
+  a code server of its own, which both share; with ``--workspace`` it loads the code locations a
+  workspace file names — beside a cluster, every broker's ``kts code-server`` — and is the one
+  webserver and daemon of them. In order: the code server (Dagster, PySpark and kts imported, the
+  definitions loaded), the webserver once it listens (the first page answers once the webserver has
+  loaded the location from it), then the daemon — not ``dagster dev``, which starts all three at
+  once (and a proxy code server besides), so on two busy CPUs they slowed each other's start and
+  the first page took about a minute.
 - ``kts code-server``: this kts's code location as a gRPC server (``dagster code-server start``),
   under the name ``kts_assets.broker_scope`` gives it. The daemon launches a location's runs through
   its server, and the server starts each run's worker beside itself (Dagster's DefaultRunLauncher), so
@@ -18,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,8 +31,8 @@ from kts_assets.broker_scope import DEFINITIONS_MODULE
 from kts_assets.cli.common import EXIT_USAGE, CommandError, bounded
 from kts_assets.instance import REPO_ROOT, dagster_home
 
-# How long `kts ui` / `kts code-server` wait for Dagster's process to stop its servers after
-# SIGINT/SIGTERM before killing them.
+# How long `kts ui` / `kts code-server` wait for Dagster's processes to stop after SIGINT/SIGTERM
+# before killing them.
 UI_STOP_GRACE_S = 20
 DEFAULT_CODE_SERVER_PORT = 4000
 
@@ -56,46 +62,86 @@ def _environment() -> dict[str, str]:
     return {**settings.resolved_environment(), "DAGSTER_HOME": str(dagster_home())}
 
 
-def _own_workspace(location_name: str) -> Path:
-    """A workspace of this kts's one code location: the repo's workspace.yaml for the plain
-    location in a source checkout, else one written under KTS_HOME (an installed kts, or a broker's
-    location beside a cluster, whose name the sensors' stored state is found by)."""
-    from kts_assets.broker_scope import PLAIN_LOCATION
-    from kts_resources import settings
-    from kts_resources.private_dirs import make_dirs
-
-    repo_workspace = REPO_ROOT / "workspace.yaml"
-    if location_name == PLAIN_LOCATION and repo_workspace.is_file():
-        return repo_workspace
-    home = settings.kts_home()
-    make_dirs(home)
-    workspace = home / "workspace.yaml"
-    workspace.write_text(f"load_from:\n  - python_module:\n      module_name: {DEFINITIONS_MODULE}\n"
-                         f"      location_name: {location_name}\n")
-    return workspace
-
-
 def cmd_ui(args) -> int:
-    """`dagster dev` (webserver + daemon) on loopback, on the CLI's instance and environment, over
-    this kts's code location or the workspace file given."""
+    """The webserver and the daemon on loopback, on the CLI's instance and environment, over this
+    kts's code location (a code server of its own) or the workspace file given."""
     from kts_assets import broker_scope
     from kts_resources import settings
 
     env = _environment()
-    if args.workspace is not None:
-        if not args.workspace.is_file():
-            raise CommandError(f"{args.workspace}: no such workspace file", EXIT_USAGE)
-        workspace = args.workspace.absolute()
-        loads = f"the code locations of {workspace}"
-    else:
-        location = broker_scope.current().location_name
-        workspace = _own_workspace(location)
-        loads = f"location {location}, {settings.HOME}={env[settings.HOME]}, {settings.LOG_DIRS}={env[settings.LOG_DIRS]}"
-    dagster = Path(sys.executable).with_name("dagster")
-    command = [str(dagster), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)]
-    print(f"kts ui: http://127.0.0.1:{args.port} (DAGSTER_HOME={env['DAGSTER_HOME']}, {loads}); Ctrl-C stops it",
-          file=sys.stderr, flush=True)
-    return _run_until_stopped(command, env)
+    with tempfile.TemporaryDirectory(prefix="kts-ui-") as scratch:
+        services = _Services(env)
+        if args.workspace is not None:
+            if not args.workspace.is_file():
+                raise CommandError(f"{args.workspace}: no such workspace file", EXIT_USAGE)
+            workspace = args.workspace.absolute()
+            loads = f"the code locations of {workspace}"
+        else:
+            location = broker_scope.current().location_name
+            # One code server, which the webserver and the daemon share: each would otherwise start
+            # its own, importing Dagster, PySpark and kts again (what `dagster dev` avoids with a
+            # proxy server and a child, two processes more).
+            code_socket = Path(scratch) / "code.sock"
+            workspace = Path(scratch) / "workspace.yaml"
+            workspace.write_text(f"load_from:\n  - grpc_server:\n      socket: {code_socket}\n"
+                                 f"      location_name: {location}\n")
+            loads = f"location {location}, {settings.HOME}={env[settings.HOME]}, {settings.LOG_DIRS}={env[settings.LOG_DIRS]}"
+        print(f"kts ui: http://127.0.0.1:{args.port} (DAGSTER_HOME={env['DAGSTER_HOME']}, {loads}); Ctrl-C stops it",
+              file=sys.stderr, flush=True)
+        bin_dir = Path(sys.executable).parent
+        webserver_args = ["-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.port)]
+        with services:
+            if args.workspace is None:
+                services.start([str(bin_dir / "dagster"), "api", "grpc", "-m", DEFINITIONS_MODULE, "--location-name", location,
+                                "--socket", str(code_socket)])
+                # Side by side with the code server's start: the webserver's imports (half its
+                # start-up), then its start once the code server listens — it loads the location
+                # once, as it starts, and from a server not yet listening would show a load error.
+                services.start([sys.executable, "-m", __name__, str(code_socket), *webserver_args])
+            else:
+                services.start([str(bin_dir / "dagster-webserver"), *webserver_args])
+            # The daemon (sensors, schedules, the run queue) after the first page: its start-up, and
+            # its sensors' first ticks, would compete for the CPUs with the webserver's.
+            if services.wait(lambda: _serves(args.port)):
+                services.start([str(bin_dir / "dagster-daemon"), "run", "-w", str(workspace)])
+                services.wait(lambda: False)
+        return services.status
+
+
+def _webserver_once_listening(code_socket: Path, webserver_args: list[str]) -> None:
+    """Dagster's webserver, imported now and started once the code server listens on ``code_socket``."""
+    from dagster_webserver.cli import main  # the installed `dagster-webserver`
+
+    while not _accepts(code_socket):
+        time.sleep(0.1)  # `kts ui` stops this process if the code server exits instead
+    sys.argv = ["dagster-webserver", *webserver_args]
+    main()
+
+
+def _accepts(path: Path) -> bool:
+    """Whether a server listens on the Unix socket ``path``."""
+    if not path.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+            return True
+        except OSError:
+            return False
+
+
+def _serves(port: int) -> bool:
+    """Whether the webserver on 127.0.0.1:``port`` answers its first page."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/server_info")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
 
 
 def cmd_code_server(args) -> int:
@@ -118,40 +164,79 @@ def cmd_code_server(args) -> int:
 
 
 def _run_until_stopped(command: list[str], env: dict[str, str]) -> int:
-    """Run ``command`` in a process group of its own until it exits (its status) or this process
-    gets SIGINT/SIGTERM: then it is asked to stop, and after UI_STOP_GRACE_S its group is killed (0)."""
-    stopping = {"signal": None}
-    started: list = []
+    """Run ``command`` until it exits (its status) or this process gets SIGINT/SIGTERM (then 0)."""
+    with _Services(env) as services:
+        services.start(command)
+        services.wait(lambda: False)
+    return services.status
 
-    def forward(signum, _frame) -> None:
-        stopping["signal"] = signum
-        if started:
-            started[0].send_signal(signal.SIGTERM)  # Dagster's process stops the servers it started
 
-    # Handlers first: a signal caught here is default again in the child, while one this process
-    # was started ignoring (SIGINT under `nohup` or a script's `&`) would stay ignored in dagster dev
-    # and its webserver and daemon, which dagster dev stops with SIGINT: they would never stop.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, forward)
-    server = subprocess.Popen(command, env=env, cwd=REPO_ROOT if REPO_ROOT.is_dir() else None, start_new_session=True)
-    started.append(server)
-    if stopping["signal"] is not None:  # asked to stop while it was starting
-        server.send_signal(signal.SIGTERM)
-    give_up_at = None
-    while True:
-        try:
-            status = server.wait(timeout=1.0)
-            break
-        except subprocess.TimeoutExpired:
-            if stopping["signal"] is not None:
-                give_up_at = give_up_at or time.monotonic() + UI_STOP_GRACE_S
-                if time.monotonic() > give_up_at:
-                    break  # asked to stop and still not gone: the group is killed below
-    if stopping["signal"] is not None:
-        try:
-            os.killpg(server.pid, signal.SIGKILL)  # anything of its group that outlived it
-        except ProcessLookupError:
-            pass
-        server.wait()
-        return 0
-    return status
+class _Services:
+    """Dagster's processes of one command, in one process group of their own, until one exits (its
+    status is the command's) or this process gets SIGINT/SIGTERM: then each is asked to stop, and
+    after UI_STOP_GRACE_S the group is killed (status 0)."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.processes: list[subprocess.Popen] = []
+        self.stopping: int | None = None
+        self.status = 0
+
+    def __enter__(self) -> "_Services":
+        # Handlers first: a signal caught here is default again in the children, while one this
+        # process was started ignoring (SIGINT under `nohup` or a script's `&`) would stay ignored in
+        # them.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._stop_on)
+        return self
+
+    def _stop_on(self, signum, _frame) -> None:
+        self.stopping = signum
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+
+    def start(self, command: list[str]) -> None:
+        # One group, not this process's: a Ctrl-C at the terminal reaches this process only, which
+        # stops them in order (SIGINT straight to the group would leave none to stop the rest).
+        group = self.processes[0].pid if self.processes else 0
+        self.processes.append(subprocess.Popen(command, env=self.env, cwd=REPO_ROOT if REPO_ROOT.is_dir() else None,
+                                               process_group=group))
+        if self.stopping is not None:  # asked to stop while it was starting
+            self.processes[-1].send_signal(signal.SIGTERM)
+
+    def wait(self, ready) -> bool:
+        """Until ``ready()`` (True), or a process exits or a stop is asked for (False)."""
+        while self.stopping is None:
+            for process in self.processes:
+                if process.poll() is not None:
+                    self.status = process.returncode
+                    return False
+            if ready():
+                return True
+            time.sleep(0.25)
+        return False
+
+    def __exit__(self, *exc) -> None:
+        for process in reversed(self.processes):  # the daemon and the webserver before the code server they use
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        give_up_at = time.monotonic() + UI_STOP_GRACE_S
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, give_up_at - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        if self.processes:
+            try:
+                os.killpg(self.processes[0].pid, signal.SIGKILL)  # anything of the group that outlived them
+            except ProcessLookupError:
+                pass
+            for process in self.processes:
+                process.wait()
+        if self.stopping is not None:
+            self.status = 0
+
+
+if __name__ == "__main__":  # `kts ui`'s webserver process
+    _webserver_once_listening(Path(sys.argv[1]), sys.argv[2:])

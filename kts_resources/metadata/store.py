@@ -751,6 +751,14 @@ class RemoteLogMetadataStore:
 
         return self._tx(work)
 
+    def tier_totals(self) -> tuple[int, int]:
+        """(segments, bytes) COPY_SEGMENT_FINISHED in the whole tier, every partition of every
+        broker: what the tier holds for readers, for its plots over time."""
+        stmt = (sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(SEGMENTS.c.size_bytes), 0))
+                .where(SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name))
+        count, size = self._tx(lambda conn, _: conn.execute(stmt).one())
+        return int(count), int(size)
+
     def remote_log_size(
         self,
         tip: TopicIdPartition,
