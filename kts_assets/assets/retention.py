@@ -15,7 +15,7 @@ from pydantic import Field
 
 from kts_assets.asset_keys import RETENTION_STATE, tier_kind
 from kts_assets.assets.copy import remote_segments
-from kts_assets.assets.reporting import OWNERS, numbers_observations, record_run_totals, retention_metadata
+from kts_assets.assets.reporting import OWNERS, numbers_observations, observe_tier, record_run_totals, retention_metadata
 from kts_assets.assets.steps import PIPELINE_STEP, PartitionFailed, PartitionStep, end_step, for_each_partition
 from kts_assets.checks import RETENTION_CHECK_SPECS, checks_that_must_run, retention_checks
 from kts_assets.partition_outcome import fail_if_no_partition_is_found, one_line
@@ -97,7 +97,7 @@ def retention_state(
         replicas = broker_replicas(log_dirs, settings.metadata_log_dir())
     except (KafkaFormatError, ValueError) as e:
         raise dg.Failure(f"who leads each partition is unknown: {e}; nothing was expired") from None
-    totals = {"remote_segments_deleted": 0, "local_segments_deleted": 0}
+    totals = {"remote_segments_deleted": 0, "remote_bytes_deleted": 0, "local_segments_deleted": 0}
     changed_by = f"retention_state run {context.run.run_id}"  # on the partitions it reports again
 
     def take(key: str, outcome: PlanOutcome) -> _Taken:
@@ -153,6 +153,7 @@ def retention_state(
             for line in result.local_kept:
                 context.log.warning(f"{key}: {line}")
             totals["remote_segments_deleted"] += len(result.remote_deleted)
+            totals["remote_bytes_deleted"] += result.remote_bytes_deleted
             totals["local_segments_deleted"] += len(result.local_deleted)
             # The log start offset and the delete lag (Kafka's RemoteDeleteLag*: what is past
             # retention and still remote) as they are now, the same numbers as the observations'.
@@ -169,6 +170,10 @@ def retention_state(
     context.log.info(f"retention: {totals['remote_segments_deleted']} remote and {totals['local_segments_deleted']} local "
                      f"segments deleted over {len(keys)} partitions ({len(failed)} failed)")
     record_run_totals(context, {"partitions_in_run": len(keys), "retention_partitions_failed": len(failed), **totals})
+    if totals["remote_segments_deleted"]:  # a point on the tier's plots where it shrank
+        observe_tier(context, store, {"remote_segments_deleted": totals["remote_segments_deleted"],
+                                      "remote_bytes_deleted": totals["remote_bytes_deleted"],
+                                      "size": f"{human_bytes(totals['remote_bytes_deleted'])} deleted from the tier by this run"})
     yield dg.MaterializeResult(asset_key=RETENTION_STATE)
     yield from checks  # judged once the pass is reported
     end_step(context)  # the run's last step fails it for the partitions that failed in it

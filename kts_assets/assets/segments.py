@@ -12,7 +12,6 @@ import dagster as dg
 from kts_assets.asset_keys import LOCAL_SEGMENTS
 from kts_assets.assets.reporting import OWNERS, local_metadata, record_run_totals
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
-from kts_assets.sizes import human_bytes
 from kts_resources.spark.inventory import inventory_path, inventory_root, key_digest, publish, write_inventory_table
 from kts_resources.kafka.errors import shown
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource
@@ -158,8 +157,6 @@ def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, res
                 **local,
                 "dagster/row_count": len(seg_rows),
                 "dagster/column_schema": columns,
-                "size": f"{human_bytes(int(local['local_bytes']))} local, {human_bytes(numbers.eligible_bytes)} eligible "
-                        "for the remote tier",
                 "records": sum(r.record_count for r in seg_rows),
                 "crc_failures": crc_failures,
                 "unhealthy_segments": len(unhealthy),
