@@ -32,6 +32,7 @@ import pytest
 
 from kts_assets.broker_scope import PLAIN_LOCATION
 from kts_assets.instance import instance_config
+from kts_assets.sizes import human_bytes
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 
 from .conftest import REPO_ROOT
@@ -289,6 +290,9 @@ def test_after_an_expiry_the_expired_partitions_pages_show_kts_status_numbers(ui
     assert {n: remote.get(n) for n in REMOTE_NUMBERS} == {n: status[n] for n in REMOTE_NUMBERS}
     local = _shown_metadata(ui, "local_segments", EXPIRED)
     assert {label: local.get(label) for label in LOCAL_NUMBERS} == {label: status[n] for label, n in LOCAL_NUMBERS.items()}
+    # The words beside the numbers say the same, with units.
+    assert remote["size"].startswith(f"{human_bytes(status['remote_bytes'])} remote,"), remote["size"]
+    assert local["size"].startswith(f"{human_bytes(status['local_bytes'])} local,"), local["size"]
     retention = _shown_metadata(ui, "retention_state", EXPIRED)
     assert retention.get("delete_lag_bytes") == 0 and retention.get("delete_lag_segments") == 0, retention
 
