@@ -24,3 +24,14 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``counted(1, "segment")`` → ``"1 segment"``; any other count takes the plural (``noun`` + s
     unless given)."""
     return f"{count:,} {noun if count == 1 else (plural or noun + 's')}"
+
+
+SIZE = "size"  # the metadata entry that says a partition's sizes in words, with their units
+
+
+def size_first(metadata: dict[str, object]) -> dict[str, object]:
+    """``metadata`` with its ``size`` entry first: the UI lists entries in the order given, and the
+    words with units are what a person looks for before the byte counts the plots use."""
+    if SIZE not in metadata:
+        return metadata
+    return {SIZE: metadata[SIZE], **{k: v for k, v in metadata.items() if k != SIZE}}

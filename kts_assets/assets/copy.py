@@ -122,7 +122,7 @@ def copy_pass(
             **remote_metadata(partition_numbers(partition_view(loc, store), exact_log_end_offset=False)),
         }
         metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes']))} remote, {human_bytes(result.copied_bytes)} "
-                            f"copied by this run, {human_bytes(int(metadata['copy_lag_bytes']))} lagging")
+                            f"copied by this run, {human_bytes(int(metadata['copy_lag_bytes']))} waiting to be copied")
         if result.stopped:
             metadata["copy_error"] = result.stopped
         if result.skipped:

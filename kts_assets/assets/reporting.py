@@ -44,15 +44,15 @@ RETENTION_METADATA = ("log_start_offset", "delete_lag_segments", "delete_lag_byt
 def remote_metadata(numbers: PartitionNumbers) -> dict[str, object]:
     """remote_segments' metadata of the partition's ``numbers``."""
     values = numbers.as_dict()
-    return {**{name: values[name] for name in TIER_METADATA},
-            "size": f"{human_bytes(numbers.tiers.remote_bytes)} remote, {human_bytes(numbers.tiers.copy_lag_bytes)} waiting to be copied"}
+    return {"size": f"{human_bytes(numbers.tiers.remote_bytes)} remote, {human_bytes(numbers.tiers.copy_lag_bytes)} waiting to be copied",
+            **{name: values[name] for name in TIER_METADATA}}
 
 
 def local_metadata(numbers: PartitionNumbers) -> dict[str, object]:
     """local_segments' metadata of the partition's ``numbers`` (the inventory adds its scan's)."""
     values = numbers.as_dict()
-    return {**{label: values[name] for label, name in LOCAL_METADATA.items()},
-            "size": f"{human_bytes(numbers.tiers.local_bytes)} local, {human_bytes(numbers.eligible_bytes)} eligible for the remote tier"}
+    return {"size": f"{human_bytes(numbers.tiers.local_bytes)} local, {human_bytes(numbers.eligible_bytes)} eligible for the remote tier",
+            **{label: values[name] for label, name in LOCAL_METADATA.items()}}
 
 
 def partition_observations(view: PartitionView, *, changed_by: str, now_ms: int | None = None) -> list[dg.AssetObservation]:
@@ -83,8 +83,8 @@ def numbers_observations(numbers: PartitionNumbers, key: str, *, in_log_dir: boo
 def retention_metadata(numbers: PartitionNumbers) -> dict[str, object]:
     """retention_state's numbers of a partition (its log start offset and delete lag, computed with ``now_ms``)."""
     values = numbers.as_dict()
-    return {**{name: values[name] for name in RETENTION_METADATA},
-            "size": f"{human_bytes(numbers.delete_lag_bytes or 0)} remote past retention, not yet deleted"}
+    return {"size": f"{human_bytes(numbers.delete_lag_bytes or 0)} remote past retention, not yet deleted",
+            **{name: values[name] for name in RETENTION_METADATA}}
 
 
 def report_partitions(emit: Callable[[dg.AssetObservation], object], store, partitions: Iterable[TopicPartition], *,

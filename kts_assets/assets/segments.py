@@ -12,6 +12,7 @@ import dagster as dg
 from kts_assets.asset_keys import LOCAL_SEGMENTS
 from kts_assets.assets.reporting import OWNERS, local_metadata, record_run_totals
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
+from kts_assets.sizes import size_first
 from kts_resources.spark.inventory import inventory_path, inventory_root, key_digest, publish, write_inventory_table
 from kts_resources.kafka.errors import shown
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource
@@ -152,7 +153,7 @@ def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, res
             context.log.error(f"{key}: segment {r.base_offset} is {r.health}"
                               + (f" ({r.crc_failures} batches fail their CRC)" if r.crc_failures else ""))
         local = local_metadata(numbers)  # what a later step's observation reports again
-        context.add_asset_metadata(
+        context.add_asset_metadata(size_first(
             {
                 **local,
                 "dagster/row_count": len(seg_rows),
@@ -163,7 +164,7 @@ def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, res
                 "owned_log_dir": loc.owned,
                 **({"indexes_rebuilt": plan.reindexed[key]} if key in plan.reindexed else {}),
                 "inventory": dg.MetadataValue.path(str(inventory_path(key))),
-            },
+            }),
             asset_key=local_segments.key,
             partition_key=key,
         )

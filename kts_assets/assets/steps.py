@@ -28,6 +28,7 @@ from kts_assets import broker_scope
 from kts_assets.checks import RUN_FAILING_CHECKS
 from kts_assets.partition_outcome import fail_run_for_failed_partitions
 from kts_assets.partitions import topic_partitions
+from kts_assets.sizes import size_first
 
 PIPELINE_STEP = dict(
     partitions_def=topic_partitions,
@@ -100,7 +101,7 @@ def for_each_partition(
                 raise
             failure = step.unexpected(e)
         else:
-            context.add_asset_metadata(report(key, item, result), asset_key=step.asset_key, partition_key=key)
+            context.add_asset_metadata(size_first(dict(report(key, item, result))), asset_key=step.asset_key, partition_key=key)
             return
         failed.append(key)
         context.log.error(f"{key}: {failure.line}")
