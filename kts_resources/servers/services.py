@@ -4,7 +4,8 @@ services``): what each is, whether it is alive, and stopping it.
 Each kind of server registers a ``ServiceKind``: how to describe it and how to stop it, both
 from its own state files under ``KTS_HOME`` only (``lifecycle.py``), so kts never touches a process
 it did not start. ``SERVICE_KINDS`` holds the embedded PostgreSQL, the embedded Spark Connect server
-(``spark/connect_server.py``) and the standing CLI server (``cli_server_state.py``).
+(``spark/connect_server.py``), the standing CLI server (``cli_server_state.py``) and `kts serve`
+(``serve_state.py``).
 
 ``machine_servers`` looks wider, for ``kts services --all``: every kts server of this machine's
 account, whichever KTS_HOME started it, found by its process; and under root every cluster in
@@ -107,11 +108,29 @@ def _stop_cli_server(kts_home: Path) -> bool:
     return cli_server_state.stop(cli_server_state.state_dir(kts_home))
 
 
+def _describe_serve(kts_home: Path) -> Service | None:
+    from kts_resources.servers import serve_state
+
+    home = serve_state.state_dir(kts_home)
+    server = serve_state.recorded(home)
+    if server is None:
+        return None
+    return Service("serve", RUNNING if serve_state.running(home) is not None else STALE, server.pid, server.port, home)
+
+
+def _stop_serve(kts_home: Path) -> bool:
+    from kts_resources.servers import serve_state
+
+    return serve_state.stop(serve_state.state_dir(kts_home))
+
+
 # Listed in this order.
 SERVICE_KINDS: tuple[ServiceKind, ...] = (
     ServiceKind("postgres", _describe_postgres, _stop_postgres),
     ServiceKind("spark-connect", _describe_spark_connect, _stop_spark_connect),
     ServiceKind("cli-server", _describe_cli_server, _stop_cli_server, uses_the_others=True),
+    # `kts serve` reads through the metadata store: stopped before it, with the CLI server.
+    ServiceKind("serve", _describe_serve, _stop_serve, uses_the_others=True),
 )
 
 
