@@ -17,6 +17,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -205,6 +206,15 @@ class Connection:
         self.sock.close()
 
 
+def fetch_request(partition: int, offset: int, max_wait_ms: int):
+    """A Fetch v11 of one partition of TOPIC, as a consumer sends it (no fetch session)."""
+    return FetchRequest[11](replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                            session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=TOPIC, partitions=[
+                                FetchRequest.FetchTopic.FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+                                                                       log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                            forgotten_topics_data=[], rack_id="")
+
+
 def metadata_answers(conn: Connection) -> list[str]:
     response = conn.request(MetadataRequest[8](topics=None, allow_auto_topic_creation=False,
                                                include_topic_authorized_operations=False,
@@ -298,7 +308,7 @@ def test_an_api_versions_request_of_a_future_version_gets_the_v0_answer_with_err
     (struct.pack(">i", 20) + b"\x00\x01\x00", "bytes into a 20-byte request"),  # truncated, then the client leaves
     (struct.pack(">i", 6) + b"\x00\x01\x00\x04\xff\xff", "does not decode"),  # garbage after a Fetch header's start
     (struct.pack(">i", 10) + struct.pack(">hhih", 77, 0, 1, -1), "API key 77"),  # an API not served
-])
+], ids=["oversized", "negative-size", "truncated", "garbage", "api-not-served"])
 def test_a_malformed_frame_closes_only_its_connection_with_one_log_line(served, frame, said):
     server, _ = served
     bad = Connection(server.port)
@@ -330,13 +340,8 @@ def test_a_fetch_at_the_high_watermark_waits_max_wait_ms_then_returns_empty(serv
     conn = Connection(server.port)
     try:
         def fetch(offset: int, max_wait_ms: int):
-            request = FetchRequest[11](replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=TOPIC, partitions=[
-                                           FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset,
-                                                                                  log_start_offset=-1, partition_max_bytes=1 << 20)])],
-                                       forgotten_topics_data=[], rack_id="")
             started = time.monotonic()
-            response = conn.request(request, FetchResponse)
+            response = conn.request(fetch_request(0, offset, max_wait_ms), FetchResponse)
             return response.responses[0].partitions[0], time.monotonic() - started
 
         at_end, waited = fetch(end, 700)
@@ -355,11 +360,24 @@ def test_kts_services_lists_serve_and_sigterm_stops_it_within_seconds(served):
                             capture_output=True, text=True, timeout=60)
     [entry] = [s for s in json.loads(listed.stdout) if s["kind"] == "serve"]
     assert (entry["state"], entry["pid"], entry["port"]) == ("running", server.process.pid, server.port)
-    # A consumer is mid-fetch (waiting at the end) when the stop comes: the drain ends its wait.
+    # A fetch is in flight (waiting 25 s at the end of the log) when the stop comes: the drain
+    # answers it, empty, and the server exits within seconds.
+    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap)
+    end = consumer.end_offsets([TopicPartition(TOPIC, 0)])[TopicPartition(TOPIC, 0)]
+    consumer.close()
+    conn = Connection(server.port)
+    answered: list = []
+    waiting = threading.Thread(target=lambda: answered.append(conn.request(fetch_request(0, end, 25_000), FetchResponse)))
+    waiting.start()
+    time.sleep(0.5)
     started = time.monotonic()
     stopped = subprocess.run([sys.executable, "-m", "kts_assets.cli", "services", "stop"], env=server.env, cwd=REPO_ROOT,
                              capture_output=True, text=True, timeout=60)
     assert "serve" in stopped.stdout, stopped.stdout + stopped.stderr
     assert server.process.wait(timeout=10) == 0
     assert time.monotonic() - started < 10
+    waiting.join(timeout=10)
+    conn.close()
+    [response] = answered
+    assert response.responses[0].partitions[0].records == b""
     assert not (Path(server.env["KTS_HOME"]) / "serve" / "server.json").exists()
