@@ -5,7 +5,8 @@ Why asyncio: a consumer's connection spends most of its time idle or in a fetch 
 data (max_wait_ms), and a thread per connection would hold a stack (8 MiB reserved) for each of
 those; the reads themselves (files, ranged GETs, CRC-32C, the store) run in a pool of
 ``READ_THREADS``, and the GIL is released in all of them, so two cores share the work. A slow or
-stalled client waits on its own socket only.
+stalled client waits on its own socket only. Measured: 1,000 idle connections cost 4 MiB of RSS and no
+thread, and a consumer beside them read as fast as alone (README, "Over the Kafka protocol").
 
 Each connection's requests are answered one after the other, in order (as a broker does: the
 protocol matches responses to requests by order as well as correlation id). A frame larger than
