@@ -23,13 +23,14 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecords
 
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.reading.reader import TieredLogReader
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .conftest import REPO_ROOT
@@ -264,6 +265,34 @@ def test_offsets_for_times_answers_the_first_offset_at_or_after_the_timestamp_an
         assert consumer.beginning_offsets([tp])[tp] == 0
     finally:
         consumer.close()
+
+
+def list_offsets(conn: Connection, version: int, timestamp: int, isolation: int = 0):
+    R = ListOffsetsRequest
+    request = R[version](replica_id=-1, isolation_level=isolation, topics=[R.ListOffsetsTopic(name=TOPIC, partitions=[
+        R.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])], timeout_ms=1000)
+    [[answer]] = [t.partitions for t in conn.request(request, ListOffsetsResponse).topics]
+    return answer
+
+
+def test_list_offsets_specials_answer_as_the_reader_does_and_only_at_the_versions_that_have_them(served, metadata_store):
+    server, originals = served
+    env = server.env
+    reader = TieredLogReader(log_dirs=[Path(env["KTS_LOG_DIRS"])], store=metadata_store,
+                             rsm=remote_storage_from_uri(env["KTS_REMOTE_URI"]))
+    partition = reader.partition(TOPIC, 0)
+    conn = Connection(server.port)
+    try:
+        for timestamp, spec, isolation in ((-2, "earliest", 0), (-1, "latest", 0), (-1, "latest", 1), (-3, "max-timestamp", 0),
+                                           (-4, "earliest-local", 0), (-5, "latest-tiered", 0)):
+            answer = list_offsets(conn, 9, timestamp, isolation)
+            want = partition.offsets(spec, "read_committed" if isolation else "read_uncommitted")
+            assert (answer.error_code, answer.offset, answer.leader_epoch) == (0, want.offset, want.leader_epoch), spec
+        assert list_offsets(conn, 9, -4).offset > 0  # the first segments are in the tier only
+        assert list_offsets(conn, 7, -4).error_code == 35 and list_offsets(conn, 8, -5).error_code == 35
+        assert list_offsets(conn, 9, -9).error_code == 42  # INVALID_REQUEST: no such special
+    finally:
+        conn.close()
 
 
 def test_a_produce_is_refused_with_the_authorization_error_and_the_connection_still_serves(served):
