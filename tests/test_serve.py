@@ -29,11 +29,14 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecords
 
 from kts_resources.kafka.logdir import LogDir
+from kts_resources.kafka.partition import TopicPartition as KafkaTopicPartition
+from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.reading.reader import TieredLogReader
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .conftest import REPO_ROOT
+from .test_sync_outcome import kts, sync_env
 from .partition_steps import copy_each_partition
 
 TOPIC = "orders"
@@ -80,6 +83,16 @@ def original_records(partition_dir: Path, *, read_committed: bool) -> list[tuple
 # --- the tiered partition and the server -----------------------------------------------------------
 
 
+def delete_copied_segments(log_dir: Path, topic_partition, copied_to: int) -> None:
+    """Every closed segment the tier holds whole, deleted locally (as the broker's local retention would)."""
+    partition = LogDir(log_dir).partition_dir(topic_partition)
+    for segment in partition.segments():
+        if segment.next_base_offset is not None and segment.next_base_offset - 1 <= copied_to:
+            for f in segment.log.parent.glob(segment.log.name.removesuffix(".log") + ".*"):
+                f.unlink()
+    assert partition.segments()[0].base_offset > 0  # the first offsets are in the tier only
+
+
 @pytest.fixture
 def tiered(tmp_path, pg_url, metadata_store):
     """orders-0 and orders-1 copied to a file tier, every copied segment then deleted locally;
@@ -92,13 +105,7 @@ def tiered(tmp_path, pg_url, metadata_store):
     results = copy_each_partition(LogDir(log_dir), metadata_store, remote_storage_from_uri(remote.as_uri()))
     for result in results:
         assert result.copied, result
-        copied_to = max(md.end_offset for md in result.copied)
-        partition = LogDir(log_dir).partition_dir(result.topic_partition)
-        for segment in partition.segments():
-            if segment.next_base_offset is not None and segment.next_base_offset - 1 <= copied_to:
-                for f in segment.log.parent.glob(segment.log.name.removesuffix(".log") + ".*"):
-                    f.unlink()
-        assert partition.segments()[0].base_offset > 0  # the first offsets are in the tier only
+        delete_copied_segments(log_dir, result.topic_partition, max(md.end_offset for md in result.copied))
     env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
            "KTS_REMOTE_URI": remote.as_uri()}
     return env, originals
@@ -410,3 +417,28 @@ def test_kts_services_lists_serve_and_sigterm_stops_it_within_seconds(served):
     [response] = answered
     assert response.responses[0].partitions[0].records == b""
     assert not (Path(server.env["KTS_HOME"]) / "serve" / "server.json").exists()
+
+
+@pytest.mark.spark  # kts sync on the session's Spark Connect server (tests/fixtures_spark.py)
+def test_partitions_tiered_by_kts_sync_are_read_whole_by_a_consumer_once_their_local_segments_are_gone(tmp_path, pg_url, metadata_store):
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, CONFIG)
+    originals = tmp_path / "originals"
+    shutil.copytree(log_dir, originals)
+    env = sync_env(tmp_path, log_dir, pg_url, session_spark=True)
+    synced = kts(env, "sync")
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    for partition in range(PARTITIONS):
+        tip = TopicIdPartition(metadata_store.topic_id(TOPIC), KafkaTopicPartition(TOPIC, partition))
+        finished = metadata_store.list_remote_log_segments(tip, states=[RemoteLogSegmentState.COPY_SEGMENT_FINISHED])
+        delete_copied_segments(log_dir, tip.topic_partition, max(md.end_offset for md in finished))
+    server = start_serve(env, tmp_path)
+    try:
+        for partition in range(PARTITIONS):
+            got, end = consume_all(server.bootstrap, partition)
+            assert got == [r for r in original_records(originals / f"{TOPIC}-{partition}", read_committed=False) if r[0] < end]
+            got, end = consume_all(server.bootstrap, partition, "read_committed")
+            assert got == [r for r in original_records(originals / f"{TOPIC}-{partition}", read_committed=True) if r[0] < end]
+    finally:
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=20) == 0
