@@ -124,8 +124,11 @@ class Served:
 
 
 def start_serve(env: dict, tmp_path: Path, *args: str) -> Served:
+    """``kts serve ARGS`` (``--listen 127.0.0.1:0`` unless ARGS say where), once it listens."""
     stderr = tmp_path / "serve.stderr"
-    process = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "serve", "--listen", "127.0.0.1:0", *args],
+    listen = () if "--listen" in args or "--default-listen" in args else ("--listen", "127.0.0.1:0")
+    args = tuple(a for a in args if a != "--default-listen")
+    process = subprocess.Popen([sys.executable, "-m", "kts_assets.cli", "serve", *listen, *args],
                                env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=stderr.open("w"), text=True)
     line = process.stdout.readline()
     if "listening on" not in line:
@@ -214,12 +217,14 @@ class Connection:
         self.sock.close()
 
 
-def fetch_request(partition: int, offset: int, max_wait_ms: int):
-    """A Fetch v11 of one partition of TOPIC, as a consumer sends it (no fetch session)."""
-    return FetchRequest[11](replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+def fetch_request(partition: int | tuple[int, ...], offset: int, max_wait_ms: int, max_bytes: int = 1 << 20):
+    """A Fetch v11 of TOPIC's partition(s) at ``offset``, as a consumer sends it (no fetch session)."""
+    partitions = (partition,) if isinstance(partition, int) else partition
+    return FetchRequest[11](replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
                             session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=TOPIC, partitions=[
-                                FetchRequest.FetchTopic.FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-                                                                       log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                                FetchRequest.FetchTopic.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=offset,
+                                                                       log_start_offset=-1, partition_max_bytes=1 << 20)
+                                for p in partitions])],
                             forgotten_topics_data=[], rack_id="")
 
 
@@ -388,6 +393,68 @@ def test_a_fetch_at_the_high_watermark_waits_max_wait_ms_then_returns_empty(serv
         assert first.error_code == 0 and first.records and first.log_start_offset == 0 and waited < 4
     finally:
         conn.close()
+
+
+def test_the_partitions_of_one_fetch_are_all_answered_within_max_bytes_but_never_without_a_first_batch(served):
+    server, _ = served
+    conn = Connection(server.port)
+    try:
+        both = conn.request(fetch_request((0, 1), 0, 0), FetchResponse).responses[0].partitions
+        assert [(part.partition_index, part.error_code, bool(part.records)) for part in both] == [(0, 0, True), (1, 0, True)]
+        # max_bytes 1: the first partition's first batch still goes out whole (KIP-74); the second waits its turn.
+        tight = conn.request(fetch_request((0, 1), 0, 0, max_bytes=1), FetchResponse).responses[0].partitions
+        first = MemoryRecords(tight[0].records).next_batch()
+        assert first is not None and first.base_offset == 0 and tight[1].records == b"" and tight[1].error_code == 0
+        assert len(tight[0].records) < len(both[0].records)
+    finally:
+        conn.close()
+
+
+def test_the_fetch_quota_shows_as_throttle_time_ms_and_an_empty_partition_never_a_stall(tiered, tmp_path):
+    env, _ = tiered
+    # Hour-long quota windows: the second fetch still sees the first one's bytes on a slow machine.
+    assert kts(env, "broker-config", "set", "remote.log.manager.fetch.max.bytes.per.second=1",
+               "remote.log.manager.fetch.quota.window.size.seconds=3600").returncode == 0
+    server = start_serve(env, tmp_path)
+    conn = Connection(server.port)
+    try:
+        admitted = conn.request(fetch_request(0, 0, 0), FetchResponse)
+        assert admitted.throttle_time_ms == 0 and admitted.responses[0].partitions[0].records
+        started = time.monotonic()
+        throttled = conn.request(fetch_request(0, 0, 5000), FetchResponse)
+        [part] = throttled.responses[0].partitions
+        assert throttled.throttle_time_ms > 1000 and (part.error_code, part.records) == (0, b"")
+        assert time.monotonic() - started < 2  # answered at once, not after max_wait_ms
+    finally:
+        conn.close()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=20) == 0
+
+
+def test_with_9092_taken_the_default_listen_is_a_free_loopback_port_and_says_so(tiered, tmp_path):
+    env, _ = tiered
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 9092))
+        holder.listen()
+    except OSError:
+        pass  # someone else holds it: taken all the same
+    try:
+        server = start_serve(env, tmp_path, "--default-listen", "--advertised", "localhost:0")
+        try:
+            assert server.port != 9092
+            assert "127.0.0.1:9092 is taken" in server.log()
+            conn = Connection(server.port)
+            broker = conn.request(MetadataRequest[8](topics=None, allow_auto_topic_creation=False,
+                                                     include_topic_authorized_operations=False,
+                                                     include_cluster_authorized_operations=False), MetadataResponse).brokers[0]
+            conn.close()
+            assert (broker.node_id, broker.host, broker.port) == (0, "localhost", server.port)
+        finally:
+            server.process.send_signal(signal.SIGTERM)
+            assert server.process.wait(timeout=20) == 0
+    finally:
+        holder.close()
 
 
 def test_kts_services_lists_serve_and_sigterm_stops_it_within_seconds(served):
