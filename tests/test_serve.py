@@ -463,6 +463,14 @@ def test_kts_services_lists_serve_and_sigterm_stops_it_within_seconds(served):
                             capture_output=True, text=True, timeout=60)
     [entry] = [s for s in json.loads(listed.stdout) if s["kind"] == "serve"]
     assert (entry["state"], entry["pid"], entry["port"]) == ("running", server.process.pid, server.port)
+    # --all finds it by its process, whichever KTS_HOME it serves.
+    everywhere = subprocess.run([sys.executable, "-m", "kts_assets.cli", "services", "--all", "--under",
+                                 str(Path(server.env["KTS_HOME"]).parent), "--json"],
+                                env={**server.env, "KTS_HOME": str(Path(server.env["KTS_HOME"]).parent / "elsewhere")},
+                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    [found] = [s for s in json.loads(everywhere.stdout) if s["kind"] == "serve"]
+    assert (found["pid"], found["port"], found["kts_home"], found["orphan"]) == (server.process.pid, server.port,
+                                                                              server.env["KTS_HOME"], False)
     # A fetch is in flight (waiting 25 s at the end of the log) when the stop comes: the drain
     # answers it, empty, and the server exits within seconds.
     consumer = KafkaConsumer(bootstrap_servers=server.bootstrap)

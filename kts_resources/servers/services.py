@@ -162,7 +162,7 @@ class MachineServer:
     """A kts server of this machine's account, found by its process (or, for a cluster no server
     runs on, by its directory), whichever KTS_HOME it belongs to: ``kts services --all``."""
 
-    kind: str  # postgres, spark-connect, cli-server (or WATCHDOG: the watchdog beside a server)
+    kind: str  # postgres, spark-connect, cli-server, serve (or WATCHDOG: the watchdog beside a server)
     state: str  # RUNNING, or STOPPED for a cluster
     pid: int | None
     port: int | None
@@ -196,7 +196,8 @@ def machine_servers(under: Path | None = None, *, watchdogs: bool = False) -> li
         if procs.owner_uid(pid) not in accounts:
             continue
         argv = procs.command_line(pid)
-        server = _postgres_process(pid, argv) or _spark_connect_process(pid, argv) or _kts_module_process(pid, argv)
+        server = (_postgres_process(pid, argv) or _spark_connect_process(pid, argv) or _kts_module_process(pid, argv)
+                  or _serve_process(pid, argv))
         if server is not None and (watchdogs or server.kind != WATCHDOG):
             found.append(server)
     found += _clusters_without_server({_real(s.data_dir) for s in found if s.kind == "postgres" and s.data_dir})
@@ -215,7 +216,7 @@ def stop_machine_servers(servers: list[MachineServer]) -> list[MachineServer]:
     from kts_resources.metadata import embedded
 
     done = []
-    for server in sorted(servers, key=lambda s: s.kind != "cli-server"):
+    for server in sorted(servers, key=lambda s: s.kind not in ("cli-server", "serve")):
         if server.kind == WATCHDOG:
             continue  # each leaves once its server is gone
         if server.state == STOPPED:
@@ -237,7 +238,7 @@ def stop_machine_servers(servers: list[MachineServer]) -> list[MachineServer]:
             else:
                 spark_connect.end_watched(home_watch.Watched(server.pid, server.started), deleted=True)
         else:
-            # The CLI server clears its own state as it exits.
+            # The CLI server and kts serve clear their own state as they exit.
             lifecycle.end_process(server.pid, server.started, grace_s=30.0)
         done.append(server)
     return done
@@ -288,6 +289,30 @@ def _kts_module_process(pid: int, argv: list[str]) -> MachineServer | None:
         return None
     home = Path(argv[4])
     return MachineServer(kinds[argv[2]], RUNNING, pid, None, home, home, home_watch.home_gone(home), start_time(pid))
+
+
+def _serve_process(pid: int, argv: list[str]) -> MachineServer | None:
+    """A `kts serve` (``kts serve …`` or ``python -m kts_assets.cli serve …``): its KTS_HOME is the
+    one its environment names (the default ``~/.kts`` when none), its port the one it recorded."""
+    from kts_resources.servers import home_watch, serve_state
+    from kts_resources.servers.local_processes import start_time
+
+    words = [os.path.basename(word) for word in argv[:4]]  # python [-m] kts_assets.cli|…/bin/kts serve
+    if not any(words[i:i + 2] in (["kts", "serve"], ["kts_assets.cli", "serve"]) for i in range(3)):
+        return None
+    kts_home = _environment(pid).get("KTS_HOME") or os.path.expanduser("~/.kts")
+    home = serve_state.state_dir(Path(kts_home))
+    recorded = serve_state.recorded(home)
+    port = recorded.port if recorded is not None and recorded.pid == pid else None
+    return MachineServer("serve", RUNNING, pid, port, home, home, home_watch.home_gone(Path(kts_home)), start_time(pid))
+
+
+def _environment(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(entry.decode(errors="replace").split("=", 1) for entry in raw.split(b"\0") if b"=" in entry)
 
 
 def _clusters_without_server(running: set[Path]) -> list[MachineServer]:
