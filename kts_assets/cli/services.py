@@ -65,7 +65,7 @@ def _services_of_machine(args) -> int:
 
 
 def add_services_parser(sub) -> None:
-    p = sub.add_parser("services", help="the servers (PostgreSQL, Spark Connect, the CLI server) of this KTS_HOME "
+    p = sub.add_parser("services", help="the servers (PostgreSQL, Spark Connect, the CLI server, kts serve) of this KTS_HOME "
                                         "(with --all: of every KTS_HOME); `stop` stops them")
     p.add_argument("services_command", nargs="?", choices=["list", "stop"], default="list", metavar="stop",
                    help="stop the embedded servers this KTS_HOME started (they run until then)")

@@ -4,7 +4,8 @@ services``): what each is, whether it is alive, and stopping it.
 Each kind of server registers a ``ServiceKind``: how to describe it and how to stop it, both
 from its own state files under ``KTS_HOME`` only (``lifecycle.py``), so kts never touches a process
 it did not start. ``SERVICE_KINDS`` holds the embedded PostgreSQL, the embedded Spark Connect server
-(``spark/connect_server.py``) and the standing CLI server (``cli_server_state.py``).
+(``spark/connect_server.py``), the standing CLI server (``cli_server_state.py``) and `kts serve`
+(``serve_state.py``).
 
 ``machine_servers`` looks wider, for ``kts services --all``: every kts server of this machine's
 account, whichever KTS_HOME started it, found by its process; and under root every cluster in
@@ -107,11 +108,29 @@ def _stop_cli_server(kts_home: Path) -> bool:
     return cli_server_state.stop(cli_server_state.state_dir(kts_home))
 
 
+def _describe_serve(kts_home: Path) -> Service | None:
+    from kts_resources.servers import serve_state
+
+    home = serve_state.state_dir(kts_home)
+    server = serve_state.recorded(home)
+    if server is None:
+        return None
+    return Service("serve", RUNNING if serve_state.running(home) is not None else STALE, server.pid, server.port, home)
+
+
+def _stop_serve(kts_home: Path) -> bool:
+    from kts_resources.servers import serve_state
+
+    return serve_state.stop(serve_state.state_dir(kts_home))
+
+
 # Listed in this order.
 SERVICE_KINDS: tuple[ServiceKind, ...] = (
     ServiceKind("postgres", _describe_postgres, _stop_postgres),
     ServiceKind("spark-connect", _describe_spark_connect, _stop_spark_connect),
     ServiceKind("cli-server", _describe_cli_server, _stop_cli_server, uses_the_others=True),
+    # `kts serve` reads through the metadata store: stopped before it, with the CLI server.
+    ServiceKind("serve", _describe_serve, _stop_serve, uses_the_others=True),
 )
 
 
@@ -143,7 +162,7 @@ class MachineServer:
     """A kts server of this machine's account, found by its process (or, for a cluster no server
     runs on, by its directory), whichever KTS_HOME it belongs to: ``kts services --all``."""
 
-    kind: str  # postgres, spark-connect, cli-server (or WATCHDOG: the watchdog beside a server)
+    kind: str  # postgres, spark-connect, cli-server, serve (or WATCHDOG: the watchdog beside a server)
     state: str  # RUNNING, or STOPPED for a cluster
     pid: int | None
     port: int | None
@@ -177,7 +196,8 @@ def machine_servers(under: Path | None = None, *, watchdogs: bool = False) -> li
         if procs.owner_uid(pid) not in accounts:
             continue
         argv = procs.command_line(pid)
-        server = _postgres_process(pid, argv) or _spark_connect_process(pid, argv) or _kts_module_process(pid, argv)
+        server = (_postgres_process(pid, argv) or _spark_connect_process(pid, argv) or _kts_module_process(pid, argv)
+                  or _serve_process(pid, argv))
         if server is not None and (watchdogs or server.kind != WATCHDOG):
             found.append(server)
     found += _clusters_without_server({_real(s.data_dir) for s in found if s.kind == "postgres" and s.data_dir})
@@ -196,7 +216,7 @@ def stop_machine_servers(servers: list[MachineServer]) -> list[MachineServer]:
     from kts_resources.metadata import embedded
 
     done = []
-    for server in sorted(servers, key=lambda s: s.kind != "cli-server"):
+    for server in sorted(servers, key=lambda s: s.kind not in ("cli-server", "serve")):
         if server.kind == WATCHDOG:
             continue  # each leaves once its server is gone
         if server.state == STOPPED:
@@ -218,7 +238,7 @@ def stop_machine_servers(servers: list[MachineServer]) -> list[MachineServer]:
             else:
                 spark_connect.end_watched(home_watch.Watched(server.pid, server.started), deleted=True)
         else:
-            # The CLI server clears its own state as it exits.
+            # The CLI server and kts serve clear their own state as they exit.
             lifecycle.end_process(server.pid, server.started, grace_s=30.0)
         done.append(server)
     return done
@@ -269,6 +289,30 @@ def _kts_module_process(pid: int, argv: list[str]) -> MachineServer | None:
         return None
     home = Path(argv[4])
     return MachineServer(kinds[argv[2]], RUNNING, pid, None, home, home, home_watch.home_gone(home), start_time(pid))
+
+
+def _serve_process(pid: int, argv: list[str]) -> MachineServer | None:
+    """A `kts serve` (``kts serve …`` or ``python -m kts_assets.cli serve …``): its KTS_HOME is the
+    one its environment names (the default ``~/.kts`` when none), its port the one it recorded."""
+    from kts_resources.servers import home_watch, serve_state
+    from kts_resources.servers.local_processes import start_time
+
+    words = [os.path.basename(word) for word in argv[:4]]  # python [-m] kts_assets.cli|…/bin/kts serve
+    if not any(words[i:i + 2] in (["kts", "serve"], ["kts_assets.cli", "serve"]) for i in range(3)):
+        return None
+    kts_home = _environment(pid).get("KTS_HOME") or os.path.expanduser("~/.kts")
+    home = serve_state.state_dir(Path(kts_home))
+    recorded = serve_state.recorded(home)
+    port = recorded.port if recorded is not None and recorded.pid == pid else None
+    return MachineServer("serve", RUNNING, pid, port, home, home, home_watch.home_gone(Path(kts_home)), start_time(pid))
+
+
+def _environment(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(entry.decode(errors="replace").split("=", 1) for entry in raw.split(b"\0") if b"=" in entry)
 
 
 def _clusters_without_server(running: set[Path]) -> list[MachineServer]:

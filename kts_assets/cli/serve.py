@@ -1,0 +1,85 @@
+"""`kts serve`: the tiered log over the Kafka protocol, read-only, as one node leading every
+partition kts knows (kts_resources/serving/). It runs until SIGTERM or Ctrl-C; `kts services`
+lists it and `kts services stop` stops it."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from kts_assets.cli.common import EXIT_USAGE, CommandError
+
+DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise
+DEFAULT_PORT = 9092  # Kafka's; when taken, a free loopback port (said on stderr)
+
+
+def parse_address(text: str, what: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CommandError(f"{what} {text!r} is not HOST:PORT (a port from 0 to 65535)", EXIT_USAGE)
+    return host.strip("[]"), int(port)
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def cmd_serve(args) -> int:
+    import asyncio
+    import logging
+    import sys
+
+    from kts_assets.cli.read import _reader
+    from kts_resources import settings
+    from kts_resources.servers import serve_state
+    from kts_resources.serving.server import KafkaReadServer
+
+    if args.listen is not None:
+        host, port = parse_address(args.listen, "--listen")
+    else:
+        host, port = DEFAULT_HOST, DEFAULT_PORT
+        if _port_taken(host, port):
+            print(f"kts serve: {host}:{port} is taken; listening on a free loopback port instead "
+                  "(--listen HOST:PORT picks one)", file=sys.stderr)
+            port = 0
+    advertised = parse_address(args.advertised, "--advertised") if args.advertised is not None else None
+    home = serve_state.state_dir(settings.kts_home())
+    already = serve_state.running(home)
+    if already is not None:
+        raise CommandError(f"kts serve already runs for this KTS_HOME (pid {already.pid}, {already.host}:{already.port}); "
+                           "`kts services stop` stops it")
+    # The server's own lines (a refused write, a malformed frame) are part of what it says.
+    logging.getLogger("kts_resources.serving").setLevel(min(logging.INFO, logging.getLogger().level))
+
+    def listening(bound_host: str, bound_port: int, adv: tuple[str, int]) -> None:
+        serve_state.record_this_process(home, bound_host, bound_port, f"{adv[0]}:{adv[1]}")
+        print(f"kts serve: listening on {bound_host}:{bound_port}, advertised as {adv[0]}:{adv[1]}", flush=True)
+
+    with _reader() as reader:
+        server = KafkaReadServer(reader, host, port, advertised)
+        try:
+            asyncio.run(server.run(listening))
+        except OSError as e:
+            raise CommandError(f"kts serve: cannot listen on {host}:{port}: {e.strerror or e}") from None
+        finally:
+            serve_state.forget_this_process(home)
+    print("kts serve: stopped", flush=True)
+    return 0
+
+
+def add_serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="serve the tiered log over the Kafka protocol (read-only) until stopped")
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help=f"where to listen (default {DEFAULT_HOST}:{DEFAULT_PORT}, or a free loopback port when that is taken; "
+                        "port 0: any free port)")
+    p.add_argument("--advertised", metavar="HOST:PORT",
+                   help="the address Metadata gives clients (default: the one listened on)")
+    p.set_defaults(func=cmd_serve)

@@ -1,0 +1,305 @@
+"""What `kts serve` answers to each API, as one node (id 0) leading every partition kts knows.
+
+Fetch and ListOffsets go through the one read path, ``TieredLogReader`` (the code behind ``kts
+fetch`` and ``kts offsets``): the local log while an offset is still local, else the remote log
+index and one ranged read, every batch CRC-checked; the records are the batches exactly as stored.
+The reader blocks (files, the tier, the metadata store), so each partition's read runs in the
+server's thread pool and the partitions of one request are read side by side. A remote read the
+KIP-956 fetch quota refuses is an empty partition and the quota's throttle time in
+``throttle_time_ms``, never a stall.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse, DeleteRecordsResponse, DeleteTopicsResponse
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+
+from kts_resources.reading.reader import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    LocalSegmentDamagedError,
+    OffsetOutOfRangeError,
+    ReadError,
+    RemoteDataCorruptError,
+    TieredLogReader,
+    UnknownPartitionError,
+)
+from kts_resources.remote_storage.base import RemoteStorageError
+from kts_resources.serving import protocol as p
+from kts_resources.serving.catalog import ZERO_UUID, read_catalog
+
+log = logging.getLogger(__name__)
+
+NODE_ID = 0
+CLUSTER_ID = "kts"
+# The broker's own fetch.max.bytes default (55 MiB): a request's max_bytes is capped to it,
+# whatever the client asks (fetch.max.bytes of 2 GiB must not become a 2 GiB response).
+FETCH_MAX_BYTES_CAP = 55 * 1024 * 1024
+# A fetch that finds nothing waits for data at most max_wait_ms, capped here, looking again this often.
+MAX_WAIT_CAP_MS = 30_000
+POLL_INTERVAL_S = 0.1
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
+# ListOffsets' special timestamps, the spec the reader takes and the version that brought each.
+SPECIAL_TIMESTAMPS = {-1: ("latest", 0), -2: ("earliest", 0), -3: ("max-timestamp", 7),
+                      -4: ("earliest-local", 8), -5: ("latest-tiered", 9)}
+REFUSED = "kts serve is read-only"
+
+
+@dataclass
+class PartitionFetch:
+    """One partition's part of a fetch response."""
+
+    error_code: int = p.NONE
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    aborted: list | None = None
+    throttle_time_ms: int = 0
+    remote_bytes: int = 0
+
+
+@dataclass
+class ServeStats:
+    """Requests and errors per API, bytes served (remote of them), throttle time: what `kts
+    serve` counts (kept in memory for now)."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    bytes_served: int = 0
+    remote_bytes: int = 0
+    throttle_time_ms: int = 0
+
+
+class ReadSide:
+    """The handlers of the APIs `kts serve` serves (protocol.APIS), over ``reader``."""
+
+    def __init__(self, reader: TieredLogReader, pool: Executor, *, advertised: tuple[str, int],
+                 draining: asyncio.Event) -> None:
+        self.reader, self.pool = reader, pool
+        self.host, self.port = advertised
+        self.draining = draining
+        self.stats = ServeStats()
+
+    async def answer(self, request):
+        """The response object to ``request``; None for a request that gets none (acks=0)."""
+        name = p.api_name(request.API_KEY)
+        self.stats.requests[name] = self.stats.requests.get(name, 0) + 1
+        api = p.APIS[request.API_KEY]
+        if api.writes:
+            log.info("refused %s v%d from %s: %s", name, request.API_VERSION, request.header.client_id, REFUSED)
+            self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+            return refusal(request)
+        handler = {18: self.api_versions, 3: self.metadata, 2: self.list_offsets, 1: self.fetch}[request.API_KEY]
+        return await handler(request)
+
+    async def _blocking(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    # --- ApiVersions, Metadata ---
+
+    async def api_versions(self, request):
+        return ApiVersionsResponse(version=request.API_VERSION, error_code=p.NONE, api_keys=p.supported_versions(),
+                                   throttle_time_ms=0)
+
+    async def metadata(self, request):
+        catalog = await self._blocking(read_catalog, self.reader.log_dirs, self.reader.store)
+        by_id = {topic.topic_id: topic for topic in catalog.values() if topic.topic_id != ZERO_UUID}
+        R = MetadataResponse
+        version = request.API_VERSION
+        if request.topics is None or (version == 0 and not request.topics):
+            wanted = [(name, None) for name in sorted(catalog)]
+        else:
+            wanted = [(t.name, getattr(t, "topic_id", None)) for t in request.topics]
+        topics = []
+        for name, topic_id in wanted:
+            topic = catalog.get(name) if name is not None else by_id.get(topic_id)
+            if topic is None:
+                error = p.UNKNOWN_TOPIC_OR_PARTITION if name is not None else p.UNKNOWN_TOPIC_ID
+                topics.append(R.MetadataResponseTopic(error_code=error, name=name, topic_id=topic_id or ZERO_UUID,
+                                                      is_internal=False, partitions=[]))
+                continue
+            partitions = [R.MetadataResponseTopic.MetadataResponsePartition(
+                error_code=p.NONE, partition_index=index, leader_id=NODE_ID,
+                # No leader epoch: a client then skips epoch validation (OffsetForLeaderEpoch, not served).
+                leader_epoch=-1, replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[])
+                for index in sorted(topic.partitions)]
+            topics.append(R.MetadataResponseTopic(error_code=p.NONE, name=topic.name, topic_id=topic.topic_id,
+                                                  is_internal=topic.name in INTERNAL_TOPICS, partitions=partitions))
+        return R(version=version, throttle_time_ms=0,
+                 brokers=[R.MetadataResponseBroker(node_id=NODE_ID, host=self.host, port=self.port, rack=None)],
+                 cluster_id=CLUSTER_ID, controller_id=NODE_ID, topics=topics)
+
+    # --- ListOffsets ---
+
+    async def list_offsets(self, request):
+        version = request.API_VERSION
+        isolation = READ_COMMITTED if getattr(request, "isolation_level", 0) == 1 else READ_UNCOMMITTED
+        jobs = [(t.name, part.partition_index, part.timestamp) for t in request.topics for part in t.partitions]
+        answers = await asyncio.gather(*(self._blocking(self._list_offset, name, index, ts, isolation, version)
+                                         for name, index, ts in jobs))
+        R = ListOffsetsResponse
+        topics: dict[str, list] = {}
+        for (name, index, _ts), (error, timestamp, offset, epoch) in zip(jobs, answers):
+            topics.setdefault(name, []).append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                partition_index=index, error_code=error, timestamp=timestamp, offset=offset, leader_epoch=epoch))
+        return R(version=version, throttle_time_ms=0,
+                 topics=[R.ListOffsetsTopicResponse(name=name, partitions=parts) for name, parts in topics.items()])
+
+    def _list_offset(self, topic: str, partition: int, timestamp: int, isolation: str, version: int) -> tuple[int, int, int, int]:
+        """(error code, timestamp, offset, leader epoch) of one partition's ListOffsets."""
+        if timestamp < 0:
+            special = SPECIAL_TIMESTAMPS.get(timestamp)
+            if special is None:
+                return p.INVALID_REQUEST, -1, -1, -1
+            spec, since = special
+            if version < since:
+                return p.UNSUPPORTED_VERSION, -1, -1, -1
+        else:
+            spec = timestamp
+        try:
+            answer = self.reader.offsets(topic, partition, spec, isolation)
+        except (UnknownPartitionError, ReadError) as e:
+            if not isinstance(e, UnknownPartitionError):
+                log.warning("ListOffsets %s-%d %s: %s", topic, partition, spec, e)
+            return (p.UNKNOWN_TOPIC_OR_PARTITION if isinstance(e, UnknownPartitionError) else p.UNKNOWN_SERVER_ERROR), -1, -1, -1
+        except (RemoteStorageError, OSError) as e:
+            log.warning("ListOffsets %s-%d %s: %s", topic, partition, spec, e)
+            return p.KAFKA_STORAGE_ERROR, -1, -1, -1
+        found_timestamp = answer.timestamp if spec == "max-timestamp" or isinstance(spec, int) else -1
+        return p.NONE, found_timestamp, answer.offset, answer.leader_epoch
+
+    # --- Fetch ---
+
+    async def fetch(self, request):
+        """Every partition read side by side; a fetch that finds fewer than min_bytes waits for more
+        up to max_wait_ms (looking again every POLL_INTERVAL_S), as a broker's delayed fetch does."""
+        isolation = READ_COMMITTED if request.isolation_level == 1 else READ_UNCOMMITTED
+        total = max(0, min(request.max_bytes, FETCH_MAX_BYTES_CAP))
+        jobs = [(t.topic, part.partition, part.fetch_offset, max(0, min(part.partition_max_bytes, total)))
+                for t in request.topics for part in t.partitions]
+        deadline = time.monotonic() + min(max(request.max_wait_ms, 0), MAX_WAIT_CAP_MS) / 1000
+        while True:
+            outcomes = await asyncio.gather(*(self._blocking(self._fetch_partition, *job, isolation) for job in jobs))
+            size = sum(len(o.records) for o in outcomes)
+            left = deadline - time.monotonic()
+            if (size >= max(request.min_bytes, 1) or any(o.error_code or o.throttle_time_ms for o in outcomes)
+                    or left <= 0 or self.draining.is_set()):
+                break
+            try:
+                await asyncio.wait_for(self.draining.wait(), timeout=min(POLL_INTERVAL_S, left))
+            except asyncio.TimeoutError:
+                pass
+        return self._fetch_response(request, jobs, outcomes, total)
+
+    def _fetch_response(self, request, jobs, outcomes: list[PartitionFetch], total: int):
+        R = FetchResponse
+        PD = R.FetchableTopicResponse.PartitionData
+        topics: dict[str, list] = {}
+        used = 0
+        for (topic, index, _offset, _max), o in zip(jobs, outcomes):
+            records = o.records
+            # Within the response's max_bytes, except the first partition with data: a batch larger
+            # than every limit still goes out whole, so a consumer always makes progress (KIP-74).
+            if records and used and used + len(records) > total:
+                records = b""
+            used += len(records)
+            self.stats.bytes_served += len(records)
+            self.stats.remote_bytes += o.remote_bytes if records else 0
+            aborted = None if o.aborted is None else [
+                R.FetchableTopicResponse.PartitionData.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+                for t in o.aborted]
+            topics.setdefault(topic, []).append(PD(
+                partition_index=index, error_code=o.error_code, high_watermark=o.high_watermark,
+                last_stable_offset=o.last_stable_offset, log_start_offset=o.log_start_offset,
+                aborted_transactions=aborted, preferred_read_replica=-1, records=records))
+        throttle = max((o.throttle_time_ms for o in outcomes), default=0)
+        self.stats.throttle_time_ms += throttle
+        # session_id 0: no fetch session (KIP-227); the client sends full fetches.
+        return R(version=request.API_VERSION, throttle_time_ms=throttle, error_code=p.NONE, session_id=0,
+                 responses=[R.FetchableTopicResponse(topic=topic, partitions=parts) for topic, parts in topics.items()])
+
+    def _fetch_partition(self, topic: str, partition: int, offset: int, max_bytes: int, isolation: str) -> PartitionFetch:
+        try:
+            reader = self.reader.partition(topic, partition)
+        except ReadError:  # unknown, or a name no topic can have
+            return PartitionFetch(p.UNKNOWN_TOPIC_OR_PARTITION)
+        except (RemoteStorageError, OSError) as e:
+            log.warning("Fetch %s-%d: %s", topic, partition, e)
+            return PartitionFetch(p.KAFKA_STORAGE_ERROR)
+        out = PartitionFetch(high_watermark=reader.high_watermark, log_start_offset=reader.log_start_offset)
+        try:
+            out.last_stable_offset = reader.last_stable_offset
+            if max_bytes <= 0:
+                return out
+            result = reader.fetch(offset, max_bytes, isolation)
+        except OffsetOutOfRangeError:
+            out.error_code = p.OFFSET_OUT_OF_RANGE
+            return out
+        except (RemoteDataCorruptError, LocalSegmentDamagedError, RemoteStorageError, OSError) as e:
+            log.warning("Fetch %s-%d at %d: %s", topic, partition, offset, e)
+            out.error_code = p.KAFKA_STORAGE_ERROR
+            return out
+        except ReadError as e:
+            log.warning("Fetch %s-%d at %d: %s", topic, partition, offset, e)
+            out.error_code = p.UNKNOWN_SERVER_ERROR
+            return out
+        if result.throttled:
+            quota = self.reader.fetch_quota
+            out.throttle_time_ms = max(1, quota.throttle_time_ms()) if quota is not None else 1
+        out.records = b"".join(memoryview(b.buffer)[b.position:b.position + b.size] for b in result.batches)
+        out.remote_bytes = sum(b.size for b in result.batches if b.remote)
+        if isolation == READ_COMMITTED:
+            out.aborted = result.aborted
+        return out
+
+
+
+def refusal(request):
+    """The protocol's refusal of a write: TOPIC_AUTHORIZATION_FAILED for each topic or partition it
+    names, CLUSTER_AUTHORIZATION_FAILED for a producer id; None for a Produce with acks=0 (no response)."""
+    version = request.API_VERSION
+    denied = p.TOPIC_AUTHORIZATION_FAILED
+    if request.API_KEY == 0:  # Produce
+        if request.acks == 0:
+            return None
+        R = ProduceResponse
+        PR = R.TopicProduceResponse.PartitionProduceResponse
+        return R(version=version, throttle_time_ms=0, responses=[
+            R.TopicProduceResponse(name=t.name, topic_id=getattr(t, "topic_id", ZERO_UUID) or ZERO_UUID, partition_responses=[
+                PR(index=part.index, error_code=denied, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
+                   record_errors=[], error_message=REFUSED) for part in t.partition_data]) for t in request.topic_data])
+    if request.API_KEY == 19:  # CreateTopics
+        R = CreateTopicsResponse
+        return R(version=version, throttle_time_ms=0, topics=[
+            R.CreatableTopicResult(name=t.name, topic_id=ZERO_UUID, error_code=denied, error_message=REFUSED,
+                                   topic_config_error_code=0, num_partitions=-1, replication_factor=-1, configs=None)
+            for t in request.topics])
+    if request.API_KEY == 20:  # DeleteTopics
+        R = DeleteTopicsResponse
+        named = [(t.name, t.topic_id) for t in request.topics] if version >= 6 else [(n, ZERO_UUID) for n in request.topic_names]
+        return R(version=version, throttle_time_ms=0, responses=[
+            R.DeletableTopicResult(name=name, topic_id=topic_id, error_code=denied, error_message=REFUSED) for name, topic_id in named])
+    if request.API_KEY == 21:  # DeleteRecords
+        R = DeleteRecordsResponse
+        return R(version=version, throttle_time_ms=0, topics=[
+            R.DeleteRecordsTopicResult(name=t.name, partitions=[
+                R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(partition_index=part.partition_index, low_watermark=-1,
+                                                                        error_code=denied) for part in t.partitions])
+            for t in request.topics])
+    if request.API_KEY == 37:  # CreatePartitions
+        R = CreatePartitionsResponse
+        return R(version=version, throttle_time_ms=0, results=[
+            R.CreatePartitionsTopicResult(name=t.name, error_code=denied, error_message=REFUSED) for t in request.topics])
+    if request.API_KEY == 22:  # InitProducerId
+        return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=p.CLUSTER_AUTHORIZATION_FAILED,
+                                      producer_id=-1, producer_epoch=-1)
+    raise AssertionError(f"no refusal for API key {request.API_KEY}")

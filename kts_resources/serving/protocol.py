@@ -1,0 +1,129 @@
+"""The Kafka protocol as `kts serve` speaks it: which APIs and versions it serves, and turning a
+request frame into a decoded request (and a response into a frame).
+
+Messages are kafka-python's (``kafka.protocol``, ≥ 3.0), generated from Kafka's own JSON schemas:
+the same classes decode requests and encode responses, so no struct here is written by hand. What
+the library leaves to a server: reading the request header before the API is known (the first
+four fields are the same in every header version, so header v1 is read to learn the key and
+version, then the message class decodes the whole frame with the header version its schema says),
+and KIP-511's v0 answer to an ApiVersions request of a version it does not know.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+
+from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+
+# Kafka's error codes (org.apache.kafka.common.protocol.Errors) that `kts serve` answers with.
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_SERVER_ERROR = -1
+TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+KAFKA_STORAGE_ERROR = 56
+UNKNOWN_TOPIC_ID = 100
+
+
+@dataclass(frozen=True)
+class Api:
+    """An API `kts serve` answers: its request class and the versions it serves. ``writes``: a
+    request that would change the log or the cluster, refused with the protocol's error."""
+
+    request: type
+    min_version: int
+    max_version: int
+    writes: bool = False
+
+    @property
+    def key(self) -> int:
+        return self.request.API_KEY
+
+
+# Fetch from v4 (isolation level, last stable offset, aborted transactions) to v12: v13 on names
+# topics by id only. ListOffsets to v10 (v9 has −5, latest-tiered; v11's −6 is not served).
+APIS: dict[int, Api] = {api.key: api for api in (
+    Api(ApiVersionsRequest, 0, 4),
+    Api(MetadataRequest, 0, 12),
+    Api(ListOffsetsRequest, 1, 10),
+    Api(FetchRequest, 4, 12),
+    # Listed so that clients send them and read the refusal, rather than fail to negotiate.
+    Api(ProduceRequest, 3, 12, writes=True),
+    Api(CreateTopicsRequest, 2, 7, writes=True),
+    Api(DeleteTopicsRequest, 1, 6, writes=True),
+    Api(DeleteRecordsRequest, 0, 2, writes=True),
+    Api(CreatePartitionsRequest, 0, 3, writes=True),
+    Api(InitProducerIdRequest, 0, 5, writes=True),
+)}
+
+
+class MalformedRequest(Exception):
+    """Bytes that are no request: the connection is closed (one log line)."""
+
+
+class UnsupportedRequest(Exception):
+    """A request of an API key or version not served: ``header`` says which."""
+
+    def __init__(self, header: RequestHeader):
+        super().__init__(f"API key {header.request_api_key} ({api_name(header.request_api_key)}) "
+                         f"version {header.request_api_version} is not served")
+        self.header = header
+
+
+def api_name(key: int) -> str:
+    try:
+        return ApiKey(key).name
+    except ValueError:
+        return "unknown"
+
+
+def read_header(frame: bytes) -> RequestHeader:
+    """The request header's key, version, correlation id and client id (header v1's fields, the
+    first of every version)."""
+    try:
+        return RequestHeader.decode(io.BytesIO(frame), flexible=False)
+    except (ValueError, struct.error, UnicodeDecodeError, IndexError, TypeError) as e:
+        raise MalformedRequest(f"the request header does not decode: {e}") from None
+
+
+def decode_request(frame: bytes):
+    """The request in ``frame`` (its header in ``.header``). UnsupportedRequest for an API or
+    version not served (an ApiVersions request of a newer version included: KIP-511), and
+    MalformedRequest for bytes that do not decode."""
+    header = read_header(frame)
+    api = APIS.get(header.request_api_key)
+    if api is None or not api.min_version <= header.request_api_version <= api.max_version:
+        raise UnsupportedRequest(header)
+    try:
+        request = api.request.decode(frame, version=header.request_api_version, header=True)
+    except (ValueError, struct.error, UnicodeDecodeError, IndexError, TypeError, OverflowError) as e:
+        raise MalformedRequest(f"{api_name(api.key)} v{header.request_api_version} does not decode: {e}") from None
+    return request
+
+
+def supported_versions() -> list:
+    return [ApiVersionsResponse.ApiVersion(api_key=api.key, min_version=api.min_version, max_version=api.max_version)
+            for api in sorted(APIS.values(), key=lambda a: a.key)]
+
+
+def api_versions_fallback(correlation_id: int) -> bytes:
+    """KIP-511: an ApiVersions request of a version not served gets a v0 answer with
+    UNSUPPORTED_VERSION and the supported ranges, so the client retries with one of them."""
+    response = ApiVersionsResponse[0](error_code=UNSUPPORTED_VERSION, api_keys=supported_versions())
+    return frame_response(response, correlation_id)
+
+
+def frame_response(response, correlation_id: int) -> bytes:
+    """``response`` with its header (the version its schema says), size-prefixed."""
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True, framed=True))
