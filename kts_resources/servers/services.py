@@ -300,7 +300,10 @@ def _serve_process(pid: int, argv: list[str]) -> MachineServer | None:
     words = [os.path.basename(word) for word in argv[:4]]  # python [-m] kts_assets.cli|…/bin/kts serve
     if not any(words[i:i + 2] in (["kts", "serve"], ["kts_assets.cli", "serve"]) for i in range(3)):
         return None
-    kts_home = _environment(pid).get("KTS_HOME") or os.path.expanduser("~/.kts")
+    from kts_resources import settings
+
+    # Another process's KTS_HOME, from its environment: the name is settings', the default settings' too.
+    kts_home = _environment(pid).get(settings.HOME) or os.path.expanduser("~/.kts")
     home = serve_state.state_dir(Path(kts_home))
     recorded = serve_state.recorded(home)
     port = recorded.port if recorded is not None and recorded.pid == pid else None
