@@ -51,14 +51,7 @@ def running(home: Path) -> CliServer | None:
 
 def stop(home: Path) -> bool:
     """Stop ``home``'s server (SIGTERM: its running commands get SIGTERM too); True when one was running."""
-    server = running(home)
-    if server is None:
-        if home.is_dir():
-            lifecycle.clear_state(home)  # a stale record: nothing to stop
-        return False
-    end(server)
-    lifecycle.clear_state(home)
-    return True
+    return lifecycle.stop_recorded(home, running, end)
 
 
 def end(server: CliServer) -> None:

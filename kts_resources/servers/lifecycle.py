@@ -76,6 +76,19 @@ def start_lock(home: Path) -> Iterator[None]:
         yield
 
 
+def stop_recorded(home: Path, running: Callable[[Path], T | None], end: Callable[[T], None]) -> bool:
+    """Stop the server ``home`` records, if ``running`` finds it alive, with ``end``; clear the
+    record either way (a stale one names nothing to stop). True when one was running."""
+    server = running(home)
+    if server is None:
+        if home.is_dir():
+            clear_state(home)
+        return False
+    end(server)
+    clear_state(home)
+    return True
+
+
 def ensure_started(home: Path, running: Callable[[], T | None], start: Callable[[], T]) -> T:
     """The server ``running()`` finds, else, under ``home``'s start lock, the one another process
     started while this one waited for it, else ``start()`` (which replaces a stale one)."""

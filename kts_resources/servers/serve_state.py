@@ -63,11 +63,5 @@ def forget_this_process(home: Path) -> None:
 
 def stop(home: Path) -> bool:
     """Stop ``home``'s server; True when one was running."""
-    server = running(home)
-    if server is None:
-        if home.is_dir():
-            lifecycle.clear_state(home)  # a stale record: nothing to stop
-        return False
-    lifecycle.end_process(server.pid, server.started, grace_s=STOP_GRACE_S, poll_s=0.05)
-    lifecycle.clear_state(home)
-    return True
+    return lifecycle.stop_recorded(home, running, lambda server: lifecycle.end_process(
+        server.pid, server.started, grace_s=STOP_GRACE_S, poll_s=0.05))
