@@ -3,9 +3,9 @@
 Magic 2 (``DefaultRecordBatch``) in full; magic 0/1 message sets (``LegacyRecord``) readable,
 compressed wrappers included. Everything is big-endian. Pure: bytes in, values out.
 
-The header-only scan (:func:`scan_batches`) is the fast path every inventory uses: it reads the
-61-byte batch headers and, when asked, checks each batch's CRC-32C, but never decompresses or
-decodes records.
+The header-only scan (:func:`scan_batches`) reads the 61-byte batch headers and, when asked,
+checks each batch's CRC-32C, but never decompresses or decodes records; the inventory's
+:func:`tally_batches` does the same without a header object per batch.
 """
 
 from __future__ import annotations
