@@ -57,10 +57,8 @@ def add_inspection_parsers(sub) -> None:
 
 
 def cmd_segments(args) -> int:
-    from kts_resources.kafka.indexes import read_segment
     from kts_resources.kafka.logdir import PartitionDir
-    from kts_resources.kafka.records import scan_batches
-    from kts_resources.kafka.segment import summarize_scan
+    from kts_resources.kafka.segment import summarize_segment
 
     try:
         # The KRaft metadata log is inspected like any partition (DumpLogSegments does), never tiered.
@@ -76,9 +74,9 @@ def cmd_segments(args) -> int:
     summaries = []
     for s in scan.segments:
         try:
-            data = read_segment(s.log)
-            summaries.append(summarize_scan(str(s.log), s.base_offset, s.active, len(data), scan_batches(data, verify_crc=True)))
-        except KafkaFormatError as e:  # too large, or truncated while read: that segment's line, the rest go on
+            # Tallied in chunks, as the Spark inventory does: no batch objects, memory at a chunk.
+            summaries.append(summarize_segment(s.log, s.base_offset, active=s.active))
+        except KafkaFormatError as e:  # truncated while read: that segment's line, the rest go on
             unreadable.append(str(e))
     if args.json:
         print_json([s.to_json() for s in summaries])

@@ -96,17 +96,9 @@ class SegmentSummary:
         }
 
 
-def summarize_scan(path: str, base_offset: int, active: bool, size: int, scan: SegmentScan) -> SegmentSummary:
-    """The summary of a listed scan's batches (what :func:`summarize_segment` tallies as it reads)."""
-    tally = BatchTally()
-    for batch in scan.batches:
-        tally.add(batch, batch.position)
-    return summarize_tally(path, base_offset, active, size, tally, scan.invalid)
-
-
 def summarize_tally(path: str, base_offset: int, active: bool, size: int, tally: BatchTally,
                     invalid: InvalidBytes | None) -> SegmentSummary:
-    """The summary :func:`summarize_scan` makes of the same batches, from their tally."""
+    """The summary of a segment's batches, from their tally (:func:`summarize_segment`)."""
     if not tally.batch_count:
         return SegmentSummary(path, base_offset, active, size, invalid=invalid)
     return SegmentSummary(
@@ -127,8 +119,8 @@ def summarize_tally(path: str, base_offset: int, active: bool, size: int, tally:
 
 def summarize_segment(log_path: str | os.PathLike, base_offset: int, *, active: bool,
                       chunk_bytes: int = SCAN_CHUNK_BYTES) -> SegmentSummary:
-    """Scan one ``.log`` file's headers, checking every CRC (tallied, not listed: the
-    inventory's scan of every new segment)."""
+    """Scan one ``.log`` file's headers, checking every CRC (tallied, not listed): the one way
+    kts summarises a segment, for ``kts segments`` and the Spark inventory alike."""
     path = os.fspath(log_path)
     tally = BatchTally()
     size, scan = scan_segment_file(path, verify_crc=True, chunk_bytes=chunk_bytes, tally=tally)
