@@ -59,7 +59,6 @@ class SparkCluster:
     master_webui_port: int
     connect_port: int
     app_ui_port: int
-    worker_webui_ports: list[int]
     # (pid, start time) of each process group started, in start order
     groups: list[tuple[int, int | None]] = field(default_factory=list)
 
@@ -77,8 +76,9 @@ class SparkCluster:
         return get_json(f"http://{LOOPBACK}:{self.master_webui_port}/json/")
 
     def worker_states(self) -> list[dict]:
-        """Each worker's JSON API: the executors it runs, by application id."""
-        return [get_json(f"http://{LOOPBACK}:{port}/json/") for port in self.worker_webui_ports]
+        """Each worker's JSON API (at the address it registered with the master): the executors it
+        runs, by application id."""
+        return [get_json(f"{worker['webuiaddress']}/json/") for worker in self.master_state()["workers"]]
 
     def app(self, path: str = "") -> Any:
         """The Connect server's application REST API (``/api/v1/applications/<id>`` + ``path``)."""
@@ -169,7 +169,7 @@ def start_cluster(home: Path, workers: int = 2) -> SparkCluster:
     for sub in ("work", "tmp"):
         (home / sub).mkdir(parents=True, exist_ok=True)
     free = lifecycle.free_port
-    cluster = SparkCluster(home, free(), free(), free(), free(), [free() for _ in range(workers)])
+    cluster = SparkCluster(home, free(), free(), free(), free())
     env = _env(home)
     spark_class = str(spark_home() / "bin" / "spark-class")
     try:
@@ -177,9 +177,10 @@ def start_cluster(home: Path, workers: int = 2) -> SparkCluster:
                                             "--port", str(cluster.master_port), "--webui-port", str(cluster.master_webui_port)], env)
         started = [master]
         wait_for("the master", lambda: cluster.master_state()["status"] == "ALIVE", started, cluster)
-        for i, webui in enumerate(cluster.worker_webui_ports):
+        for i in range(workers):
+            # Any free port for its web UI (0): the master's JSON gives each worker's address.
             started.append(cluster._launch(f"worker-{i}", [
-                spark_class, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK, "--webui-port", str(webui),
+                spark_class, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK, "--webui-port", "0",
                 "--cores", "1", "--memory", WORKER_MEMORY, cluster.master_url], env))
         # The Connect server as README starts one, plus what a small loopback cluster needs: the
         # driver on loopback (kts's spark_conf), one 512 MiB executor a worker, and its UI (the
@@ -208,7 +209,7 @@ def start_cluster(home: Path, workers: int = 2) -> SparkCluster:
             if state["aliveworkers"] != workers or len(apps) != 1:
                 return False
             running = [[e for e in w["executors"] if e["appid"] == apps[0]["id"]] for w in cluster.worker_states()]
-            return all(running) and len(cluster.cluster_executors()) == workers
+            return len(running) == workers and all(running) and len(cluster.cluster_executors()) == workers
 
         wait_for(f"an executor on each of {workers} workers", every_worker_runs_an_executor, started, cluster)
     except BaseException:
