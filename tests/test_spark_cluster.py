@@ -69,8 +69,15 @@ class WorkDone:
 
 
 def assert_ran_on_the_cluster(cluster: SparkCluster, before: WorkDone, step: str) -> WorkDone:
-    after = WorkDone.now(cluster)
-    stages, tasks = after.since(before)
+    """What the application completed by now, having completed stages and tasks since ``before``.
+    Its REST API follows the scheduler's events a moment behind: awaited, within a hang-only bound."""
+    deadline = time.monotonic() + 60
+    while True:
+        after = WorkDone.now(cluster)
+        stages, tasks = after.since(before)
+        if (stages > 0 and tasks > 0) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert stages > 0 and tasks > 0, f"{step}: no stage completed on the cluster ({stages} stages, {tasks} tasks)"
     return after
 
