@@ -107,6 +107,7 @@ def test_the_cluster_runs_an_executor_on_each_worker_for_the_connect_server(clus
 def test_sync_index_build_retention_planning_and_read_tiered_run_their_tasks_on_both_workers(
         cluster, log_dir, tmp_path, pg_url, monkeypatch):
     env = sync_env(tmp_path, log_dir, pg_url, session_spark=True, KTS_SPARK_REMOTE=cluster.connect_url)
+    env.pop("KTS_SPARK_MASTER", None)  # a classic master would win over KTS_SPARK_REMOTE
     home, remote = Path(env["KTS_HOME"]), env["KTS_REMOTE_URI"]
     start = WorkDone.now(cluster)
 
