@@ -43,7 +43,7 @@ def third_party_dir() -> Path:
 LONG_FILES = (
     "test_sync_independent.py", "test_fault_harness.py", "test_run_hygiene.py", "test_cli_server.py", "test_recover.py", "test_cli_sync.py", "test_lost_ranges.py",
     "test_bench_daemon_run_smoke.py", "test_recover_sync.py", "test_sync_outcome.py", "test_spark_connect.py",
-    "test_bench_sync_smoke.py", "test_webserver.py", "test_spark_inventory.py", "test_assets.py", "test_scrub.py",
+    "test_bench_sync_smoke.py", "test_spark_cluster.py", "test_webserver.py", "test_spark_inventory.py", "test_assets.py", "test_scrub.py",
     "test_restore.py", "test_hostile_partitions.py", "test_pipeline_end_to_end.py", "test_retention_asset.py",
 )
 
