@@ -19,8 +19,8 @@ closes every connection and returns.
 Safe to expose (serving/tls.py, auth.py, budget.py): optional TLS on every connection, optional
 SASL/SCRAM-SHA-256 before anything but ApiVersions is served; at most ``max_connections`` at once
 (one more is closed as it arrives, with a log line); the fetch responses held in memory capped
-server-wide (``ByteBudget``); a response a client does not take within ``WRITE_TIMEOUT_S`` closes
-that connection, so a stalled client holds neither memory nor another client's turn.
+server-wide (``ByteBudget``); a client that takes no byte of its response for ``WRITE_STALL_S`` is
+cut off, so a stalled client holds its share of memory for seconds, not for ever.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import asyncio
 import logging
 import signal
 import ssl
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -47,8 +48,10 @@ DRAIN_S = 5.0
 MAX_CONNECTIONS = 1000
 # What every connection's fetch responses may hold in memory together.
 FETCH_BUDGET_BYTES = 256 * 1024 * 1024
-# A response not taken by its client in this long closes the connection; a TLS handshake too.
-WRITE_TIMEOUT_S = 30.0
+# A client that takes no byte of a response for this long is stalled: its connection is closed (a
+# slow one, still taking bytes, is not). Looked at every STALL_CHECK_S.
+WRITE_STALL_S = 10.0
+STALL_CHECK_S = 1.0
 TLS_HANDSHAKE_S = 10.0
 FETCH_KEY = 1
 
@@ -177,12 +180,20 @@ class KafkaReadServer:
 
     async def _send(self, writer: asyncio.StreamWriter, response: bytes, peer: str) -> None:
         writer.write(response)
-        try:
-            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            log.warning("%s: the client took no response for %.0f s: closing the connection", peer, WRITE_TIMEOUT_S)
-            writer.transport.abort()  # drops what it holds unsent
-            raise _Close from None
+        unsent, since = writer.transport.get_write_buffer_size(), time.monotonic()
+        while True:
+            try:
+                await asyncio.wait_for(writer.drain(), STALL_CHECK_S)
+                return
+            except asyncio.TimeoutError:
+                now = writer.transport.get_write_buffer_size()
+                if now < unsent:
+                    unsent, since = now, time.monotonic()
+                elif time.monotonic() - since >= WRITE_STALL_S:
+                    log.warning("%s: the client took none of its response's last %d bytes for %.0f s: closing the connection",
+                                peer, now, WRITE_STALL_S)
+                    writer.transport.abort()  # drops what it holds unsent
+                    raise _Close from None
 
     async def _answer(self, frame: bytes, peer: str, session: auth.SaslSession) -> tuple[bytes | None, int]:
         """The response frame to ``frame`` and the fetch budget it holds (to release once sent)."""
