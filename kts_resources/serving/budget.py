@@ -7,8 +7,8 @@ budget among the fetches holding or waiting (so one large fetch cannot take it a
 than what is free. It waits only while less than ``MIN_GRANT`` is free, in arrival order. The
 response may exceed its grant by one batch (a batch goes out whole, KIP-74), so the response's
 real size is charged once it is known; the grant is released when the response has left the
-process's buffers, or the connection is closed (a client that stops reading is cut off after the
-server's write timeout, so it cannot hold the budget for ever)."""
+process's buffers, or the connection is closed (a client that stops reading is cut off, sooner
+while others wait for the budget, so it cannot hold it for ever)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,11 @@ class ByteBudget:
         self.holders += 1
         self._wake()
         return grant
+
+    @property
+    def contended(self) -> bool:
+        """Whether a fetch waits for memory."""
+        return bool(self._waiting)
 
     def charge(self, grant: int, size: int) -> int:
         """Charge ``size`` (the response's real size) instead of ``grant``; returns what is now held."""

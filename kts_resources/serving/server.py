@@ -47,11 +47,13 @@ READ_THREADS = 8
 DRAIN_S = 5.0
 MAX_CONNECTIONS = 1000
 # What every connection's fetch responses may hold in memory together.
-FETCH_BUDGET_BYTES = 256 * 1024 * 1024
+FETCH_BUDGET_BYTES = 128 * 1024 * 1024
 # A client that takes no byte of a response for this long is stalled: its connection is closed (a
-# slow one, still taking bytes, is not). Looked at every STALL_CHECK_S.
+# slow one, still taking bytes, is not); sooner while other fetches wait for the memory it holds.
+# Looked at every STALL_CHECK_S.
 WRITE_STALL_S = 10.0
-STALL_CHECK_S = 1.0
+WRITE_STALL_CONTENDED_S = 2.0
+STALL_CHECK_S = 0.5
 TLS_HANDSHAKE_S = 10.0
 FETCH_KEY = 1
 
@@ -162,14 +164,17 @@ class KafkaReadServer:
                     finally:
                         self._connections[task] = False
                     if response is not None:
-                        await self._send(writer, response, peer)
+                        writer.write(response)
+                        del response  # the transport holds its own copy of what it has not sent yet
+                        await self._drained(writer, peer)
                 finally:
                     if held:
                         self.budget.release(held)
         except _Close as close:
             if close.response is not None:
                 try:
-                    await self._send(writer, close.response, peer)
+                    writer.write(close.response)
+                    await self._drained(writer, peer)
                 except (_Close, ConnectionError):
                     pass
         except (ConnectionError, asyncio.CancelledError):
@@ -178,8 +183,9 @@ class KafkaReadServer:
             self._connections.pop(task, None)
             writer.close()
 
-    async def _send(self, writer: asyncio.StreamWriter, response: bytes, peer: str) -> None:
-        writer.write(response)
+    async def _drained(self, writer: asyncio.StreamWriter, peer: str) -> None:
+        """Once the client has taken what was written (all but the transport's low-water mark);
+        _Close when it stalls."""
         unsent, since = writer.transport.get_write_buffer_size(), time.monotonic()
         while True:
             try:
@@ -189,9 +195,11 @@ class KafkaReadServer:
                 now = writer.transport.get_write_buffer_size()
                 if now < unsent:
                     unsent, since = now, time.monotonic()
-                elif time.monotonic() - since >= WRITE_STALL_S:
+                    continue
+                stalled = WRITE_STALL_CONTENDED_S if self.budget.contended else WRITE_STALL_S
+                if time.monotonic() - since >= stalled:
                     log.warning("%s: the client took none of its response's last %d bytes for %.0f s: closing the connection",
-                                peer, now, WRITE_STALL_S)
+                                peer, now, stalled)
                     writer.transport.abort()  # drops what it holds unsent
                     raise _Close from None
 
