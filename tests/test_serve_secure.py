@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse
 
@@ -394,3 +395,34 @@ def test_the_fetch_budget_grants_no_more_than_its_limit_shares_it_and_a_release_
         budget.release(shared)
 
     asyncio.run(scenario())
+
+
+def test_a_client_that_stops_reading_is_cut_off_and_frees_the_fetch_memory_for_a_consumer_beside_it(tmp_path, pg_url, metadata_store):
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=7, topics=(TOPIC,), partitions=1, total_bytes=12 * 1024 * 1024, codecs=("none",),
+                                       transactional_producers=0, segment_bytes=4 * 1024 * 1024))
+    env = {**os.environ, "KTS_DATABASE_URL": pg_url, "KTS_LOG_DIRS": str(log_dir), "KTS_HOME": str(tmp_path / "home"),
+           "KTS_REMOTE_URI": (tmp_path / "remote").as_uri()}
+    server = start_serve(env, tmp_path, "--fetch-budget-mib", "8")
+    try:
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", server.port))
+        F = FetchRequest[12]
+        fetch = F(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=2**31 - 1, isolation_level=0, session_id=0, session_epoch=-1,
+                  topics=[F.FetchTopic(topic=TOPIC, partitions=[F.FetchTopic.FetchPartition(
+                      partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                      partition_max_bytes=2**31 - 1)])], forgotten_topics_data=[], rack_id="")
+        fetch.with_header(correlation_id=1, client_id="stalled")
+        # The whole budget, for a response larger than the sockets' buffers take; then it never reads.
+        stalled.sendall(bytes(fetch.encode(header=True, framed=True)))
+        time.sleep(0.5)  # its fetch read and answered first, so it holds the budget
+
+        got, end = consume_all(server.bootstrap, 0)
+        assert len(got) > 1000 and got[-1][0] == end - 1
+        # Cut while the consumer's fetch waited for the memory it held: after 2 s, not the 10 s of
+        # a stall that keeps no one waiting.
+        assert "the client took none of its response's last" in server.log() and "for 2 s: closing the connection" in server.log()
+        stalled.close()
+    finally:
+        stop(server)

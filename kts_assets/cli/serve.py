@@ -52,8 +52,9 @@ def cmd_serve(args) -> int:
             port = 0
     advertised = parse_address(args.advertised, "--advertised") if args.advertised is not None else None
     tls = _tls_context(args)
-    if args.max_connections is not None and args.max_connections < 1:
-        raise CommandError(f"--max-connections {args.max_connections}: at least 1", EXIT_USAGE)
+    for option, value in (("--max-connections", args.max_connections), ("--fetch-budget-mib", args.fetch_budget_mib)):
+        if value is not None and value < 1:
+            raise CommandError(f"{option} {value}: at least 1", EXIT_USAGE)
     home = serve_state.state_dir(settings.kts_home())
     already = serve_state.running(home)
     if already is not None:
@@ -77,6 +78,8 @@ def cmd_serve(args) -> int:
             if not credentials.users():
                 print("kts serve: SASL is on and no user is known yet (`kts users add NAME` adds one)", file=sys.stderr)
         limits = {} if args.max_connections is None else {"max_connections": args.max_connections}
+        if args.fetch_budget_mib is not None:
+            limits["fetch_budget_bytes"] = args.fetch_budget_mib * 1024 * 1024
         server = KafkaReadServer(reader, host, port, advertised, tls=tls, sasl_lookup=sasl_lookup, **limits)
         try:
             asyncio.run(server.run(listening))
@@ -118,4 +121,6 @@ def add_serve_parser(sub) -> None:
                    help="require SASL authentication with this mechanism against the users of `kts users`")
     p.add_argument("--max-connections", type=int, metavar="N",
                    help="connections served at once; one more is closed as it arrives (default 1000)")
+    p.add_argument("--fetch-budget-mib", type=int, metavar="MIB",
+                   help="memory every connection's fetch responses may hold together, in MiB (default 128)")
     p.set_defaults(func=cmd_serve)
