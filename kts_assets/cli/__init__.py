@@ -6,8 +6,8 @@
   store and remote tier a command opens.
 - Commands: ``inspection`` (segments, dump, index, simulate), ``sync`` (sync, status, ack-loss),
   ``read`` (fetch, offsets, broker-config), ``admin`` (config, delete-records, topic delete),
-  ``maintenance`` (recover, restore, scrub), ``services`` (services, spark), ``dagster_ui`` (ui,
-  code-server).
+  ``maintenance`` (recover, restore, scrub), ``services`` (services, spark), ``serve``, ``users``
+  (users add, delete, list), ``dagster_ui`` (ui, code-server).
 - ``server``: the standing CLI server a sync runs in (its children run ``main.run_here``; ``entry``
   is its client, and ``kts services`` reaches it through kts_resources.servers, so no cycle).
 """

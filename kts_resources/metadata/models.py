@@ -219,4 +219,18 @@ broker_configs = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
 )
 
+# The users `kts serve` authenticates over SASL/SCRAM: each one's salted credential per mechanism
+# (metadata/credentials.py owns its use), never a password.
+scram_credentials = sa.Table(
+    "scram_credentials",
+    Base.metadata,
+    sa.Column("user_name", sa.Text, primary_key=True),
+    sa.Column("mechanism", sa.Text, primary_key=True),
+    sa.Column("salt", sa.LargeBinary, nullable=False),
+    sa.Column("stored_key", sa.LargeBinary, nullable=False),
+    sa.Column("server_key", sa.LargeBinary, nullable=False),
+    sa.Column("iterations", sa.Integer, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+)
+
 metadata = Base.metadata

@@ -21,6 +21,7 @@ from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, D
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 # Kafka's error codes (org.apache.kafka.common.protocol.Errors) that `kts serve` answers with.
 NONE = 0
@@ -57,6 +58,9 @@ APIS: dict[int, Api] = {api.key: api for api in (
     Api(MetadataRequest, 0, 12),
     Api(ListOffsetsRequest, 1, 10),
     Api(FetchRequest, 4, 12),
+    # SASL (serving/auth.py): handshake v1 only, whose tokens travel in SaslAuthenticate (KIP-152).
+    Api(SaslHandshakeRequest, 1, 1),
+    Api(SaslAuthenticateRequest, 0, 2),
     # Listed so that clients send them and read the refusal, rather than fail to negotiate.
     Api(ProduceRequest, 3, 12, writes=True),
     Api(CreateTopicsRequest, 2, 7, writes=True),

@@ -15,6 +15,12 @@ connection with one log line; an API key or version not served closes it too, as
 does, except an ApiVersions request, which gets KIP-511's v0 answer. SIGTERM (or SIGINT) stops
 accepting, lets in-flight requests finish for up to ``DRAIN_S`` (a waiting fetch returns at once),
 closes every connection and returns.
+
+Safe to expose (serving/tls.py, auth.py, budget.py): optional TLS on every connection, optional
+SASL/SCRAM-SHA-256 before anything but ApiVersions is served; at most ``max_connections`` at once
+(one more is closed as it arrives, with a log line); the fetch responses held in memory capped
+server-wide (``ByteBudget``); a client that takes no byte of its response for ``WRITE_STALL_S`` is
+cut off, so a stalled client holds its share of memory for seconds, not for ever.
 """
 
 from __future__ import annotations
@@ -22,12 +28,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from kts_resources.reading.reader import TieredLogReader
-from kts_resources.serving import protocol
-from kts_resources.serving.handlers import ReadSide
+from kts_resources.serving import auth, protocol
+from kts_resources.serving.budget import ByteBudget
+from kts_resources.serving.handlers import FETCH_MAX_BYTES_CAP, ReadSide
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +45,31 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 READ_THREADS = 8
 DRAIN_S = 5.0
+MAX_CONNECTIONS = 1000
+# What every connection's fetch responses may hold in memory together.
+FETCH_BUDGET_BYTES = 128 * 1024 * 1024
+# A client that takes no byte of a response for this long is stalled: its connection is closed (a
+# slow one, still taking bytes, is not); sooner while other fetches wait for the memory it holds.
+# Looked at every STALL_CHECK_S.
+WRITE_STALL_S = 10.0
+WRITE_STALL_CONTENDED_S = 2.0
+STALL_CHECK_S = 0.5
+TLS_HANDSHAKE_S = 10.0
+FETCH_KEY = 1
 
 
 class _Close(Exception):
-    """End this connection (already logged)."""
+    """End this connection (already logged), after sending ``response`` when there is one."""
+
+    def __init__(self, response: bytes | None = None):
+        super().__init__()
+        self.response = response
 
 
 class KafkaReadServer:
-    def __init__(self, reader: TieredLogReader, host: str, port: int, advertised: tuple[str, int] | None = None) -> None:
+    def __init__(self, reader: TieredLogReader, host: str, port: int, advertised: tuple[str, int] | None = None, *,
+                 tls: ssl.SSLContext | None = None, sasl_lookup=None, max_connections: int = MAX_CONNECTIONS,
+                 fetch_budget_bytes: int = FETCH_BUDGET_BYTES) -> None:
         self.reader = reader
         self.host, self.port = host, port
         self.advertised = advertised
@@ -52,6 +78,11 @@ class KafkaReadServer:
         self._connections: dict[asyncio.Task, bool] = {}  # task → busy answering a request
         self.pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="kts-serve-read")
         self.side: ReadSide | None = None
+        self.tls = tls
+        # sasl_lookup(user, mechanism) → the user's credential: SASL/SCRAM on (None: off).
+        self.sasl = auth.Sasl(sasl_lookup, self.pool) if sasl_lookup is not None else None
+        self.max_connections = max_connections
+        self.budget = ByteBudget(fetch_budget_bytes)
 
     async def run(self, on_listening: Callable[[str, int, tuple[str, int]], None] | None = None) -> None:
         """Serve until SIGTERM/SIGINT (or :meth:`stop`); ``on_listening(host, port, advertised)`` once bound."""
@@ -93,11 +124,22 @@ class KafkaReadServer:
                 await asyncio.wait(late, timeout=1)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self._connections[task] = False
         peer = writer.get_extra_info("peername")
         peer = f"{peer[0]}:{peer[1]}" if peer else "a client"
+        if len(self._connections) >= self.max_connections:
+            log.warning("%s: %d connections already (the most served at once): closing the new one", peer, len(self._connections))
+            writer.transport.abort()
+            return
+        task = asyncio.current_task()
+        self._connections[task] = False
+        session = auth.SaslSession(self.sasl, peer)
         try:
+            if self.tls is not None:
+                try:
+                    await writer.start_tls(self.tls, ssl_handshake_timeout=TLS_HANDSHAKE_S)
+                except (ssl.SSLError, ConnectionError, TimeoutError, asyncio.TimeoutError) as e:
+                    log.warning("%s: TLS handshake failed (%s): closing the connection", peer, e)
+                    return
             while not self.draining.is_set():
                 try:
                     head = await reader.readexactly(4)
@@ -115,39 +157,90 @@ class KafkaReadServer:
                     log.warning("%s: the connection ended %d bytes into a %d-byte request: closing it", peer, len(e.partial), size)
                     return
                 self._connections[task] = True
+                held = 0
                 try:
-                    response = await self._answer(frame, peer)
+                    try:
+                        response, held = await self._answer(frame, peer, session)
+                    finally:
+                        self._connections[task] = False
+                    if response is not None:
+                        writer.write(response)
+                        del response  # the transport holds its own copy of what it has not sent yet
+                        await self._drained(writer, peer)
                 finally:
-                    self._connections[task] = False
-                if response is not None:
-                    writer.write(response)
-                    await writer.drain()
-        except _Close:
-            pass
+                    if held:
+                        self.budget.release(held)
+        except _Close as close:
+            if close.response is not None:
+                try:
+                    writer.write(close.response)
+                    await self._drained(writer, peer)
+                except (_Close, ConnectionError):
+                    pass
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             self._connections.pop(task, None)
             writer.close()
 
-    async def _answer(self, frame: bytes, peer: str) -> bytes | None:
+    async def _drained(self, writer: asyncio.StreamWriter, peer: str) -> None:
+        """Once the client has taken what was written (all but the transport's low-water mark);
+        _Close when it stalls."""
+        unsent, since = writer.transport.get_write_buffer_size(), time.monotonic()
+        while True:
+            try:
+                await asyncio.wait_for(writer.drain(), STALL_CHECK_S)
+                return
+            except asyncio.TimeoutError:
+                now = writer.transport.get_write_buffer_size()
+                if now < unsent:
+                    unsent, since = now, time.monotonic()
+                    continue
+                stalled = WRITE_STALL_CONTENDED_S if self.budget.contended else WRITE_STALL_S
+                if time.monotonic() - since >= stalled:
+                    log.warning("%s: the client took none of its response's last %d bytes for %.0f s: closing the connection",
+                                peer, now, stalled)
+                    writer.transport.abort()  # drops what it holds unsent
+                    raise _Close from None
+
+    async def _answer(self, frame: bytes, peer: str, session: auth.SaslSession) -> tuple[bytes | None, int]:
+        """The response frame to ``frame`` and the fetch budget it holds (to release once sent)."""
         try:
             request = protocol.decode_request(frame)
         except protocol.UnsupportedRequest as e:
             header = e.header
             if header.request_api_key == 18:  # KIP-511: the supported ranges, at v0
                 log.info("%s (client %s): %s: answered with the supported versions", peer, header.client_id, e)
-                return protocol.api_versions_fallback(header.correlation_id)
+                return protocol.api_versions_fallback(header.correlation_id), 0
             log.warning("%s (client %s): %s: closing the connection", peer, header.client_id, e)
             raise _Close from None
         except protocol.MalformedRequest as e:
             log.warning("%s: %s: closing the connection", peer, e)
             raise _Close from None
+        if not session.admits(request):
+            raise _Close
+        if request.API_KEY in auth.SASL_API_KEYS:
+            try:
+                return protocol.frame_response(await session.answer(request), request.header.correlation_id), 0
+            except auth.CloseConnection as close:
+                raise _Close(protocol.frame_response(close.response, request.header.correlation_id)) from None
+        held = 0
         try:
+            if request.API_KEY == FETCH_KEY and request.max_bytes > 0:
+                # At most the grant is read; the response's real size is held until it is sent.
+                held = await self.budget.reserve(min(request.max_bytes, FETCH_MAX_BYTES_CAP))
+                request.max_bytes = held
             response = await self.side.answer(request)
-        except Exception:
-            log.exception("%s: %s v%d failed: closing the connection", peer, protocol.api_name(request.API_KEY), request.API_VERSION)
-            raise _Close from None
-        if response is None:
-            return None
-        return protocol.frame_response(response, request.header.correlation_id)
+            if response is None:
+                return None, held
+            framed = protocol.frame_response(response, request.header.correlation_id)
+            if held:
+                held = self.budget.charge(held, len(framed))
+            return framed, held
+        except BaseException as e:
+            if held:
+                self.budget.release(held)
+            if isinstance(e, Exception):
+                log.exception("%s: %s v%d failed: closing the connection", peer, protocol.api_name(request.API_KEY), request.API_VERSION)
+                raise _Close from None
+            raise
