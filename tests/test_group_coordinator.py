@@ -31,7 +31,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def coordinator(clock) -> g.GroupCoordinator:
-    return g.GroupCoordinator(clock)
+    return g.GroupCoordinator(clock, initial_rebalance_delay_ms=0)  # the delay has a test of its own
 
 
 class Answers:
@@ -215,3 +215,18 @@ def test_the_protocol_chosen_is_the_one_every_member_supports_that_most_prefer(c
     c, c_join = new_member(coordinator, "c", protocols=(("range", b""), ("roundrobin", b"")))
     a_rejoin = join(coordinator, a, client="a", protocols=(("roundrobin", b""), ("range", b"")))
     assert a_rejoin.one.protocol_name == b_join.one.protocol_name == c_join.one.protocol_name == "range"
+
+
+def test_an_empty_groups_first_rebalance_waits_the_initial_delay_again_for_each_member_that_joins_meanwhile(clock):
+    coordinator = g.GroupCoordinator(clock, initial_rebalance_delay_ms=3000)
+    a, a_join = new_member(coordinator, "a")
+    clock.advance(2000)
+    coordinator.expire()
+    b, b_join = new_member(coordinator, "b")
+    clock.advance(2000)  # 4 s after a, 2 s after b: still waiting
+    coordinator.expire()
+    assert a_join.got == b_join.got == []
+    clock.advance(1001)
+    coordinator.expire()
+    assert a_join.one.generation_id == b_join.one.generation_id == 1
+    assert [m for m, _ in a_join.one.members] == [a, b]

@@ -20,8 +20,8 @@ The rules are Kafka's GroupCoordinator's (classic groups):
 - OffsetCommit of a member: its generation must be the group's (ILLEGAL_GENERATION), the group not
   completing a rebalance (REBALANCE_IN_PROGRESS); a simple commit (no member, generation −1) is
   taken only for a group without members.
-Not served: static membership (a group.instance.id is taken as a dynamic member) and the initial
-rebalance delay (a group's first member gets a generation of its own at once).
+- An empty group's first rebalance waits group.initial.rebalance.delay.ms for more members.
+Not served: static membership (a group.instance.id is taken as a dynamic member).
 
 The coordinator is a state machine with an injected clock: the server calls it from its event loop
 and calls :meth:`GroupCoordinator.expire` periodically; JoinGroup and SyncGroup answer through a
@@ -51,6 +51,10 @@ MEMBER_ID_REQUIRED = 79
 # The broker's defaults: group.min.session.timeout.ms, group.max.session.timeout.ms.
 MIN_SESSION_TIMEOUT_MS = 6_000
 MAX_SESSION_TIMEOUT_MS = 1_800_000
+# group.initial.rebalance.delay.ms: an empty group's first rebalance waits this long (again for each
+# member that joins meanwhile, up to the rebalance timeout), so members started together share the
+# first generation rather than each forcing a rebalance of its own.
+INITIAL_REBALANCE_DELAY_MS = 3_000
 
 
 class GroupState(enum.Enum):
@@ -111,6 +115,7 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)  # in joining order
     pending: dict[str, float] = field(default_factory=dict)  # KIP-394: member id given out → when it lapses
     rebalance_deadline: float | None = None
+    initial_join_until: float | None = None  # an empty group's first rebalance: the delay's limit
     sync_deadline: float | None = None
 
     def candidate_protocols(self) -> set[str]:
@@ -140,8 +145,10 @@ class GroupCoordinator:
     """Every group's membership, generations and assignments (see the module's docstring)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, *, min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
-                 max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS) -> None:
+                 max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
+                 initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS) -> None:
         self.clock = clock
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.min_session_timeout_ms, self.max_session_timeout_ms = min_session_timeout_ms, max_session_timeout_ms
         self.groups: dict[str, Group] = {}
 
@@ -205,18 +212,25 @@ class GroupCoordinator:
                           member.member_id, members)
 
     def _prepare_rebalance(self, group: Group) -> None:
+        now = self.clock()
         if group.state == GroupState.PREPARING_REBALANCE:
+            if group.initial_join_until is not None:  # another member within the initial delay: wait again
+                group.rebalance_deadline = min(now + self.initial_rebalance_delay_ms / 1000, group.initial_join_until)
             return
         if group.state == GroupState.COMPLETING_REBALANCE:  # the assignment being made is void
             for member in group.members.values():
                 self._answer_sync(member, SyncResult(REBALANCE_IN_PROGRESS))
+        timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        if group.state == GroupState.EMPTY and self.initial_rebalance_delay_ms > 0:
+            group.initial_join_until = now + timeout_ms / 1000
+            group.rebalance_deadline = min(now + self.initial_rebalance_delay_ms / 1000, group.initial_join_until)
+        else:
+            group.rebalance_deadline = now + timeout_ms / 1000
         group.state = GroupState.PREPARING_REBALANCE
         group.sync_deadline = None
-        timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-        group.rebalance_deadline = self.clock() + timeout_ms / 1000
 
     def _try_complete_join(self, group: Group) -> None:
-        if (group.state == GroupState.PREPARING_REBALANCE and not group.pending
+        if (group.state == GroupState.PREPARING_REBALANCE and group.initial_join_until is None and not group.pending
                 and all(m.join_reply is not None for m in group.members.values())):
             self._complete_join(group)
 
@@ -224,7 +238,7 @@ class GroupCoordinator:
         for member in [m for m in group.members.values() if m.join_reply is None]:
             self._remove(group, member.member_id)  # did not rejoin within the rebalance timeout
         group.generation_id += 1
-        group.rebalance_deadline = None
+        group.rebalance_deadline = group.initial_join_until = None
         if not group.members:
             group.state, group.protocol_type, group.protocol_name, group.leader = GroupState.EMPTY, None, None, None
             return
@@ -360,8 +374,7 @@ class GroupCoordinator:
                 self._after_departures(group)
             if (group.state == GroupState.PREPARING_REBALANCE and group.rebalance_deadline is not None
                     and group.rebalance_deadline <= now):
-                group.pending.clear()
-                self._complete_join(group)
+                self._complete_join(group)  # a member id still pending joins later, as a new member
 
     @staticmethod
     def _touch(member: Member, now: float) -> None:
