@@ -26,7 +26,7 @@ from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 
 from .partition_steps import copy_each_partition
-from .test_serve import delete_copied_segments, original_records, start_serve
+from .test_serve import Connection, delete_copied_segments, original_records, start_serve
 from .test_sync_outcome import kts
 
 TOPIC = "clicks"
@@ -155,6 +155,16 @@ def groups_json(env) -> list[dict]:
     return json.loads(result.stdout)
 
 
+def find_coordinator(conn: Connection, version: int, key_type: int = 0):
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+    if version < 4:
+        return conn.request(FindCoordinatorRequest[version](key=GROUP, key_type=key_type), FindCoordinatorResponse)
+    answer = conn.request(FindCoordinatorRequest[version](key_type=key_type, coordinator_keys=[GROUP]), FindCoordinatorResponse)
+    [coordinator] = answer.coordinators
+    return coordinator
+
+
 def test_a_group_of_two_reads_four_partitions_exactly_once_across_a_restart_of_kts_serve(clicks, tmp_path):
     env, originals = clicks
     server = start_serve(env, tmp_path)
@@ -167,6 +177,15 @@ def test_a_group_of_two_reads_four_partitions_exactly_once_across_a_restart_of_k
         expected = {(p, r[0]) for p in range(PARTITIONS)
                     for r in original_records(originals / f"{TOPIC}-{p}", read_committed=False) if r[0] < ends[p]}
         assert len(expected) == sum(ends.values()) > 200  # dense offsets: each one a record
+
+        conn = Connection(server.port)
+        try:  # kts serve coordinates every group itself; transactions it refuses (it takes no writes)
+            for version in (1, 4):
+                answer = find_coordinator(conn, version)
+                assert (answer.error_code, answer.node_id, answer.host, answer.port) == (0, 0, "127.0.0.1", server.port)
+            assert find_coordinator(conn, 4, key_type=1).error_code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        finally:
+            conn.close()
 
         before = Ledger(enough=len(expected) // 2)
         run_group(confluent_member, server.bootstrap, before)
@@ -186,6 +205,17 @@ def test_a_group_of_two_reads_four_partitions_exactly_once_across_a_restart_of_k
     try:
         after = Ledger(enough=len(expected) - len(before.read))
         run_group(kafka_python_member, server.bootstrap, after)
+        from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse
+
+        conn = Connection(server.port)
+        try:  # ListGroups and DescribeGroups: the group is there, Empty once its members left
+            listed = conn.request(ListGroupsRequest[4](states_filter=[]), ListGroupsResponse).groups
+            assert [(g.group_id, g.protocol_type, g.group_state) for g in listed] == [(GROUP, "consumer", "Empty")]
+            [described] = conn.request(DescribeGroupsRequest[5](groups=[GROUP], include_authorized_operations=False),
+                                       DescribeGroupsResponse).groups
+            assert (described.error_code, described.group_state, described.members) == (0, "Empty", [])
+        finally:
+            conn.close()
     finally:
         stop(server)
 
@@ -198,3 +228,14 @@ def test_a_group_of_two_reads_four_partitions_exactly_once_across_a_restart_of_k
     table = kts(env, "groups").stdout.splitlines()
     assert table[0].split() == ["group", "topic", "partition", "committed_offset", "log_end_offset", "lag"]
     assert table[1].split() == [GROUP, TOPIC, "0", str(ends[0]), str(ends[0]), "0"]
+
+
+def test_a_commit_replaces_the_partitions_earlier_commit_and_leaves_the_others(metadata_store):
+    from kts_resources.metadata.group_offsets import CommittedOffset, GroupOffsets
+
+    offsets = GroupOffsets(metadata_store.engine)
+    offsets.commit("g", [CommittedOffset("t", 0, 10, 3, "first"), CommittedOffset("t", 1, 20)])
+    offsets.commit("g", [CommittedOffset("t", 0, 15, 4, None)])
+    offsets.commit("other", [CommittedOffset("t", 0, 1)])
+    assert offsets.committed("g") == {("t", 0): CommittedOffset("t", 0, 15, 4, None), ("t", 1): CommittedOffset("t", 1, 20)}
+    assert list(offsets.all_groups()) == ["g", "other"]

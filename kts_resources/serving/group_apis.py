@@ -168,7 +168,7 @@ class GroupSide:
             if group is None:
                 described.append(R.DescribedGroup(error_code=g.NONE, error_message=None, group_id=group_id, group_state="Dead",
                                                   protocol_type="", protocol_data="", members=[],
-                                                  authorized_operations=-2147483648))
+                                                  authorized_operations=None))  # None: not asked (Kafka's INT32_MIN)
                 continue
             stable = group.state == g.GroupState.STABLE
             members = [R.DescribedGroup.DescribedGroupMember(
@@ -178,7 +178,7 @@ class GroupSide:
             described.append(R.DescribedGroup(error_code=g.NONE, error_message=None, group_id=group_id,
                                               group_state=group.state.value, protocol_type=group.protocol_type or "",
                                               protocol_data=group.protocol_name or "", members=members,
-                                              authorized_operations=-2147483648))
+                                              authorized_operations=None))  # None: not asked (Kafka's INT32_MIN)
         return R(version=request.API_VERSION, throttle_time_ms=0, groups=described)
 
     async def list_groups(self, request):
