@@ -338,8 +338,10 @@ class GroupCoordinator:
     def check_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
         """Whether an OffsetCommit may be stored: NONE, or the error every partition of it gets."""
         group = self.groups.get(group_id)
-        if generation_id < 0 and not member_id:  # a simple commit: only while no member consumes
-            return NONE if group is None or not group.members else UNKNOWN_MEMBER_ID
+        if generation_id < 0 and (group is None or group.state == GroupState.EMPTY):
+            return NONE  # a simple commit (an admin, or a consumer that assigns itself): no member consumes
+        if generation_id < 0 and not member_id:
+            return UNKNOWN_MEMBER_ID  # a simple commit while members consume: refused
         if group is None:
             return ILLEGAL_GENERATION  # a generation this coordinator never gave (it restarted): rejoin
         member = group.members.get(member_id)
