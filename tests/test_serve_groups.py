@@ -1,8 +1,9 @@
 """Consumer groups through `kts serve` (issue 29's "Group consumption"): a group of two consumers
 over four tiered partitions reads every record exactly once; it commits, `kts serve` is restarted,
 and the group resumes from the committed offsets, no record twice and none skipped; `kts groups`
-shows the offsets and the lag. The group is confluent-kafka's consumers before the restart and
-kafka-python's after it, so both clients' group protocols are exercised against the one coordinator.
+shows the offsets and the lag. The group is two confluent-kafka consumers before the restart, and
+a kafka-python and an aiokafka consumer after it (whose only assignor in common, roundrobin, the
+coordinator must choose), so the three clients' group protocols meet the one coordinator.
 
 Each consumer counts a polled batch only once its commit succeeded: a batch whose commit a
 rebalance refused is read again by the partition's next owner from the committed offset, so the
@@ -10,6 +11,7 @@ union of what was counted is exactly the log when the coordinator gets generatio
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -57,23 +59,33 @@ def clicks(tmp_path, pg_url, metadata_store):
 
 
 class Ledger:
-    """The (partition, offset) of every record the group's members counted, shared by their threads."""
+    """The (partition, offset) of every record the group's members counted, shared by their threads;
+    done once ``enough`` are counted and the two members have been seen sharing the partitions (a
+    member that starts late joins a generation of its own, and the partitions split at the next)."""
 
     def __init__(self, enough: int):
         self.enough = enough
         self.read: list[tuple[int, int]] = []
-        self.partitions_by_member: dict[int, set[int]] = {}
+        self.assignments: dict[int, set[frozenset[int]]] = {}  # every assignment each member polled with
         self.errors: list[BaseException] = []
         self.lock = threading.Lock()
 
-    def count(self, member: int, records: list[tuple[int, int]]) -> None:
+    def assigned(self, member: int, partitions) -> None:
+        with self.lock:
+            self.assignments.setdefault(member, set()).add(frozenset(tp.partition for tp in partitions))
+
+    def count(self, records: list[tuple[int, int]]) -> None:
         with self.lock:
             self.read += records
-            self.partitions_by_member.setdefault(member, set()).update(p for p, _ in records)
+
+    def split(self) -> bool:
+        """Whether the two members polled, in one generation, with the partitions split between them."""
+        return any(a and b and not a & b and a | b == set(range(PARTITIONS))
+                   for a in self.assignments.get(0, ()) for b in self.assignments.get(1, ()))
 
     def done(self) -> bool:
         with self.lock:
-            return len(self.read) >= self.enough or bool(self.errors)
+            return (len(self.read) >= self.enough and self.split()) or bool(self.errors)
 
 
 def confluent_member(member: int, bootstrap: str, ledger: Ledger) -> None:
@@ -87,6 +99,7 @@ def confluent_member(member: int, bootstrap: str, ledger: Ledger) -> None:
         deadline = time.monotonic() + DEADLINE_S
         while not ledger.done() and time.monotonic() < deadline:
             messages = consumer.consume(num_messages=50, timeout=0.3)
+            ledger.assigned(member, consumer.assignment())
             for m in messages:
                 if m.error():
                     raise KafkaException(m.error())
@@ -99,7 +112,7 @@ def confluent_member(member: int, bootstrap: str, ledger: Ledger) -> None:
                 consumer.commit(offsets=[TopicPartition(TOPIC, p, end) for p, end in ends.items()], asynchronous=False)
             except KafkaException:
                 continue  # refused for a rebalance: the partitions' next owner reads these again
-            ledger.count(member, [(m.partition(), m.offset()) for m in messages])
+            ledger.count([(m.partition(), m.offset()) for m in messages])
     except BaseException as e:  # noqa: BLE001 - reported by the test
         ledger.errors.append(e)
     finally:
@@ -116,6 +129,7 @@ def kafka_python_member(member: int, bootstrap: str, ledger: Ledger) -> None:
         deadline = time.monotonic() + DEADLINE_S
         while not ledger.done() and time.monotonic() < deadline:
             polled = consumer.poll(timeout_ms=300, max_records=50)
+            ledger.assigned(member, consumer.assignment())
             records = [r for batch in polled.values() for r in batch]
             if not records:
                 continue
@@ -124,24 +138,53 @@ def kafka_python_member(member: int, bootstrap: str, ledger: Ledger) -> None:
                 consumer.commit(ends)
             except (CommitFailedError, KafkaError):
                 continue
-            ledger.count(member, [(r.partition, r.offset) for r in records])
+            ledger.count([(r.partition, r.offset) for r in records])
     except BaseException as e:  # noqa: BLE001
         ledger.errors.append(e)
     finally:
         consumer.close()
 
 
-def run_group(member, bootstrap: str, ledger: Ledger) -> None:
-    threads = [threading.Thread(target=member, args=(i, bootstrap, ledger)) for i in range(2)]
+def aiokafka_member(member: int, bootstrap: str, ledger: Ledger) -> None:
+    asyncio.run(_aiokafka_member(member, bootstrap, ledger))
+
+
+async def _aiokafka_member(member: int, bootstrap: str, ledger: Ledger) -> None:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.errors import CommitFailedError, KafkaError
+    from aiokafka.structs import OffsetAndMetadata
+
+    consumer = AIOKafkaConsumer(TOPIC, bootstrap_servers=bootstrap, group_id=GROUP, enable_auto_commit=False,
+                                auto_offset_reset="earliest", heartbeat_interval_ms=HEARTBEAT_MS, session_timeout_ms=SESSION_MS)
+    try:
+        await consumer.start()
+        deadline = time.monotonic() + DEADLINE_S
+        while not ledger.done() and time.monotonic() < deadline:
+            polled = await consumer.getmany(timeout_ms=300, max_records=50)
+            ledger.assigned(member, consumer.assignment())
+            records = [r for batch in polled.values() for r in batch]
+            if not records:
+                continue
+            try:
+                await consumer.commit({tp: OffsetAndMetadata(max(r.offset for r in batch) + 1, "") for tp, batch in polled.items()})
+            except (CommitFailedError, KafkaError):
+                continue
+            ledger.count([(r.partition, r.offset) for r in records])
+    except BaseException as e:  # noqa: BLE001
+        ledger.errors.append(e)
+    finally:
+        await consumer.stop()
+
+
+def run_group(members, bootstrap: str, ledger: Ledger) -> None:
+    threads = [threading.Thread(target=member, args=(i, bootstrap, ledger)) for i, member in enumerate(members)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=DEADLINE_S + 30)
     assert not ledger.errors, ledger.errors
-    assert ledger.done(), f"{len(ledger.read)} of {ledger.enough} records read before the deadline"
-    # Both members joined the group's first generation (the initial rebalance delay) and split the partitions.
-    mine, theirs = ledger.partitions_by_member.values()
-    assert mine and theirs and not mine & theirs, ledger.partitions_by_member
+    assert len(ledger.read) >= ledger.enough, f"{len(ledger.read)} of {ledger.enough} records read before the deadline"
+    assert ledger.split(), ledger.assignments  # a group of two: each member its share of the partitions
 
 
 def stop(server) -> None:
@@ -188,7 +231,7 @@ def test_a_group_of_two_reads_four_partitions_exactly_once_across_a_restart_of_k
             conn.close()
 
         before = Ledger(enough=len(expected) // 2)
-        run_group(confluent_member, server.bootstrap, before)
+        run_group((confluent_member, confluent_member), server.bootstrap, before)
         assert len(set(before.read)) == len(before.read)  # none twice within the first group either
     finally:
         stop(server)
@@ -204,7 +247,7 @@ def test_a_group_of_two_reads_four_partitions_exactly_once_across_a_restart_of_k
     server = start_serve(env, tmp_path)
     try:
         after = Ledger(enough=len(expected) - len(before.read))
-        run_group(kafka_python_member, server.bootstrap, after)
+        run_group((kafka_python_member, aiokafka_member), server.bootstrap, after)
         from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse
 
         conn = Connection(server.port)
