@@ -22,6 +22,7 @@ from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
+from kts_resources.metadata.group_offsets import GroupOffsets
 from kts_resources.reading.reader import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -32,11 +33,10 @@ from kts_resources.reading.reader import (
     TieredLogReader,
     UnknownPartitionError,
 )
-from kts_resources.metadata.group_offsets import GroupOffsets
 from kts_resources.remote_storage.base import RemoteStorageError
 from kts_resources.serving import protocol as p
-from kts_resources.serving.group_apis import GROUP_API_KEYS, GroupSide
 from kts_resources.serving.catalog import ZERO_UUID, read_catalog
+from kts_resources.serving.group_apis import GROUP_API_KEYS, GroupSide
 
 log = logging.getLogger(__name__)
 
