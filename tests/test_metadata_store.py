@@ -55,7 +55,7 @@ S = RemoteLogSegmentState
 P = RemotePartitionDeleteState
 SEG_SIZE = 1048576
 TABLES = {"topics", "partitions", "remote_segments", "remote_segment_leader_epochs", "remote_log_events", "quota_samples",
-          "lost_ranges"}
+          "lost_ranges", "group_offsets"}
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Sequence
 
-from kts_assets.cli import admin, dagster_ui, inspection, maintenance, read, serve, services, sync, users
+from kts_assets.cli import admin, dagster_ui, groups, inspection, maintenance, read, serve, services, sync, users
 from kts_assets.cli.common import EXIT_FINDINGS, EXIT_USAGE, CommandError, leaving_without_teardown, report
 from kts_resources.kafka.errors import KafkaFormatError, os_error_line
 
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     read.add_read_parsers(sub)
     serve.add_serve_parser(sub)
     users.add_users_parser(sub)
+    groups.add_groups_parser(sub)
     admin.add_admin_parsers(sub)
     maintenance.add_maintenance_parsers(sub)
     services.add_services_parser(sub)

@@ -233,4 +233,17 @@ scram_credentials = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
 )
 
+# Consumer groups' committed offsets (OffsetCommit / OffsetFetch of `kts serve`; group_offsets.py owns their use).
+group_offsets = sa.Table(
+    "group_offsets",
+    Base.metadata,
+    sa.Column("group_id", sa.Text, primary_key=True),
+    sa.Column("topic", sa.Text, primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("committed_offset", sa.BigInteger, nullable=False),
+    sa.Column("leader_epoch", sa.Integer, nullable=False, server_default=sa.text("-1")),
+    sa.Column("metadata", sa.Text, nullable=True),
+    sa.Column("committed_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+)
+
 metadata = Base.metadata

@@ -22,6 +22,7 @@ from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
+from kts_resources.metadata.group_offsets import GroupOffsets
 from kts_resources.reading.reader import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -35,6 +36,7 @@ from kts_resources.reading.reader import (
 from kts_resources.remote_storage.base import RemoteStorageError
 from kts_resources.serving import protocol as p
 from kts_resources.serving.catalog import ZERO_UUID, read_catalog
+from kts_resources.serving.group_apis import GROUP_API_KEYS, GroupSide
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class ReadSide:
         self.host, self.port = advertised
         self.draining = draining
         self.stats = ServeStats()
+        offsets = GroupOffsets(reader.store.engine) if reader.store is not None else None
+        self.groups = GroupSide(offsets, pool, advertised=advertised, draining=draining)
 
     async def answer(self, request):
         """The response object to ``request``; None for a request that gets none (acks=0)."""
@@ -98,6 +102,8 @@ class ReadSide:
             log.info("refused %s v%d from %s: %s", name, request.API_VERSION, request.header.client_id, REFUSED)
             self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
             return refusal(request)
+        if request.API_KEY in GROUP_API_KEYS:
+            return await self.groups.answer(request)
         handler = {18: self.api_versions, 3: self.metadata, 2: self.list_offsets, 1: self.fetch}[request.API_KEY]
         return await handler(request)
 

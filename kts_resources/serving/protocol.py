@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest,
+                                     SyncGroupRequest)
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
@@ -61,6 +64,11 @@ APIS: dict[int, Api] = {api.key: api for api in (
     # SASL (serving/auth.py): handshake v1 only, whose tokens travel in SaslAuthenticate (KIP-152).
     Api(SaslHandshakeRequest, 1, 1),
     Api(SaslAuthenticateRequest, 0, 2),
+    # Consumer groups (group_apis.py). OffsetCommit and OffsetFetch to v8: v9 on are for KIP-848's
+    # consumer protocol, v10 names topics by id.
+    Api(FindCoordinatorRequest, 0, 5), Api(JoinGroupRequest, 0, 9), Api(SyncGroupRequest, 0, 5),
+    Api(HeartbeatRequest, 0, 4), Api(LeaveGroupRequest, 0, 5), Api(OffsetCommitRequest, 2, 8),
+    Api(OffsetFetchRequest, 1, 8), Api(DescribeGroupsRequest, 0, 5), Api(ListGroupsRequest, 0, 5),
     # Listed so that clients send them and read the refusal, rather than fail to negotiate.
     Api(ProduceRequest, 3, 12, writes=True),
     Api(CreateTopicsRequest, 2, 7, writes=True),
