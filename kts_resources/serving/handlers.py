@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse, DeleteRecordsResponse, DeleteTopicsResponse
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
@@ -37,6 +37,7 @@ from kts_resources.remote_storage.base import RemoteStorageError
 from kts_resources.serving import protocol as p
 from kts_resources.serving.catalog import ZERO_UUID, read_catalog
 from kts_resources.serving.group_apis import GROUP_API_KEYS, GroupSide
+from kts_resources.serving.stats import ServeStats
 
 log = logging.getLogger(__name__)
 
@@ -69,18 +70,6 @@ class PartitionFetch:
     remote_bytes: int = 0
 
 
-@dataclass
-class ServeStats:
-    """Requests and errors per API, bytes served (remote of them), throttle time: what `kts
-    serve` counts (kept in memory for now)."""
-
-    requests: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
-    bytes_served: int = 0
-    remote_bytes: int = 0
-    throttle_time_ms: int = 0
-
-
 class ReadSide:
     """The handlers of the APIs `kts serve` serves (protocol.APIS), over ``reader``."""
 
@@ -96,11 +85,11 @@ class ReadSide:
     async def answer(self, request):
         """The response object to ``request``; None for a request that gets none (acks=0)."""
         name = p.api_name(request.API_KEY)
-        self.stats.requests[name] = self.stats.requests.get(name, 0) + 1
+        self.stats.request(name)
         api = p.APIS[request.API_KEY]
         if api.writes:
             log.info("refused %s v%d from %s: %s", name, request.API_VERSION, request.header.client_id, REFUSED)
-            self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+            self.stats.error(name)
             return refusal(request)
         if request.API_KEY in GROUP_API_KEYS:
             return await self.groups.answer(request)
@@ -154,6 +143,7 @@ class ReadSide:
                                          for name, index, ts in jobs))
         R = ListOffsetsResponse
         topics: dict[str, list] = {}
+        self.stats.error("ListOffsets", sum(1 for error, *_ in answers if error))
         for (name, index, _ts), (error, timestamp, offset, epoch) in zip(jobs, answers):
             topics.setdefault(name, []).append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=index, error_code=error, timestamp=timestamp, offset=offset, leader_epoch=epoch))
@@ -229,6 +219,7 @@ class ReadSide:
                 aborted_transactions=aborted, preferred_read_replica=-1, records=records))
         throttle = max((o.throttle_time_ms for o in outcomes), default=0)
         self.stats.throttle_time_ms += throttle
+        self.stats.error("Fetch", sum(1 for o in outcomes if o.error_code))
         # session_id 0: no fetch session (KIP-227); the client sends full fetches.
         return R(version=request.API_VERSION, throttle_time_ms=throttle, error_code=p.NONE, session_id=0,
                  responses=[R.FetchableTopicResponse(topic=topic, partitions=parts) for topic, parts in topics.items()])
