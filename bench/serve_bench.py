@@ -10,10 +10,11 @@ removed locally, so nearly everything is read from the tier.
 
 - one confluent-kafka (librdkafka) consumer reads the ``--mib`` partition from offset 0 to its end
   through `kts serve` (a process of its own), against ``PartitionReader.replay`` of the same
-  partition in this process (goal ≥ 0.5). Two measurements say what bounds the consumer: a raw
+  partition in this process (goal ≥ 0.5). Three measurements say what bounds the consumer: a raw
   Fetch loop over one connection (the same 1 MiB per partition librdkafka asks for, the records
-  not decoded) is the server alone, and the consumer process's CPU time over its wall time says
-  whether the client was busy all along;
+  not decoded) is the server alone; the consumer process's CPU time over its wall time says
+  whether the client was busy all along; and the same consumer asking 8 MiB a fetch
+  (``max.partition.fetch.bytes``) shows what one request's fixed cost weighs;
 - 8 partitions (``--multi-mib`` in all) read by 4 consumer processes (2 partitions each) against
   1 consumer process reading all 8 (goal ≥ 1.6 on 2 cores), each time from a fresh start of the
   consumers, the server kept;
@@ -112,13 +113,17 @@ def consume(bootstrap: str, topic: str, partitions: list[int], max_bytes: int | 
             "cpu_s": time.process_time() - cpu}
 
 
-def consume_in_processes(bootstrap: str, topic: str, groups: list[list[int]]) -> dict:
+def consume_in_processes(bootstrap: str, topic: str, groups: list[list[int]], **config) -> dict:
     """One consumer process per group of partitions, all at once: wall time from the first start to the last end."""
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(len(groups)) as pool:
-        results = pool.starmap(consume, [(bootstrap, topic, group) for group in groups])
+        results = pool.starmap(consume_with, [(bootstrap, topic, group, config) for group in groups])
     return {"messages": sum(r["messages"] for r in results), "bytes": sum(r["bytes"] for r in results),
             "wall_s": max(r["end"] for r in results) - min(r["start"] for r in results), "each": results}
+
+
+def consume_with(bootstrap: str, topic: str, partitions: list[int], config: dict) -> dict:
+    return consume(bootstrap, topic, partitions, **config)
 
 
 def raw_fetch_loop(port: int, topic: str, end: int, partition_max_bytes: int = MiB) -> dict:
@@ -304,6 +309,8 @@ def main() -> None:
         try:
             progress("one consumer through kts serve")
             one = consume_in_processes(server.bootstrap, ONE, [[0]])
+            progress("one consumer asking 8 MiB a fetch (max.partition.fetch.bytes) instead of librdkafka's 1 MiB")
+            big = consume_in_processes(server.bootstrap, ONE, [[0]], **{"max.partition.fetch.bytes": 8 * MiB})
             progress("the raw Fetch loop through kts serve")
             raw = raw_fetch_loop(server.port, ONE, end)
             progress("8 partitions: 1 consumer, then 4")
@@ -339,6 +346,7 @@ def main() -> None:
     ratios = {
         "consumer_over_replay": (one["wall_s"] and replay_s / one["wall_s"]),
         "raw_fetch_over_replay": replay_s / raw["wall_s"],
+        "consumer_8mib_fetches_over_replay": replay_s / big["wall_s"],
         "consumer_cpu_over_wall": one["each"][0]["cpu_s"] / one["each"][0]["wall_s"],
         "four_over_one": single["wall_s"] / four["wall_s"],
         "requests_serve_over_fetch": requests["serve_per_mib"] / requests["fetch_per_mib"],
@@ -347,6 +355,7 @@ def main() -> None:
             (f"one consumer / replay, same partition ({replay_bytes / MiB:.0f} MiB), time ratio (goal ≥ 0.5)",
              f"{ratios['consumer_over_replay']:.2f}"),
             ("  raw Fetch loop (server alone, records not decoded) / replay", f"{ratios['raw_fetch_over_replay']:.2f}"),
+            ("  the consumer asking 8 MiB a fetch instead of 1 / replay", f"{ratios['consumer_8mib_fetches_over_replay']:.2f}"),
             ("  consumer process CPU / wall (1.0: the client was busy all along)", f"{ratios['consumer_cpu_over_wall']:.2f}"),
             ("8 partitions: 4 consumers / 1, throughput (goal ≥ 1.6)", f"{ratios['four_over_one']:.2f}"),
             ("remote requests per MiB: kts serve / kts fetch (goal ≤ 1.1)",
@@ -361,7 +370,7 @@ def main() -> None:
           f"RSS {rss_before:.0f} MiB at start, {rss_wall:.1f} s of reading; load average {load_before[0]:.1f} before, "
           f"{load_after[0]:.1f} after, {os.cpu_count()} CPUs; {time.monotonic() - started:.0f} s")
     write_json(args.json, {"params": vars(args) | {"json": str(args.json)}, "ratios": ratios,
-                           "replay": {"bytes": replay_bytes, "s": replay_s}, "one_consumer": one, "raw_fetch": raw,
+                           "replay": {"bytes": replay_bytes, "s": replay_s}, "one_consumer": one, "one_consumer_8mib_fetches": big, "raw_fetch": raw,
                            "multi": {"one": single, "four": four}, "requests": requests,
                            "rss": {"peak_mib": rss, "at_start_mib": rss_before, "consumers": args.consumers, "wall_s": rss_wall},
                            "load_average": {"before": load_before, "after": load_after}, "database": db, "git": git_state()})
