@@ -40,8 +40,11 @@ def cmd_serve(args) -> int:
     from kts_assets.cli.read import _reader
     from kts_resources import settings
     from kts_resources.servers import serve_state
+    from kts_resources.serving import stats
     from kts_resources.serving.server import KafkaReadServer
 
+    if args.status:
+        return _print_status(args)
     if args.listen is not None:
         host, port = parse_address(args.listen, "--listen")
     else:
@@ -63,8 +66,11 @@ def cmd_serve(args) -> int:
     # The server's own lines (a refused write, a malformed frame) are part of what it says.
     logging.getLogger("kts_resources.serving").setLevel(min(logging.INFO, logging.getLogger().level))
 
+    writing: list[asyncio.Task] = []  # held: the loop keeps only a weak reference to a task
+
     def listening(bound_host: str, bound_port: int, adv: tuple[str, int]) -> None:
         serve_state.record_this_process(home, bound_host, bound_port, f"{adv[0]}:{adv[1]}")
+        writing.append(asyncio.get_running_loop().create_task(stats.write_every(home, server.side.stats)))
         protocol = ("SASL_SSL" if tls else "SASL_PLAINTEXT") if args.sasl else ("SSL" if tls else "PLAINTEXT")
         print(f"kts serve: listening on {bound_host}:{bound_port}, advertised as {adv[0]}:{adv[1]} ({protocol})", flush=True)
 
@@ -86,6 +92,8 @@ def cmd_serve(args) -> int:
         except OSError as e:
             raise CommandError(f"kts serve: cannot listen on {host}:{port}: {e.strerror or e}") from None
         finally:
+            if server.side is not None:  # the last counters, for `kts serve --status` after the stop
+                stats.write(home, server.side.stats, running=False)
             serve_state.forget_this_process(home)
     print("kts serve: stopped", flush=True)
     return 0
@@ -107,6 +115,49 @@ def _tls_context(args):
         raise CommandError(f"kts serve: {e}", EXIT_USAGE) from None
 
 
+def _print_status(args) -> int:
+    """``kts serve --status``: whether this KTS_HOME's `kts serve` runs, and its counters (the
+    stats file it rewrites every few seconds, or the last one a stopped server left)."""
+    from kts_assets.cli.common import print_json, print_table
+    from kts_resources import settings
+    from kts_resources.servers import serve_state
+    from kts_resources.serving import stats
+
+    home = serve_state.state_dir(settings.kts_home())
+    server = serve_state.running(home)
+    counters = stats.read(home)
+    if args.json:
+        print_json({"running": server is not None, "pid": server.pid if server else None,
+                    "listen": f"{server.host}:{server.port}" if server else None,
+                    "advertised": server.advertised if server else None, "stats": counters})
+        return 0
+    print(f"kts serve: running (pid {server.pid}) on {server.host}:{server.port}, advertised as {server.advertised}"
+          if server is not None else "kts serve: not running")
+    if counters is None:
+        print("no stats yet (kts serve has not run for this KTS_HOME)")
+        return 0
+    print(status_lines(counters, running=server is not None))
+    apis = sorted(set(counters["requests"]) | set(counters["errors"]))
+    print_table([{"api": a, "requests": counters["requests"].get(a, 0), "errors": counters["errors"].get(a, 0)} for a in apis],
+                ["api", "requests", "errors"])
+    return 0
+
+
+def status_lines(counters: dict, *, running: bool) -> str:
+    """The counters other than per API, as `kts serve --status` prints them."""
+    import time
+
+    mib = 1024 * 1024
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(counters["started"]))
+    age = time.time() - counters["written"]
+    return "\n".join([
+        f"stats of the server started {started}, written {age:.0f} s ago" + ("" if running else " (its last, at its stop)"),
+        f"bytes served      {counters['bytes_served'] / mib:.1f} MiB (remote tier {counters['remote_bytes'] / mib:.1f}, "
+        f"local log {counters['local_bytes'] / mib:.1f})",
+        f"throttle time     {counters['throttle_time_ms']} ms",
+        f"malformed frames  {counters['malformed_frames']}"])
+
+
 def add_serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="serve the tiered log over the Kafka protocol (read-only) until stopped")
     p.add_argument("--listen", metavar="HOST:PORT",
@@ -123,4 +174,8 @@ def add_serve_parser(sub) -> None:
                    help="connections served at once; one more is closed as it arrives (default 1000)")
     p.add_argument("--fetch-budget-mib", type=int, metavar="MIB",
                    help="memory every connection's fetch responses may hold together, in MiB (default 128)")
+    p.add_argument("--status", action="store_true",
+                   help="do not serve: say whether kts serve runs for this KTS_HOME and print its counters (requests, "
+                        "bytes served from each tier, throttle time, errors per API)")
+    p.add_argument("--json", action="store_true", help="with --status: print JSON")
     p.set_defaults(func=cmd_serve)

@@ -51,13 +51,18 @@ def read_state(home: Path, build: Callable[[dict], T]) -> T | None:
 
 
 def write_state(home: Path, record: Mapping[str, Any]) -> None:
-    """``record`` into ``home/server.json``, written whole and renamed: a concurrent reader sees
-    the old record or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(dir=home, prefix=f".{STATE_FILE}.")
+    """``record`` into ``home/server.json`` (``write_json``)."""
+    write_json(home / STATE_FILE, record)
+
+
+def write_json(path: Path, record: Mapping[str, Any]) -> None:
+    """``record`` into ``path``, written whole and renamed: a concurrent reader sees the old
+    record or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(record) + "\n")
-        os.replace(tmp, home / STATE_FILE)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

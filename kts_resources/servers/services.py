@@ -33,9 +33,11 @@ class Service:
     pid: int | None
     port: int | None
     data_dir: Path
+    stats: dict | None = None  # what the server counts, for a kind that counts (`kts serve`)
 
     def as_json(self) -> dict:
-        return {"kind": self.kind, "state": self.state, "pid": self.pid, "port": self.port, "data_dir": str(self.data_dir)}
+        out = {"kind": self.kind, "state": self.state, "pid": self.pid, "port": self.port, "data_dir": str(self.data_dir)}
+        return out if self.stats is None else {**out, "stats": self.stats}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,10 @@ def _describe_serve(kts_home: Path) -> Service | None:
     server = serve_state.recorded(home)
     if server is None:
         return None
-    return Service("serve", RUNNING if serve_state.running(home) is not None else STALE, server.pid, server.port, home)
+    from kts_resources.serving import stats
+
+    return Service("serve", RUNNING if serve_state.running(home) is not None else STALE, server.pid, server.port, home,
+                   stats.read(home))
 
 
 def _stop_serve(kts_home: Path) -> bool:

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse, DeleteRecordsResponse, DeleteTopicsResponse
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
@@ -37,6 +37,8 @@ from kts_resources.remote_storage.base import RemoteStorageError
 from kts_resources.serving import protocol as p
 from kts_resources.serving.catalog import ZERO_UUID, read_catalog
 from kts_resources.serving.group_apis import GROUP_API_KEYS, GroupSide
+from kts_resources.serving.open_partitions import OpenPartitions
+from kts_resources.serving.stats import ServeStats
 
 log = logging.getLogger(__name__)
 
@@ -69,18 +71,6 @@ class PartitionFetch:
     remote_bytes: int = 0
 
 
-@dataclass
-class ServeStats:
-    """Requests and errors per API, bytes served (remote of them), throttle time: what `kts
-    serve` counts (kept in memory for now)."""
-
-    requests: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
-    bytes_served: int = 0
-    remote_bytes: int = 0
-    throttle_time_ms: int = 0
-
-
 class ReadSide:
     """The handlers of the APIs `kts serve` serves (protocol.APIS), over ``reader``."""
 
@@ -92,15 +82,16 @@ class ReadSide:
         self.stats = ServeStats()
         offsets = GroupOffsets(reader.store.engine) if reader.store is not None else None
         self.groups = GroupSide(offsets, pool, advertised=advertised, draining=draining)
+        self.open_partitions = OpenPartitions()
 
     async def answer(self, request):
         """The response object to ``request``; None for a request that gets none (acks=0)."""
         name = p.api_name(request.API_KEY)
-        self.stats.requests[name] = self.stats.requests.get(name, 0) + 1
+        self.stats.request(name)
         api = p.APIS[request.API_KEY]
         if api.writes:
             log.info("refused %s v%d from %s: %s", name, request.API_VERSION, request.header.client_id, REFUSED)
-            self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+            self.stats.error(name)
             return refusal(request)
         if request.API_KEY in GROUP_API_KEYS:
             return await self.groups.answer(request)
@@ -154,6 +145,7 @@ class ReadSide:
                                          for name, index, ts in jobs))
         R = ListOffsetsResponse
         topics: dict[str, list] = {}
+        self.stats.error("ListOffsets", sum(1 for error, *_ in answers if error))
         for (name, index, _ts), (error, timestamp, offset, epoch) in zip(jobs, answers):
             topics.setdefault(name, []).append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=index, error_code=error, timestamp=timestamp, offset=offset, leader_epoch=epoch))
@@ -229,11 +221,20 @@ class ReadSide:
                 aborted_transactions=aborted, preferred_read_replica=-1, records=records))
         throttle = max((o.throttle_time_ms for o in outcomes), default=0)
         self.stats.throttle_time_ms += throttle
+        self.stats.error("Fetch", sum(1 for o in outcomes if o.error_code))
         # session_id 0: no fetch session (KIP-227); the client sends full fetches.
         return R(version=request.API_VERSION, throttle_time_ms=throttle, error_code=p.NONE, session_id=0,
                  responses=[R.FetchableTopicResponse(topic=topic, partitions=parts) for topic, parts in topics.items()])
 
     def _fetch_partition(self, topic: str, partition: int, offset: int, max_bytes: int, isolation: str) -> PartitionFetch:
+        """The partition's reader kept from an earlier fetch when it still holds ``offset``
+        (open_partitions.py), else a fresh one, kept for the next fetch."""
+        kept = self.open_partitions.reader_for(topic, partition, offset)
+        if kept is not None:
+            out = self._fetch_from(kept, topic, partition, offset, max_bytes, isolation, retry=True)
+            if out is not None:
+                return out
+            self.open_partitions.forget(topic, partition)  # its view may be what failed: a fresh look
         try:
             reader = self.reader.partition(topic, partition)
         except ReadError:  # unknown, or a name no topic can have
@@ -241,22 +242,24 @@ class ReadSide:
         except (RemoteStorageError, OSError) as e:
             log.warning("Fetch %s-%d: %s", topic, partition, e)
             return PartitionFetch(p.KAFKA_STORAGE_ERROR)
+        self.open_partitions.keep(topic, partition, reader)
+        return self._fetch_from(reader, topic, partition, offset, max_bytes, isolation)
+
+    def _fetch_from(self, reader, topic: str, partition: int, offset: int, max_bytes: int, isolation: str,
+                    retry: bool = False) -> PartitionFetch | None:
+        """One partition's fetch on ``reader``; with ``retry``, None instead of an error (unlogged)."""
         out = PartitionFetch(high_watermark=reader.high_watermark, log_start_offset=reader.log_start_offset)
         try:
             out.last_stable_offset = reader.last_stable_offset
             if max_bytes <= 0:
                 return out
             result = reader.fetch(offset, max_bytes, isolation)
-        except OffsetOutOfRangeError:
-            out.error_code = p.OFFSET_OUT_OF_RANGE
-            return out
-        except (RemoteDataCorruptError, LocalSegmentDamagedError, RemoteStorageError, OSError) as e:
-            log.warning("Fetch %s-%d at %d: %s", topic, partition, offset, e)
-            out.error_code = p.KAFKA_STORAGE_ERROR
-            return out
-        except ReadError as e:
-            log.warning("Fetch %s-%d at %d: %s", topic, partition, offset, e)
-            out.error_code = p.UNKNOWN_SERVER_ERROR
+        except (ReadError, RemoteStorageError, OSError) as e:
+            if retry:
+                return None
+            out.error_code = fetch_error_code(e)
+            if out.error_code != p.OFFSET_OUT_OF_RANGE:
+                log.warning("Fetch %s-%d at %d: %s", topic, partition, offset, e)
             return out
         if result.throttled:
             quota = self.reader.fetch_quota
@@ -267,6 +270,14 @@ class ReadSide:
             out.aborted = result.aborted
         return out
 
+
+def fetch_error_code(e: Exception) -> int:
+    """The protocol's error for a partition fetch that raised ``e``."""
+    if isinstance(e, OffsetOutOfRangeError):
+        return p.OFFSET_OUT_OF_RANGE
+    if isinstance(e, (RemoteDataCorruptError, LocalSegmentDamagedError, RemoteStorageError, OSError)):
+        return p.KAFKA_STORAGE_ERROR
+    return p.UNKNOWN_SERVER_ERROR
 
 
 def refusal(request):

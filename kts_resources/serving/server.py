@@ -145,15 +145,18 @@ class KafkaReadServer:
                     head = await reader.readexactly(4)
                 except asyncio.IncompleteReadError as e:
                     if e.partial:
+                        self.side.stats.malformed_frames += 1
                         log.warning("%s: connection closed inside a frame's size (%d of 4 bytes): closing it", peer, len(e.partial))
                     return
                 size = int.from_bytes(head, "big", signed=True)
                 if size < 0 or size > MAX_REQUEST_BYTES:
+                    self.side.stats.malformed_frames += 1
                     log.warning("%s: a request frame of %d bytes (at most %d are taken): closing the connection", peer, size, MAX_REQUEST_BYTES)
                     return
                 try:
                     frame = await reader.readexactly(size)
                 except asyncio.IncompleteReadError as e:
+                    self.side.stats.malformed_frames += 1
                     log.warning("%s: the connection ended %d bytes into a %d-byte request: closing it", peer, len(e.partial), size)
                     return
                 self._connections[task] = True
@@ -209,12 +212,15 @@ class KafkaReadServer:
             request = protocol.decode_request(frame)
         except protocol.UnsupportedRequest as e:
             header = e.header
+            self.side.stats.request(protocol.api_name(header.request_api_key))
+            self.side.stats.error(protocol.api_name(header.request_api_key))
             if header.request_api_key == 18:  # KIP-511: the supported ranges, at v0
                 log.info("%s (client %s): %s: answered with the supported versions", peer, header.client_id, e)
                 return protocol.api_versions_fallback(header.correlation_id), 0
             log.warning("%s (client %s): %s: closing the connection", peer, header.client_id, e)
             raise _Close from None
         except protocol.MalformedRequest as e:
+            self.side.stats.malformed_frames += 1
             log.warning("%s: %s: closing the connection", peer, e)
             raise _Close from None
         if not session.admits(request):
@@ -241,6 +247,7 @@ class KafkaReadServer:
             if held:
                 self.budget.release(held)
             if isinstance(e, Exception):
+                self.side.stats.error(protocol.api_name(request.API_KEY))
                 log.exception("%s: %s v%d failed: closing the connection", peer, protocol.api_name(request.API_KEY), request.API_VERSION)
                 raise _Close from None
             raise

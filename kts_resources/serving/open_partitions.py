@@ -1,0 +1,52 @@
+"""The partitions `kts serve` has open: one ``PartitionReader`` kept across the fetches of a
+partition, so a consumer's stream of fetches does not open the partition again each time.
+
+Opening one reads both tiers' state (the log dirs, three metadata-store transactions): measured at
+~35 ms a fetch on a loaded two-core machine against ~11 ms with the reader kept, a quarter of the
+throughput (README, "Over the Kafka protocol"). An open reader is a view as of when it was opened,
+so it is used only while it is young (``MAX_AGE_S``) and only for an offset inside what it saw
+(from its log start offset to its high watermark): a consumer at the end, waiting for new records,
+always gets a fresh look, and a log start offset moved or a segment expired shows within a second.
+A fetch that fails on an open reader is tried once more on a fresh one (its view may be what failed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kts_resources.reading.reader import PartitionReader
+
+MAX_AGE_S = 1.0
+# Partitions kept at most; past it the oldest go (a server with this many consumers at once
+# re-opens some of them now and then, no worse than without the cache).
+MAX_OPEN = 1024
+
+
+class OpenPartitions:
+    def __init__(self, max_age_s: float = MAX_AGE_S, max_open: int = MAX_OPEN) -> None:
+        self.max_age_s, self.max_open = max_age_s, max_open
+        self._open: dict[tuple[str, int], tuple[float, PartitionReader]] = {}
+        self._lock = threading.Lock()  # fetches run in the server's thread pool
+
+    def reader_for(self, topic: str, partition: int, offset: int) -> PartitionReader | None:
+        """The open reader of the partition if it is young and ``offset`` is inside what it saw."""
+        with self._lock:
+            entry = self._open.get((topic, partition))
+        if entry is None:
+            return None
+        opened, reader = entry
+        if time.monotonic() - opened > self.max_age_s or not reader.log_start_offset <= offset < reader.high_watermark:
+            return None
+        return reader
+
+    def keep(self, topic: str, partition: int, reader: PartitionReader) -> None:
+        with self._lock:
+            self._open[(topic, partition)] = (time.monotonic(), reader)
+            if len(self._open) > self.max_open:
+                for key, _entry in sorted(self._open.items(), key=lambda item: item[1][0])[:len(self._open) - self.max_open]:
+                    del self._open[key]
+
+    def forget(self, topic: str, partition: int) -> None:
+        with self._lock:
+            self._open.pop((topic, partition), None)
