@@ -3,9 +3,9 @@ at a chosen step (``python -m tests.expiry_driver LOG_DIR TOPIC NOW_MS [CRASH_AT
 ``KTS_DATABASE_URL`` and ``KTS_REMOTE_URI`` set; the log dir is owned). The kill is injected by
 wrapping the store's and storage's methods from the outside: the expiry runs unchanged.
 
-Crash points (on the first expired segment):
+Crash points (in the first batch of expired segments):
   after-log-start    the new log start offset recorded, nothing deleted
-  after-started      the segment DELETE_SEGMENT_STARTED, its objects still there
+  after-started      the first batch DELETE_SEGMENT_STARTED, its objects still there
   mid-objects        some of its objects deleted
   mid-local          the remote deletions done, a local segment renamed .deleted but not removed
 """
@@ -35,7 +35,7 @@ def die() -> None:
 
 def arm(crash_at: str, store: RemoteLogMetadataStore, storage) -> None:
     original_start = store.update_log_start_offset
-    original_update = store.update_remote_log_segment_metadata
+    original_update = store.update_remote_log_segments_delete_state
     original_delete = storage._delete_objects
     original_local = expiry.delete_local_segment
 
@@ -45,8 +45,8 @@ def arm(crash_at: str, store: RemoteLogMetadataStore, storage) -> None:
             die()
         return result
 
-    def update(segment_id, new_state, *args, **kwargs):
-        result = original_update(segment_id, new_state, *args, **kwargs)
+    def update(segment_ids, new_state, *args, **kwargs):
+        result = original_update(segment_ids, new_state, *args, **kwargs)
         if crash_at == "after-started" and new_state is RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
             die()
         return result
@@ -64,7 +64,7 @@ def arm(crash_at: str, store: RemoteLogMetadataStore, storage) -> None:
         return original_local(partition, segment)
 
     store.update_log_start_offset = update_log_start_offset
-    store.update_remote_log_segment_metadata = update
+    store.update_remote_log_segments_delete_state = update
     storage._delete_objects = delete_objects
     expiry.delete_local_segment = delete_local
 

@@ -537,6 +537,62 @@ class RemoteLogMetadataStore:
 
         return self._tx(work)
 
+    def update_remote_log_segments_delete_state(
+        self,
+        segment_ids: Iterable[RemoteLogSegmentId | uuid.UUID],
+        new_state: RemoteLogSegmentState,
+        event_timestamp_ms: int,
+    ) -> list[RemoteLogSegmentMetadata]:
+        """Move many segments to DELETE_SEGMENT_STARTED or DELETE_SEGMENT_FINISHED in one
+        transaction (a batched delete's bookkeeping): all of them or none, with one
+        SEGMENT_STATE_CHANGED event per segment as ``update_remote_log_segment_metadata`` writes.
+        A segment already in ``new_state`` is left as it is; an invalid transition raises
+        ``InvalidStateTransition`` and nothing is written; an unknown id raises
+        RemoteResourceNotFoundError. Returns every segment's metadata after, in the order given."""
+        if new_state not in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+            raise ValueError(f"{new_state.name} is not a delete state: use update_remote_log_segment_metadata")
+        sids = list(dict.fromkeys(s.id if isinstance(s, RemoteLogSegmentId) else s for s in segment_ids))
+        if not sids:
+            return []
+
+        def work(conn: Connection, _attempt: int) -> list[RemoteLogSegmentMetadata]:
+            # The same lock order as every other writer: partition rows, then segment rows (sorted,
+            # so that two batches never wait on each other crosswise).
+            owners = sa.select(SEGMENTS.c.topic_id, SEGMENTS.c.partition).where(SEGMENTS.c.segment_id.in_(sids))
+            parts = conn.execute(
+                sa.select(PARTITIONS).where(sa.tuple_(PARTITIONS.c.topic_id, PARTITIONS.c.partition).in_(owners))
+                .order_by(PARTITIONS.c.topic_id, PARTITIONS.c.partition).with_for_update()
+            ).all()
+            tips = {(p.topic_id, p.partition): _row_tip(p) for p in parts}
+            rows = {r.segment_id: r for r in conn.execute(
+                sa.select(SEGMENTS).where(SEGMENTS.c.segment_id.in_(sids)).order_by(SEGMENTS.c.segment_id).with_for_update())}
+            missing = [s for s in sids if s not in rows or (rows[s].topic_id, rows[s].partition) not in tips]
+            if missing:
+                raise RemoteResourceNotFoundError(f"no remote log segment metadata found for {missing[0]}"
+                                                  + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+            before = {s: _to_metadata(rows[s], tips[(rows[s].topic_id, rows[s].partition)]) for s in sids}
+            # A retried transaction whose first commit's reply was lost finds its own rows in
+            # ``new_state`` already: left as they are, like any segment already there.
+            moving = [s for s in sids if before[s].state is not new_state]
+            for s in moving:
+                check_segment_transition(before[s].state, new_state)
+            if not moving:
+                return [before[s] for s in sids]
+            conn.execute(SEGMENTS.update().where(SEGMENTS.c.segment_id.in_(moving)).values(
+                state=new_state.name, event_timestamp_ms=event_timestamp_ms, updated_at=sa.func.now()))
+            if new_state is S.DELETE_SEGMENT_STARTED:
+                # No longer readable; still listed, so a failed delete is retried.
+                conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id.in_(moving)).values(referenced=False))
+            conn.execute(EVENTS.insert(), [
+                {"topic_id": before[s].topic_id_partition.topic_id, "partition": before[s].topic_id_partition.partition,
+                 "segment_id": s, "kind": EventKind.SEGMENT_STATE_CHANGED, "old_state": before[s].state.name,
+                 "new_state": new_state.name, "details": {"event_timestamp_ms": event_timestamp_ms}}
+                for s in moving])
+            return [before[s] if s not in moving else replace(before[s], state=new_state, event_timestamp_ms=event_timestamp_ms)
+                    for s in sids]
+
+        return self._tx(work)
+
     @staticmethod
     def _reference_epochs(conn: Connection, md: RemoteLogSegmentMetadata) -> set[uuid.UUID]:
         """Put a finished segment into each of its epochs' offset maps, as

@@ -276,24 +276,22 @@ class S3RemoteStorage(RemoteStorageManager):
 
     # --- deletes, listing, clean-up ---
 
-    def _delete_objects(self, keys: list[str]) -> None:
+    def _delete_objects(self, keys: list[str]) -> dict[str, str]:
         if not keys:
-            return
+            return {}
+        failed: dict[str, str] = {}
         for i in range(0, len(keys), DELETE_BATCH):
             batch = keys[i : i + DELETE_BATCH]
+            # Quiet: the answer names only the keys that failed (a missing key is not a failure).
             response = self._call(batch[0], "delete_objects", Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
-            errors = response.get("Errors") or []
-            if errors:
-                first = errors[0]
-                raise RemoteStorageError(
-                    f"{self.location(first.get('Key', ''))}: delete failed: {first.get('Code')}: {first.get('Message')}"
-                    + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
-                )
+            for error in response.get("Errors") or []:
+                failed[error.get("Key", "")] = f"{error.get('Code')}: {error.get('Message')}"
         # Parts of an upload of these keys that a crash left behind go too.
         wanted = set(keys)
         for upload in self._incomplete_uploads(os.path.commonprefix(keys)):
             if upload["Key"] in wanted:
                 self._abort_quietly(upload["Key"], upload["UploadId"])
+        return failed
 
     def _incomplete_uploads(self, prefix: str) -> Iterator[dict[str, Any]]:
         try:
