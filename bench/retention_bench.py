@@ -9,8 +9,8 @@ psycopg2 read of the four columns retention needs for every row (what any full-s
 least), and the store's full listing (``list_remote_log_segments``, what the plan read before it
 streamed). Goal (issue 12): ≤ 2 s for the plan.
 
-Expiry: ``--segments`` real segments copied to a tier, then expired by ``expire_partition`` (each
-through DELETE_SEGMENT_STARTED → objects → DELETE_SEGMENT_FINISHED); baseline: deleting the same
+Expiry: ``--segments`` real segments copied to a tier, then expired by ``expire_partition`` (in
+batches through DELETE_SEGMENT_STARTED → objects → DELETE_SEGMENT_FINISHED); baseline: deleting the same
 objects with one ``delete_objects`` call (the tier's own batched delete, no bookkeeping).
 
 Prints a table on stdout, progress on stderr, and writes JSON (default bench/results/retention.json).

@@ -436,6 +436,42 @@ def test_s3_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
     sync_with_a_server_stopped(scenario, gate, harness.s3, "S3 stopped mid-expiry")
 
 
+def due(before: list) -> set[uuid.UUID]:
+    """The six segments ``expiring`` made due: orders-0's oldest."""
+    return {s.segment_id for s in sorted((s for s in before if s.partition == 0), key=lambda s: s.start_offset)[:6]}
+
+
+def assert_only_the_due_segments_deleted(scenario: Scenario, before: list, what: str) -> None:
+    """The six segments ``expiring`` made due are gone from the store; every other one is as it was."""
+    assert {s.segment_id for s in scenario.finished()} == {s.segment_id for s in before} - due(before), \
+        f"{what}: the recovering pass should have deleted exactly the six due segments"
+
+
+@pytest.mark.parametrize("tier", ["filesystem", "s3"])
+def test_kill_9_between_a_batch_s_started_and_finished_then_the_next_sync_deletes_every_due_segment_and_no_other(harness, tier):
+    """The six due segments expire in one batch: killed in the transaction that would finish them
+    (every object already gone), they are all left DELETE_SEGMENT_STARTED and the next pass ends it."""
+    scenario = expiring(harness, f"kill-mid-batch-{tier}", tier)
+    before = scenario.finished()
+    gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", "DELETE_SEGMENT_FINISHED", nth=strike(scenario.name).randint(1, 6))
+    what = kill_9_when(gate, scenario.start("sync"), "kill -9 between a batch's DELETE_SEGMENT_STARTED and FINISHED")
+    assert {s.state for s in scenario.segments() if s.segment_id in due(before)} == {"DELETE_SEGMENT_STARTED"}, what
+    assert_recovered(scenario, scenario.sync(), what)
+    assert_only_the_due_segments_deleted(scenario, before, what)
+
+
+@pytest.mark.parametrize("request_nth", [1, 2], ids=["manifests", "objects"])
+def test_kill_9_mid_deleteobjects_then_the_next_sync_deletes_every_due_segment_and_no_other(harness, request_nth):
+    """Held in the batch's DeleteObjects request of its manifests (the first) or of its other
+    objects (the second) and killed there."""
+    scenario = expiring(harness, f"kill-mid-deleteobjects-{request_nth}", "s3")
+    before = scenario.finished()
+    gate = harness.s3.gate("POST", rf"^/{scenario.tier.bucket}/?$", nth=request_nth, query="delete")
+    what = kill_9_when(gate, scenario.start("sync"), "kill -9 mid-DeleteObjects")
+    assert_recovered(scenario, scenario.sync(), what)
+    assert_only_the_due_segments_deleted(scenario, before, what)
+
+
 # --- topic deletion ------------------------------------------------------------------------------------
 
 

@@ -4,8 +4,9 @@ Kafka's RLMCopyTask, as a plain function the pipeline calls. Per partition, unde
 store's partition lock: repair what a crashed run left behind, pick the candidates, then per
 segment: verify every batch CRC → COPY_SEGMENT_STARTED → upload all its files → its manifest →
 COPY_SEGMENT_FINISHED (so the tier alone describes every finished segment: ``kts recover``).
-A failed upload is cleaned up by the one delete procedure, ``delete_remote_log_segment``
-(DELETE_SEGMENT_STARTED → objects → DELETE_SEGMENT_FINISHED), which expiry and scrub will share.
+A failed upload is cleaned up by the one delete procedure, ``delete_remote_log_segments``
+(DELETE_SEGMENT_STARTED → objects → DELETE_SEGMENT_FINISHED, a batch at a time), which expiry,
+scrub and topic deletion share.
 """
 
 from __future__ import annotations
