@@ -468,6 +468,7 @@ def test_kill_9_mid_deleteobjects_then_the_next_sync_deletes_every_due_segment_a
     before = scenario.finished()
     gate = harness.s3.gate("POST", rf"^/{scenario.tier.bucket}/?$", nth=request_nth, query="delete")
     what = kill_9_when(gate, scenario.start("sync"), "kill -9 mid-DeleteObjects")
+    assert {s.state for s in scenario.segments() if s.segment_id in due(before)} == {"DELETE_SEGMENT_STARTED"}, what
     assert_recovered(scenario, scenario.sync(), what)
     assert_only_the_due_segments_deleted(scenario, before, what)
 
