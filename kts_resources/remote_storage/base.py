@@ -148,6 +148,15 @@ def stored_objects(custom_metadata: Mapping[str, str]) -> dict[str, StoredObject
     return out
 
 
+def _recorded_keys(metadata: RemoteLogSegmentMetadata) -> dict[str, str]:
+    """suffix → key of each object the segment's custom metadata records, its manifest's too."""
+    keys = {suffix: obj.key for suffix, obj in stored_objects(metadata.custom_metadata).items()}
+    manifest = recorded_manifest(metadata.custom_metadata)
+    if manifest is not None:
+        keys[MANIFEST_SUFFIX] = manifest.key
+    return keys
+
+
 # --- what gets uploaded ------------------------------------------------------------------------
 
 
@@ -378,13 +387,7 @@ class RemoteStorageManager(abc.ABC):
     def segment_object_keys(self, metadata: RemoteLogSegmentMetadata) -> dict[str, str]:
         """suffix → key of each object of the segment. Keys recorded in the custom metadata win, so
         segments copied under an earlier prefix stay readable and deletable after it changes."""
-        keys = {s: self.keys.segment_key(metadata.segment_id, metadata.start_offset, s) for s in SEGMENT_SUFFIXES}
-        for suffix, obj in stored_objects(metadata.custom_metadata).items():
-            keys[suffix] = obj.key
-        manifest = recorded_manifest(metadata.custom_metadata)
-        if manifest is not None:
-            keys[MANIFEST_SUFFIX] = manifest.key
-        return keys
+        return self.keys.segment_keys(metadata.segment_id, metadata.start_offset, SEGMENT_SUFFIXES) | _recorded_keys(metadata)
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> dict[str, str]:
         """Upload the segment's .log, .index, .timeindex, .txnindex and producer snapshot (when
@@ -473,8 +476,10 @@ class RemoteStorageManager(abc.ABC):
         """Delete every object of the segments and their manifests, idempotently (objects already
         gone, from an earlier attempt or a copy that never finished, are fine, and leftovers of an
         interrupted upload of these keys go too), in as few requests as the backend takes: the
-        manifests of all of them, then all their other objects. Returns segment id → why, for
-        the segments some of whose objects are still there (deleting again finishes them)."""
+        manifests of all of them, then all their other objects. A finished copy's objects are the
+        ones its custom metadata records; a segment without that record (a copy cut short) gets
+        every key of the layout. Returns segment id → why, for the segments some of whose objects
+        are still there (deleting again finishes them)."""
         # The manifests go first: a delete cut short leaves objects nothing describes (the scrub's
         # orphans), never a manifest naming objects that are gone (which `kts recover` would trust).
         # A segment whose manifest stays keeps its other objects too.
@@ -482,12 +487,15 @@ class RemoteStorageManager(abc.ABC):
         others: dict[str, uuid.UUID] = {}
         for md in metadatas:
             sid = md.segment_id.id
-            recorded = self.segment_object_keys(md)
-            manifests[self.keys.manifest_key(md.segment_id, md.start_offset)] = sid
+            # The objects a finished copy recorded are all it stored (under keys that may predate a
+            # prefix change); a copy cut short recorded none, and any of the layout's may be there.
+            recorded = _recorded_keys(md)
+            wanted = (*SEGMENT_SUFFIXES, MANIFEST_SUFFIX) if recorded.keys() <= {MANIFEST_SUFFIX} else (MANIFEST_SUFFIX,)
+            layout = self.keys.segment_keys(md.segment_id, md.start_offset, wanted)
             if MANIFEST_SUFFIX in recorded:
-                manifests[recorded.pop(MANIFEST_SUFFIX)] = sid
-            for key in {self.keys.segment_key(md.segment_id, md.start_offset, s) for s in SEGMENT_SUFFIXES} | set(recorded.values()):
-                others[key] = sid
+                del layout[MANIFEST_SUFFIX]
+            for suffix, key in (*layout.items(), *recorded.items()):
+                (manifests if suffix == MANIFEST_SUFFIX else others)[key] = sid
         failed: dict[uuid.UUID, str] = {}
 
         def delete(keys: dict[str, uuid.UUID]) -> None:

@@ -219,8 +219,8 @@ class FileSystemRemoteStorage(RemoteStorageManager):
             raise self._error(key, e) from e
 
     def _delete_objects(self, keys: list[str]) -> dict[str, str]:
-        # One pass per directory (a partition's objects share one): one listing for the
-        # leftovers, the unlinks, one fsync.
+        # One pass per directory (a partition's objects share one): one listing, which says which
+        # of the names are there (only those are unlinked) and finds leftovers; one fsync.
         by_directory: dict[tuple[str, ...], set[str]] = defaultdict(set)
         for key in keys:
             *parts, name = check_object_key(key).split("/")
@@ -231,9 +231,14 @@ class FileSystemRemoteStorage(RemoteStorageManager):
             try:
                 with self._directory(list(parts), create=False) as dfd:
                     # Leftovers of an interrupted upload of these keys go with them.
-                    leftovers = [n for n in os.listdir(dfd) if _is_tmp(n) and n[1:].rsplit(".", 2)[0] in names]
+                    present, leftovers = [], []
+                    for n in os.listdir(dfd):
+                        if n in names:
+                            present.append(n)
+                        elif _is_tmp(n) and n[1:].rsplit(".", 2)[0] in names:
+                            leftovers.append(n)
                     removed = False
-                    for name in [*sorted(names), *leftovers]:
+                    for name in [*sorted(present), *leftovers]:
                         try:
                             os.unlink(name, dir_fd=dfd)
                             removed = True
