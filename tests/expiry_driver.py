@@ -6,7 +6,8 @@ wrapping the store's and storage's methods from the outside: the expiry runs unc
 Crash points (in the first batch of expired segments):
   after-log-start    the new log start offset recorded, nothing deleted
   after-started      the first batch DELETE_SEGMENT_STARTED, its objects still there
-  mid-objects        some of its objects deleted
+  mid-manifests      some of the batch's manifests deleted, none of their other objects
+  mid-objects        every manifest of the batch deleted, some of their other objects
   mid-local          the remote deletions done, a local segment renamed .deleted but not removed
 """
 
@@ -51,8 +52,12 @@ def arm(crash_at: str, store: RemoteLogMetadataStore, storage) -> None:
             die()
         return result
 
+    calls = []
+
     def delete_objects(keys):
-        if crash_at == "mid-objects":
+        # A batch's first delete is of its manifests, its second of their other objects.
+        calls.append(keys)
+        if (crash_at, len(calls)) in (("mid-manifests", 1), ("mid-objects", 2)):
             original_delete(keys[: len(keys) // 2])
             die()
         return original_delete(keys)

@@ -447,15 +447,20 @@ def assert_only_the_due_segments_deleted(scenario: Scenario, before: list, what:
         f"{what}: the recovering pass should have deleted exactly the six due segments"
 
 
-@pytest.mark.parametrize("tier", ["filesystem", "s3"])
-def test_kill_9_between_a_batch_s_started_and_finished_then_the_next_sync_deletes_every_due_segment_and_no_other(harness, tier):
-    """The six due segments expire in one batch: killed in the transaction that would finish them
-    (every object already gone), they are all left DELETE_SEGMENT_STARTED and the next pass ends it."""
-    scenario = expiring(harness, f"kill-mid-batch-{tier}", tier)
+@pytest.mark.parametrize(("transaction", "tier", "left_in"), [
+    ("DELETE_SEGMENT_STARTED", "filesystem", "COPY_SEGMENT_FINISHED"),
+    ("DELETE_SEGMENT_FINISHED", "filesystem", "DELETE_SEGMENT_STARTED"),
+    ("DELETE_SEGMENT_FINISHED", "s3", "DELETE_SEGMENT_STARTED"),
+], ids=["in-started-filesystem", "in-finished-filesystem", "in-finished-s3"])
+def test_kill_9_inside_a_batch_s_transaction_then_the_next_sync_deletes_every_due_segment_and_no_other(harness, transaction, tier, left_in):
+    """The six due segments expire in one batch: killed inside the transaction that would start
+    their delete (no object touched yet) or finish it (every object already gone), all six are left
+    in the state before it, none half-way, and the next pass ends it."""
+    scenario = expiring(harness, f"kill-in-{transaction.lower()}-{tier}", tier)
     before = scenario.finished()
-    gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", "DELETE_SEGMENT_FINISHED", nth=strike(scenario.name).randint(1, 6))
-    what = kill_9_when(gate, scenario.start("sync"), "kill -9 between a batch's DELETE_SEGMENT_STARTED and FINISHED")
-    assert {s.state for s in scenario.segments() if s.segment_id in due(before)} == {"DELETE_SEGMENT_STARTED"}, what
+    gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", transaction, nth=strike(scenario.name).randint(1, 6))
+    what = kill_9_when(gate, scenario.start("sync"), f"kill -9 inside a batch's {transaction} transaction")
+    assert {s.state for s in scenario.segments() if s.segment_id in due(before)} == {left_in}, what
     assert_recovered(scenario, scenario.sync(), what)
     assert_only_the_due_segments_deleted(scenario, before, what)
 
