@@ -3,10 +3,11 @@ at a chosen step (``python -m tests.expiry_driver LOG_DIR TOPIC NOW_MS [CRASH_AT
 ``KTS_DATABASE_URL`` and ``KTS_REMOTE_URI`` set; the log dir is owned). The kill is injected by
 wrapping the store's and storage's methods from the outside: the expiry runs unchanged.
 
-Crash points (on the first expired segment):
+Crash points (in the first batch of expired segments):
   after-log-start    the new log start offset recorded, nothing deleted
-  after-started      the segment DELETE_SEGMENT_STARTED, its objects still there
-  mid-objects        some of its objects deleted
+  after-started      the first batch DELETE_SEGMENT_STARTED, its objects still there
+  mid-manifests      some of the batch's manifests deleted, none of their other objects
+  mid-objects        every manifest of the batch deleted, some of their other objects
   mid-local          the remote deletions done, a local segment renamed .deleted but not removed
 """
 
@@ -35,7 +36,7 @@ def die() -> None:
 
 def arm(crash_at: str, store: RemoteLogMetadataStore, storage) -> None:
     original_start = store.update_log_start_offset
-    original_update = store.update_remote_log_segment_metadata
+    original_update = store.update_remote_log_segments_delete_state
     original_delete = storage._delete_objects
     original_local = expiry.delete_local_segment
 
@@ -45,14 +46,18 @@ def arm(crash_at: str, store: RemoteLogMetadataStore, storage) -> None:
             die()
         return result
 
-    def update(segment_id, new_state, *args, **kwargs):
-        result = original_update(segment_id, new_state, *args, **kwargs)
+    def update(segment_ids, new_state, *args, **kwargs):
+        result = original_update(segment_ids, new_state, *args, **kwargs)
         if crash_at == "after-started" and new_state is RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
             die()
         return result
 
+    calls = []
+
     def delete_objects(keys):
-        if crash_at == "mid-objects":
+        # A batch's first delete is of its manifests, its second of their other objects.
+        calls.append(keys)
+        if (crash_at, len(calls)) in (("mid-manifests", 1), ("mid-objects", 2)):
             original_delete(keys[: len(keys) // 2])
             die()
         return original_delete(keys)
@@ -64,7 +69,7 @@ def arm(crash_at: str, store: RemoteLogMetadataStore, storage) -> None:
         return original_local(partition, segment)
 
     store.update_log_start_offset = update_log_start_offset
-    store.update_remote_log_segment_metadata = update
+    store.update_remote_log_segments_delete_state = update
     storage._delete_objects = delete_objects
     expiry.delete_local_segment = delete_local
 

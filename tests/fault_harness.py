@@ -277,11 +277,16 @@ class S3Server:
         self._gates: list[RequestGate] = []
         self._lock = threading.Lock()
         self._app = None
+        # WSGI middlewares around moto (outermost last): a tier that answers some requests its own way.
+        self.middlewares: list[Callable[[Callable], Callable]] = []
 
     def _wsgi(self, environ, start_response):
         for gate in list(self._gates):
             gate.consider(environ)
-        return self._app(environ, start_response)
+        app = self._app
+        for middleware in self.middlewares:
+            app = middleware(app)
+        return app(environ, start_response)
 
     def start(self) -> None:
         import logging

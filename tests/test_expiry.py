@@ -225,7 +225,7 @@ def test_roll_and_offload_copies_each_rolled_segment_and_serves_it_after_local_d
     assert remote + local == reader.partition(TOPIC, 0).high_watermark
 
 
-@pytest.mark.parametrize("crash_at", ["after-log-start", "after-started", "mid-objects", "mid-local"])
+@pytest.mark.parametrize("crash_at", ["after-log-start", "after-started", "mid-manifests", "mid-objects", "mid-local"])
 def test_a_sigkill_at_any_step_of_expiry_is_finished_by_the_next_pass(tiered, metadata_store, pg_url, tmp_path, crash_at):
     """Killed at any step, the expiry leaves a state a rerun converges from: what it meant to delete
     is gone from both tiers, nothing it meant to keep is lost, nothing is orphaned."""

@@ -436,6 +436,48 @@ def test_s3_stopped_mid_expiry_then_the_next_sync_finishes_it(harness):
     sync_with_a_server_stopped(scenario, gate, harness.s3, "S3 stopped mid-expiry")
 
 
+def due(before: list) -> set[uuid.UUID]:
+    """The six segments ``expiring`` made due: orders-0's oldest."""
+    return {s.segment_id for s in sorted((s for s in before if s.partition == 0), key=lambda s: s.start_offset)[:6]}
+
+
+def assert_only_the_due_segments_deleted(scenario: Scenario, before: list, what: str) -> None:
+    """The six segments ``expiring`` made due are gone from the store; every other one is as it was."""
+    assert {s.segment_id for s in scenario.finished()} == {s.segment_id for s in before} - due(before), \
+        f"{what}: the recovering pass should have deleted exactly the six due segments"
+
+
+@pytest.mark.parametrize(("transaction", "tier", "left_in"), [
+    ("DELETE_SEGMENT_STARTED", "filesystem", "COPY_SEGMENT_FINISHED"),
+    ("DELETE_SEGMENT_FINISHED", "filesystem", "DELETE_SEGMENT_STARTED"),
+    ("DELETE_SEGMENT_FINISHED", "s3", "DELETE_SEGMENT_STARTED"),
+], ids=["in-started-filesystem", "in-finished-filesystem", "in-finished-s3"])
+def test_kill_9_inside_a_batch_s_transaction_then_the_next_sync_deletes_every_due_segment_and_no_other(harness, transaction, tier, left_in):
+    """The six due segments expire in one batch: killed inside the transaction that would start
+    their delete (no object touched yet) or finish it (every object already gone), all six are left
+    in the state before it, none half-way, and the next pass ends it."""
+    scenario = expiring(harness, f"kill-in-{transaction.lower()}-{tier}", tier)
+    before = scenario.finished()
+    gate = scenario.gate().arm("SEGMENT_STATE_CHANGED", transaction, nth=strike(scenario.name).randint(1, 6))
+    what = kill_9_when(gate, scenario.start("sync"), f"kill -9 inside a batch's {transaction} transaction")
+    assert {s.state for s in scenario.segments() if s.segment_id in due(before)} == {left_in}, what
+    assert_recovered(scenario, scenario.sync(), what)
+    assert_only_the_due_segments_deleted(scenario, before, what)
+
+
+@pytest.mark.parametrize("request_nth", [2, 3], ids=["manifests", "objects"])
+def test_kill_9_mid_deleteobjects_then_the_next_sync_deletes_every_due_segment_and_no_other(harness, request_nth):
+    """Held in the batch's DeleteObjects request of its manifests or of its other objects and killed
+    there (the sync's first DeleteObjects is the preflight's probe; then the batch's two)."""
+    scenario = expiring(harness, f"kill-mid-deleteobjects-{request_nth}", "s3")
+    before = scenario.finished()
+    gate = harness.s3.gate("POST", rf"^/{scenario.tier.bucket}/?$", nth=request_nth, query="delete")
+    what = kill_9_when(gate, scenario.start("sync"), "kill -9 mid-DeleteObjects")
+    assert {s.state for s in scenario.segments() if s.segment_id in due(before)} == {"DELETE_SEGMENT_STARTED"}, what
+    assert_recovered(scenario, scenario.sync(), what)
+    assert_only_the_due_segments_deleted(scenario, before, what)
+
+
 # --- topic deletion ------------------------------------------------------------------------------------
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql import ARRAY, insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 
 from kts_resources.kafka.checkpoints import EpochEntry
@@ -534,6 +534,71 @@ class RemoteLogMetadataStore:
             _event(conn, EventKind.SEGMENT_STATE_CHANGED, tip=tip, segment_id=sid,
                    old_state=before.state.name, new_state=new_state.name, details=details)
             return after
+
+        return self._tx(work)
+
+    def update_remote_log_segments_delete_state(
+        self,
+        segment_ids: Iterable[RemoteLogSegmentId | uuid.UUID],
+        new_state: RemoteLogSegmentState,
+        event_timestamp_ms: int,
+    ) -> list[RemoteLogSegmentMetadata]:
+        """Move many segments to DELETE_SEGMENT_STARTED or DELETE_SEGMENT_FINISHED in one
+        transaction (a batched delete's bookkeeping): all of them or none, with one
+        SEGMENT_STATE_CHANGED event per segment as ``update_remote_log_segment_metadata`` writes.
+        A segment already in ``new_state`` is left as it is, and so is one already
+        DELETE_SEGMENT_FINISHED when asked for DELETE_SEGMENT_STARTED (its delete is over); any
+        other invalid transition raises ``InvalidStateTransition`` and nothing is written; an
+        unknown id raises RemoteResourceNotFoundError. Returns every segment's metadata after, in
+        the order given."""
+        if new_state not in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+            raise ValueError(f"{new_state.name} is not a delete state: use update_remote_log_segment_metadata")
+        sids = list(dict.fromkeys(s.id if isinstance(s, RemoteLogSegmentId) else s for s in segment_ids))
+        if not sids:
+            return []
+        left = {new_state, S.DELETE_SEGMENT_FINISHED}
+
+        def work(conn: Connection, _attempt: int) -> list[RemoteLogSegmentMetadata]:
+            # The ids travel as one array parameter: a batch is one short statement, whatever its size.
+            wanted = SEGMENTS.c.segment_id == sa.any_(_uuid_array(sids))
+            # The same lock order as every other writer: partition rows, then segment rows (sorted,
+            # so that two batches never wait on each other crosswise).
+            owners = sa.select(SEGMENTS.c.topic_id, SEGMENTS.c.partition).where(wanted)
+            parts = conn.execute(
+                sa.select(PARTITIONS).where(sa.tuple_(PARTITIONS.c.topic_id, PARTITIONS.c.partition).in_(owners))
+                .order_by(PARTITIONS.c.topic_id, PARTITIONS.c.partition).with_for_update()
+            ).all()
+            tips = {(p.topic_id, p.partition): _row_tip(p) for p in parts}
+            rows = {r.segment_id: r for r in conn.execute(
+                sa.select(SEGMENTS).where(wanted).order_by(SEGMENTS.c.segment_id).with_for_update())}
+            missing = [s for s in sids if s not in rows or (rows[s].topic_id, rows[s].partition) not in tips]
+            if missing:
+                raise RemoteResourceNotFoundError(f"no remote log segment metadata found for {missing[0]}"
+                                                  + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+            before = {s: _to_metadata(rows[s], tips[(rows[s].topic_id, rows[s].partition)]) for s in sids}
+            # A retried transaction whose first commit's reply was lost finds its own rows in
+            # ``new_state`` already: left as they are, like any segment already there.
+            moving = [s for s in sids if before[s].state not in left]
+            for s in moving:
+                check_segment_transition(before[s].state, new_state)
+            if not moving:
+                return [before[s] for s in sids]
+            moved = _uuid_array(moving)
+            # The events first, from the rows as they are (their old state), in one statement.
+            conn.execute(EVENTS.insert().from_select(
+                ["topic_id", "partition", "segment_id", "kind", "old_state", "new_state", "details"],
+                sa.select(SEGMENTS.c.topic_id, SEGMENTS.c.partition, SEGMENTS.c.segment_id,
+                          sa.literal(EventKind.SEGMENT_STATE_CHANGED), SEGMENTS.c.state, sa.literal(new_state.name),
+                          sa.literal({"event_timestamp_ms": event_timestamp_ms}, EVENTS.c.details.type))
+                .where(SEGMENTS.c.segment_id == sa.any_(moved)).order_by(SEGMENTS.c.segment_id)))
+            conn.execute(SEGMENTS.update().where(SEGMENTS.c.segment_id == sa.any_(moved)).values(
+                state=new_state.name, event_timestamp_ms=event_timestamp_ms, updated_at=sa.func.now()))
+            if new_state is S.DELETE_SEGMENT_STARTED:
+                # No longer readable; still listed, so a failed delete is retried.
+                conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id == sa.any_(moved)).values(referenced=False))
+            moved_ids = set(moving)
+            return [replace(before[s], state=new_state, event_timestamp_ms=event_timestamp_ms) if s in moved_ids else before[s]
+                    for s in sids]
 
         return self._tx(work)
 
@@ -1183,6 +1248,11 @@ def _partition_key(table: sa.Table, tip: TopicIdPartition) -> tuple:
 
 def _tip_str(tip: TopicIdPartition) -> str:
     return f"{tip.topic_partition} (topic id {tip.topic_id})"
+
+
+def _uuid_array(ids: list[uuid.UUID]) -> sa.ColumnElement:
+    """``ids`` as one ``uuid[]`` parameter (for ``= ANY(...)``): one bind however many ids."""
+    return sa.cast(sa.bindparam(None, [str(i) for i in ids], type_=ARRAY(sa.Text), unique=True), ARRAY(sa.Uuid()))
 
 
 def _row_tip(row: sa.Row) -> TopicIdPartition:

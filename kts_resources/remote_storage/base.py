@@ -15,7 +15,8 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -145,6 +146,15 @@ def stored_objects(custom_metadata: Mapping[str, str]) -> dict[str, StoredObject
             except (KeyError, ValueError) as e:
                 raise ValueError(f"custom metadata of {suffix!r} object is malformed: {e}") from None
     return out
+
+
+def _recorded_keys(metadata: RemoteLogSegmentMetadata) -> dict[str, str]:
+    """suffix → key of each object the segment's custom metadata records, its manifest's too."""
+    keys = {suffix: obj.key for suffix, obj in stored_objects(metadata.custom_metadata).items()}
+    manifest = recorded_manifest(metadata.custom_metadata)
+    if manifest is not None:
+        keys[MANIFEST_SUFFIX] = manifest.key
+    return keys
 
 
 # --- what gets uploaded ------------------------------------------------------------------------
@@ -350,8 +360,10 @@ class RemoteStorageManager(abc.ABC):
     def _get_object(self, key: str) -> bytes: ...
 
     @abc.abstractmethod
-    def _delete_objects(self, keys: list[str]) -> None:
-        """Delete every key; a key that is not there is fine."""
+    def _delete_objects(self, keys: list[str]) -> dict[str, str]:
+        """Delete every key, as few requests as the backend allows; a key that is not there is
+        fine. Returns the keys that could not be deleted, each with why (S3 DeleteObjects answers
+        per key); a failure of a whole request raises RemoteStorageError."""
 
     @abc.abstractmethod
     def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
@@ -375,13 +387,7 @@ class RemoteStorageManager(abc.ABC):
     def segment_object_keys(self, metadata: RemoteLogSegmentMetadata) -> dict[str, str]:
         """suffix → key of each object of the segment. Keys recorded in the custom metadata win, so
         segments copied under an earlier prefix stay readable and deletable after it changes."""
-        keys = {s: self.keys.segment_key(metadata.segment_id, metadata.start_offset, s) for s in SEGMENT_SUFFIXES}
-        for suffix, obj in stored_objects(metadata.custom_metadata).items():
-            keys[suffix] = obj.key
-        manifest = recorded_manifest(metadata.custom_metadata)
-        if manifest is not None:
-            keys[MANIFEST_SUFFIX] = manifest.key
-        return keys
+        return self.keys.segment_keys(metadata.segment_id, metadata.start_offset, SEGMENT_SUFFIXES) | _recorded_keys(metadata)
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> dict[str, str]:
         """Upload the segment's .log, .index, .timeindex, .txnindex and producer snapshot (when
@@ -460,19 +466,47 @@ class RemoteStorageManager(abc.ABC):
         return self.fetch_object(key, obj.checksum if obj else None)
 
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """Delete every object of the segment and its manifest, idempotently: objects already gone (an earlier
-        attempt, a copy that never finished) are fine, and leftovers of an interrupted upload of
-        these keys go too."""
-        # The manifest goes first: a delete cut short leaves objects nothing describes (the scrub's
+        """Delete every object of the segment and its manifest (``delete_segments_data`` of one);
+        RemoteStorageError when some object could not be deleted."""
+        failed = self.delete_segments_data([metadata])
+        if failed:
+            raise RemoteStorageError(next(iter(failed.values())))
+
+    def delete_segments_data(self, metadatas: Sequence[RemoteLogSegmentMetadata]) -> dict[uuid.UUID, str]:
+        """Delete every object of the segments and their manifests, idempotently (objects already
+        gone, from an earlier attempt or a copy that never finished, are fine, and leftovers of an
+        interrupted upload of these keys go too), in as few requests as the backend takes: the
+        manifests of all of them, then all their other objects. A finished copy's objects are the
+        ones its custom metadata records; a segment without that record (a copy cut short) gets
+        every key of the layout. Returns segment id → why, for the segments some of whose objects
+        are still there (deleting again finishes them)."""
+        # The manifests go first: a delete cut short leaves objects nothing describes (the scrub's
         # orphans), never a manifest naming objects that are gone (which `kts recover` would trust).
-        recorded = self.segment_object_keys(metadata)
-        manifests = {self.keys.manifest_key(metadata.segment_id, metadata.start_offset)}
-        if MANIFEST_SUFFIX in recorded:
-            manifests.add(recorded.pop(MANIFEST_SUFFIX))
-        self._delete_objects(sorted(manifests))
-        keys = {self.keys.segment_key(metadata.segment_id, metadata.start_offset, s) for s in SEGMENT_SUFFIXES}
-        keys.update(recorded.values())
-        self._delete_objects(sorted(keys))
+        # A segment whose manifest stays keeps its other objects too.
+        manifests: dict[str, uuid.UUID] = {}
+        others: dict[str, uuid.UUID] = {}
+        for md in metadatas:
+            sid = md.segment_id.id
+            # The objects a finished copy recorded are all it stored (under keys that may predate a
+            # prefix change); a copy cut short recorded none, and any of the layout's may be there.
+            recorded = _recorded_keys(md)
+            wanted = (*SEGMENT_SUFFIXES, MANIFEST_SUFFIX) if recorded.keys() <= {MANIFEST_SUFFIX} else (MANIFEST_SUFFIX,)
+            layout = self.keys.segment_keys(md.segment_id, md.start_offset, wanted)
+            if MANIFEST_SUFFIX in recorded:
+                del layout[MANIFEST_SUFFIX]
+            for suffix, key in (*layout.items(), *recorded.items()):
+                (manifests if suffix == MANIFEST_SUFFIX else others)[key] = sid
+        failed: dict[uuid.UUID, str] = {}
+
+        def delete(keys: dict[str, uuid.UUID]) -> None:
+            for key, why in self._delete_objects(sorted(keys)).items():
+                # A key the answer names that is not one asked for: whose it was is unknown.
+                for sid in [keys[key]] if key in keys else set(keys.values()):
+                    failed.setdefault(sid, f"{self.location(key)}: delete failed: {why}")
+
+        delete(manifests)
+        delete({k: sid for k, sid in others.items() if sid not in failed})
+        return failed
 
     # --- single objects (remote indexes, the scrub) ---
 
@@ -514,7 +548,11 @@ class RemoteStorageManager(abc.ABC):
         """Delete objects by key (an orphan clean-up); missing ones are fine."""
         checked = [self._check_own_key(k) for k in keys]
         if checked:
-            self._delete_objects(checked)
+            failed = self._delete_objects(checked)
+            if failed:
+                key, why = next(iter(failed.items()))
+                raise RemoteStorageError(f"{self.location(key)}: delete failed: {why}"
+                                         + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
 
     # --- helpers ---
 
@@ -533,7 +571,9 @@ class RemoteStorageManager(abc.ABC):
         if not keys:
             return
         try:
-            self._delete_objects(keys)
+            failed = self._delete_objects(keys)
+            if failed:
+                raise RemoteStorageError("; ".join(f"{k}: {why}" for k, why in failed.items()))
         except Exception as e:  # the original failure is the one to report
             log.warning("could not remove objects of a failed copy: %s", e)
             cause.add_note(f"objects left behind by the failed copy: {', '.join(keys)} ({e})")

@@ -218,30 +218,42 @@ class FileSystemRemoteStorage(RemoteStorageManager):
         except OSError as e:
             raise self._error(key, e) from e
 
-    def _delete_objects(self, keys: list[str]) -> None:
+    def _delete_objects(self, keys: list[str]) -> dict[str, str]:
+        # One pass per directory (a partition's objects share one): one listing, which says which
+        # of the names are there (only those are unlinked) and finds leftovers; one fsync.
         by_directory: dict[tuple[str, ...], set[str]] = defaultdict(set)
         for key in keys:
             *parts, name = check_object_key(key).split("/")
             by_directory[tuple(parts)].add(name)
+        failed: dict[str, str] = {}
         for parts, names in by_directory.items():
             where = "/".join(parts) + "/"
             try:
                 with self._directory(list(parts), create=False) as dfd:
                     # Leftovers of an interrupted upload of these keys go with them.
-                    leftovers = [n for n in os.listdir(dfd) if _is_tmp(n) and n[1:].rsplit(".", 2)[0] in names]
+                    present, leftovers = [], []
+                    for n in os.listdir(dfd):
+                        if n in names:
+                            present.append(n)
+                        elif _is_tmp(n) and n[1:].rsplit(".", 2)[0] in names:
+                            leftovers.append(n)
                     removed = False
-                    for name in [*names, *leftovers]:
+                    for name in [*sorted(present), *leftovers]:
                         try:
                             os.unlink(name, dir_fd=dfd)
                             removed = True
                         except FileNotFoundError:
                             pass
+                        except OSError as e:
+                            if name in names:  # a leftover that stays is the scrub's to find
+                                failed[where + name] = e.strerror or str(e)
                     if removed:
                         os.fsync(dfd)
             except FileNotFoundError:
                 continue  # the whole directory is gone: so are the objects
             except OSError as e:
                 raise self._error(where, e) from e
+        return failed
 
     def _walk(self, top: str) -> Iterator[tuple[str, str, int]]:
         """(directory key prefix, file name, dir fd) for every entry under the directory ``top``."""

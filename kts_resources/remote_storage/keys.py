@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -174,6 +175,16 @@ class ObjectKeys:
         if suffix not in SEGMENT_SUFFIXES and suffix != MANIFEST_SUFFIX:
             raise ValueError(f"no object key for suffix {suffix!r}: not one of {', '.join((*SEGMENT_SUFFIXES, MANIFEST_SUFFIX))}")
         return f"{self.segment_stem(segment_id, start_offset)}.{suffix}"
+
+    def segment_keys(self, segment_id: RemoteLogSegmentId, start_offset: int, suffixes: Iterable[str]) -> dict[str, str]:
+        """suffix → key, for several objects of one segment (``segment_key`` of each, the stem built once)."""
+        stem = self.segment_stem(segment_id, start_offset)
+        keys = {}
+        for suffix in suffixes:
+            if suffix not in SEGMENT_SUFFIXES and suffix != MANIFEST_SUFFIX:
+                self.segment_key(segment_id, start_offset, suffix)  # raises: one message for a bad suffix
+            keys[suffix] = f"{stem}.{suffix}"
+        return keys
 
     def manifest_key(self, segment_id: RemoteLogSegmentId, start_offset: int) -> str:
         """``<partition prefix><20-digit start offset>-<segment id>.manifest``: the segment's manifest."""

@@ -4,8 +4,9 @@ Kafka's RLMCopyTask, as a plain function the pipeline calls. Per partition, unde
 store's partition lock: repair what a crashed run left behind, pick the candidates, then per
 segment: verify every batch CRC → COPY_SEGMENT_STARTED → upload all its files → its manifest →
 COPY_SEGMENT_FINISHED (so the tier alone describes every finished segment: ``kts recover``).
-A failed upload is cleaned up by the one delete procedure, ``delete_remote_log_segment``
-(DELETE_SEGMENT_STARTED → objects → DELETE_SEGMENT_FINISHED), which expiry and scrub will share.
+A failed upload is cleaned up by the one delete procedure, ``delete_remote_log_segments``
+(DELETE_SEGMENT_STARTED → objects → DELETE_SEGMENT_FINISHED, a batch at a time), which expiry,
+scrub and topic deletion share.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from kts_resources.remote_log import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemoteResourceNotFoundError,
+    RemoteStorageError,
     TopicIdPartition,
     VerifiedChecksum,
 )
@@ -84,27 +86,57 @@ def delete_remote_log_segment(
     metadata: RemoteLogSegmentMetadata,
     clock: Clock,
 ) -> RemoteLogSegmentMetadata:
-    """Delete one remote segment as Kafka's RemoteLogManager.deleteRemoteLogSegment does:
-    DELETE_SEGMENT_STARTED → every object of the segment (log, indexes, snapshot, epochs) →
-    DELETE_SEGMENT_FINISHED; returns the segment's final metadata.
+    """Delete one remote segment (``delete_remote_log_segments`` of one); returns its final metadata."""
+    return delete_remote_log_segments(store, storage, [metadata], clock)[0]
+
+
+# Segments per batch of delete bookkeeping: a transaction of this many rows stays short, and their
+# objects (5-7 each) fill a handful of S3 DeleteObjects requests of up to 1,000 keys.
+DELETE_BATCH_SEGMENTS = 500
+
+
+def delete_remote_log_segments(
+    store: RemoteLogMetadataStore,
+    storage: RemoteStorageManager,
+    metadatas: Sequence[RemoteLogSegmentMetadata],
+    clock: Clock,
+    *,
+    batch: int = DELETE_BATCH_SEGMENTS,
+) -> list[RemoteLogSegmentMetadata]:
+    """Delete remote segments as Kafka's RemoteLogManager.deleteRemoteLogSegment does, a batch at a
+    time: DELETE_SEGMENT_STARTED for the batch (one store transaction) → every object of those
+    segments (log, indexes, snapshot, epochs; the manifests first), in the tier's batched deletes →
+    DELETE_SEGMENT_FINISHED (one transaction) for the segments whose objects are all gone.
+    Returns every segment's final metadata, in the order given.
 
     The one procedure every remote delete goes through: the copy's clean-up and repair, expiry,
     scrub and the deletion of a topic's partitions (``partition_admin``).
     Idempotent, so an interrupted delete is finished by calling it again: the state is the store's
-    (not ``metadata``'s, which may be stale), a segment already in DELETE_SEGMENT_STARTED continues,
-    one already DELETE_SEGMENT_FINISHED is left as it is, and objects already gone are fine. The
-    caller holds the partition lock. RemoteResourceNotFoundError when the store has no such segment.
+    (not ``metadatas``', which may be stale), a segment already in DELETE_SEGMENT_STARTED continues,
+    one already DELETE_SEGMENT_FINISHED is left as it is, and objects already gone are fine. A kill
+    anywhere leaves each segment of the batch either as it was, or STARTED (unreadable, its objects
+    partly or wholly gone): never FINISHED with an object left. A segment some of whose objects the
+    tier would not delete stays STARTED, the rest of its batch is finished, and RemoteStorageError
+    names it (the next pass deletes it again). The caller holds the partition lock.
+    RemoteResourceNotFoundError when the store has no such segment.
     """
-    current = store.segment(metadata.segment_id)
-    if current is None:
-        raise RemoteResourceNotFoundError(f"no remote log segment metadata found for {metadata.segment_id.id}")
-    if current.state is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
-        return current
-    if current.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-        # No longer readable from here on; still listed until its objects are gone.
-        current = store.update_remote_log_segment_metadata(current.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
-    storage.delete_log_segment_data(current)
-    return store.update_remote_log_segment_metadata(current.segment_id, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, clock.now_ms())
+    done: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+    for i in range(0, len(metadatas), batch):
+        ids = [md.segment_id.id for md in metadatas[i : i + batch]]
+        started = store.update_remote_log_segments_delete_state(ids, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
+        # The store's current rows (custom metadata, state), not the caller's copies; finished ones are left.
+        pending = [md for md in started if md.state is RemoteLogSegmentState.DELETE_SEGMENT_STARTED]
+        done.update((md.segment_id.id, md) for md in started)
+        failed = storage.delete_segments_data(pending) if pending else {}
+        gone = [md.segment_id.id for md in pending if md.segment_id.id not in failed]
+        if gone:
+            done.update((md.segment_id.id, md) for md in store.update_remote_log_segments_delete_state(
+                gone, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, clock.now_ms()))
+        if failed:
+            first = next(iter(failed.values()))
+            raise RemoteStorageError(first + (f" (and {len(failed) - 1} more segments left in DELETE_SEGMENT_STARTED)"
+                                              if len(failed) > 1 else " (the segment stays in DELETE_SEGMENT_STARTED)"))
+    return [done[md.segment_id.id] for md in metadatas]
 
 
 # --- manifests ------------------------------------------------------------------------------------
@@ -466,12 +498,10 @@ def _topic_id_partition(partition: PartitionDir, store: RemoteLogMetadataStore) 
 def _finish_interrupted(store: RemoteLogMetadataStore, storage: RemoteStorageManager, tip: TopicIdPartition, clock: Clock) -> list[uuid.UUID]:
     """Clean up what a crashed run left: a STARTED copy is abandoned (its objects may be partial),
     an unfinished delete is completed. Runs under the partition lock, so nobody else is mid-way."""
-    repaired = []
     states = {RemoteLogSegmentState.COPY_SEGMENT_STARTED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED}
-    for md in store.list_remote_log_segments(tip, states=states):
-        delete_remote_log_segment(store, storage, md, clock)
-        repaired.append(md.segment_id.id)
-    return repaired
+    interrupted = store.list_remote_log_segments(tip, states=states)
+    delete_remote_log_segments(store, storage, interrupted, clock)
+    return [md.segment_id.id for md in interrupted]
 
 
 def _prepare(

@@ -9,8 +9,9 @@ The plan is a value (``PartitionRetention``) made once — by a Spark task or on
 carried out as it is; it serialises itself for the trip back from Spark.
 
 Carrying it out (Kafka's RemoteLogManager expiration and UnifiedLog.deleteOldSegments), under the
-partition lock: the new log start offset is recorded first (so the data is unreadable at once), then each expired remote segment goes through the one delete
-procedure (DELETE_SEGMENT_STARTED → its objects → DELETE_SEGMENT_FINISHED). In owned log dirs kts
+partition lock: the new log start offset is recorded first (so the data is unreadable at once), then the expired remote segments go through the one delete
+procedure in batches (DELETE_SEGMENT_STARTED for a batch in one store transaction → their objects in the
+tier's batched deletes → DELETE_SEGMENT_FINISHED for the batch). In owned log dirs kts
 applies local retention itself, as a broker does: only segments a finished remote segment covers
 (or all of them by policy when copying is disabled), never the active one, renamed to ``.deleted``
 and then removed, with their producer snapshots; the log-start-offset-checkpoint follows a moved
@@ -209,15 +210,15 @@ def expire_partition(
     ``remote=False``: only the local part (a follower's kts in a cluster whose leadership is known:
     the remote tier's retention is the leader's kts's, as Kafka runs RemoteLogManager's expiration
     on the leader only — a follower counts its own uncopied bytes, which lag, as the log's)."""
-    from kts_resources.tiering.copier import delete_remote_log_segment
+    from kts_resources.tiering.copier import delete_remote_log_segments
 
     tip = plan.tip
     with locked_partition(store, tip, located, timeout_s=lock_timeout_s) as held:
         if located is not None and located.owned:
             remove_deleted_leftovers(located.partition.path)
-        # A delete an earlier pass started and did not finish (killed, or the tier failed) goes first.
-        for md in store.list_remote_log_segments(tip, states={RemoteLogSegmentState.DELETE_SEGMENT_STARTED}):
-            delete_remote_log_segment(store, storage, md, clock)
+        # Deletes an earlier pass started and did not finish (killed, or the tier failed) go first.
+        delete_remote_log_segments(store, storage, store.list_remote_log_segments(
+            tip, states={RemoteLogSegmentState.DELETE_SEGMENT_STARTED}), clock)
         # The plan was made before the lock was taken (in a Spark task, perhaps): what another
         # writer did since is re-checked here, cheaply, and never re-planned. A remote segment the
         # plan names that is no longer COPY_SEGMENT_FINISHED (another expiry, a re-copy of a damaged
@@ -239,10 +240,10 @@ def expire_partition(
             result.log_start_offset = store.update_log_start_offset(tip, plan.new_log_start_offset)
             if result.log_start_offset > 0:
                 put_log_start_offset(storage, tip, result.log_start_offset)
-        for expired in plan.remote.expired:
-            delete_remote_log_segment(store, storage, still[expired.segment_id], clock)
-            result.remote_deleted.append(expired.start_offset)
-            result.remote_bytes_deleted += expired.size_bytes
+        # Then the expired segments, a batch at a time through the delete states (copier's procedure).
+        delete_remote_log_segments(store, storage, [still[e.segment_id] for e in plan.remote.expired], clock)
+        result.remote_deleted.extend(e.start_offset for e in plan.remote.expired)
+        result.remote_bytes_deleted += sum(e.size_bytes for e in plan.remote.expired)
         if located is not None and located.owned:
             _apply_local(located, tip, store, plan, result, held.view)
     return result

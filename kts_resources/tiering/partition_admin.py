@@ -116,7 +116,7 @@ def delete_partition_remote_data(tip: TopicIdPartition, store: "RemoteLogMetadat
                                  *, clock: "Clock", home: Path | None, lock_timeout_s: float | None = 30.0) -> RemoteDataDeletion:
     """Every remote segment of the partition and its remote log index, through the partition
     delete states (idempotent: a finished deletion is a no-op, an interrupted one continues)."""
-    from kts_resources.tiering.copier import delete_remote_log_segment
+    from kts_resources.tiering.copier import delete_remote_log_segments
     from kts_resources.reading.remote_index_cache import cache_directory
 
     result = RemoteDataDeletion(tip)
@@ -128,9 +128,9 @@ def delete_partition_remote_data(tip: TopicIdPartition, store: "RemoteLogMetadat
             if _before(store.partition_state(tip).delete_state, target):
                 store.put_partition_delete_state(tip, target)
                 result.states.append(target.name)
-        for md in store.list_remote_log_segments(tip):  # every state but DELETE_SEGMENT_FINISHED
-            delete_remote_log_segment(store, storage, md, clock)
-            result.segments_deleted += 1
+        remaining = store.list_remote_log_segments(tip)  # every state but DELETE_SEGMENT_FINISHED
+        delete_remote_log_segments(store, storage, remaining, clock)
+        result.segments_deleted += len(remaining)
         prefix = storage.keys.remote_index_prefix(tip)
         keys = [o.key for o in storage.list_objects(prefix)]
         storage.delete_objects([*keys, storage.keys.log_start_offset_key(tip)])
