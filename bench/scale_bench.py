@@ -338,7 +338,7 @@ def one_size(partitions: int, segments: int, tmp: Path, dbs: Databases, spark_ho
 
     progress("one new rolled segment in every partition")
     append_rolled_segments(root, partitions, 1, first_ts + segments * HOUR_MS)
-    clone = clone_database(dbs, url)
+    clone = clone_database(dbs, url) if full else None  # the copy alone's store: the world's copied state
     with world_environment(env):
         progress("sensor ticks with that work waiting")
         out["ticks"] = sensor_ticks(ticks)
