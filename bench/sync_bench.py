@@ -336,7 +336,7 @@ def make_sync_env(base: Path, url: str, log_dir: Path, spark: dict[str, str], st
     return env
 
 
-SYNCED = re.compile(r"^synced (\d+) partitions \((\d+) new\): copied (\d+) segments \(([\d,]+) bytes\)", re.MULTILINE)
+SYNCED = re.compile(r"^synced ([\d,]+) partitions \(([\d,]+) new\): copied ([\d,]+) segments \(([\d,]+) bytes\)", re.MULTILINE)
 
 
 def run_sync(env: SyncEnv) -> dict:
@@ -354,8 +354,8 @@ def run_sync(env: SyncEnv) -> dict:
     m = SYNCED.search(result.stdout)
     if m is None:
         raise SystemExit(f"kts sync printed no summary line:\n{result.stdout[-2000:]}")
-    return {"seconds": seconds, "launched": launched, "exited": exited, "partitions": int(m[1]),
-            "copied_segments": int(m[3]), "copied_bytes": int(m[4].replace(",", "")), "stdout": result.stdout.strip()}
+    return {"seconds": seconds, "launched": launched, "exited": exited, "partitions": int(m[1].replace(",", "")),
+            "copied_segments": int(m[3].replace(",", "")), "copied_bytes": int(m[4].replace(",", "")), "stdout": result.stdout.strip()}
 
 
 def sync_phases(env: SyncEnv, launched: float, exited: float, run_ids_before: set[str]) -> dict:

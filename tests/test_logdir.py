@@ -316,3 +316,22 @@ def test_a_malformed_log_dir_checkpoint_still_raises(tmp_path: Path):
     (tmp_path / "replication-offset-checkpoint").write_bytes(b"0\n2\norders 0 5\n")
     with pytest.raises(CheckpointError, match="line 2"):
         LogDir(tmp_path).high_watermarks()
+
+
+def test_a_checkpoint_is_parsed_again_only_after_the_broker_replaced_it(tmp_path, monkeypatch):
+    """A pass asks for thousands of partitions' offsets: each must not parse the whole checkpoint."""
+    import kts_resources.kafka.logdir as logdir
+
+    parses = []
+    parse = logdir.read_offset_checkpoint
+    monkeypatch.setattr(logdir, "read_offset_checkpoint", lambda path: parses.append(path) or parse(path))
+    orders = [TopicPartition("orders", p) for p in range(3)]
+    write_offset_checkpoint(tmp_path / "replication-offset-checkpoint", {tp: 10 * tp.partition for tp in orders})
+    log_dir = LogDir(tmp_path)
+    assert [log_dir.high_watermark(tp) for tp in orders] == [0, 10, 20]
+    assert len(parses) == 1
+    write_offset_checkpoint(tmp_path / "replication-offset-checkpoint", {tp: 99 for tp in orders})  # renamed over it
+    assert [log_dir.high_watermark(tp) for tp in orders] == [99, 99, 99]
+    assert len(parses) == 2
+    with pytest.raises(TypeError):
+        log_dir.high_watermarks().offsets[orders[0]] = 1  # shared between callers: read-only

@@ -85,3 +85,18 @@ def test_the_cursor_over_4000_partitions_stays_short_and_an_inline_cursor_from_b
     assert "next due: events-0 at " in tick.skip_message
     again = _tick(instance, tmp_path, pg_url, cursor=tick.cursor)
     assert again.cursor == tick.cursor  # nothing changed: the same state, the same cursor
+
+
+def test_a_tick_plans_at_most_its_share_and_the_partitions_left_over_are_planned_on_the_next_tick(copied, pg_url, instance,
+                                                                                                    monkeypatch):
+    log_dir, store = copied
+    store.set_topic_config("orders", "retention.ms", 3650 * DAY_MS)
+    monkeypatch.setattr("kts_assets.sensors.retention.MAX_PLANS_PER_TICK", 1)
+    first = _tick(instance, log_dir, pg_url)
+    assert first.skip_message.startswith("first tick: planned 1 of 2 known partitions (1 of the 2 to plan wait for the "
+                                         "next ticks: 1 a tick): none has anything to expire; next due: orders-1 at ")
+    second = _tick(instance, log_dir, pg_url, cursor=first.cursor)
+    assert second.skip_message.startswith("planned 1 of 2 known partitions")
+    _event, due, _seen = _decode(sensor_state(instance, SENSOR_NAME, second.cursor))
+    in_a_year = int(time.time() * 1000) + 365 * DAY_MS
+    assert sorted(due) == ["orders-0", "orders-1"] and all(at > in_a_year for at in due.values()), due

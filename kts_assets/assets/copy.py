@@ -5,6 +5,7 @@ import dagster as dg
 
 from kts_assets.asset_keys import REMOTE_SEGMENTS, tier_kind
 from kts_assets.assets.reporting import OWNERS, observe_tier, record_run_totals, remote_metadata
+from kts_assets.dagster_internals import add_partition_metadata
 from kts_assets.assets.segments import local_segments
 from kts_assets.assets.steps import PartitionFailed, PartitionStep, for_each_partition
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
@@ -74,8 +75,8 @@ def copy_pass(
             # Not copied, and not a success either: an operator has to settle which id is the
             # topic's, so the partition's copy_completed check fails (and `kts sync` exits 1).
             context.log.warning(str(problem))
-            context.add_asset_metadata({"copy_failed": 1, "copy_error": str(problem), "skipped": str(problem)},
-                                       asset_key=remote_segments.key, partition_key=key)
+            add_partition_metadata(context, {"copy_failed": 1, "copy_error": str(problem), "skipped": str(problem)},
+                                   asset_key=remote_segments.key, partition_key=key)
             del located[key]
     store = metadata_store.store()
     storage = remote_tier.storage()

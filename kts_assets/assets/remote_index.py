@@ -14,6 +14,7 @@ import dagster as dg
 
 from kts_assets.asset_keys import REMOTE_LOG_INDEX, tier_kind
 from kts_assets.assets.copy import remote_segments
+from kts_assets.dagster_internals import add_partition_metadata
 from kts_assets.assets.retention import retention_state
 from kts_assets.assets.reporting import OWNERS, record_run_totals
 from kts_assets.assets.steps import PIPELINE_STEP, PartitionFailed, PartitionStep, end_step, for_each_partition
@@ -98,8 +99,8 @@ def remote_log_index(
         tip = topic_id_partition(loc.partition, store)
         finished = finished_segments(tip, store)
         if tip is None:
-            context.add_asset_metadata({"index_entries": 0, "indexed_segments": 0, "index_failed": 0,
-                                        "note": "nothing copied yet"}, partition_key=key)
+            add_partition_metadata(context, {"index_entries": 0, "indexed_segments": 0, "index_failed": 0,
+                                             "note": "nothing copied yet"}, asset_key=None, partition_key=key)
             continue
         directory = index_cache.cache_directory(home, tip)
         if not config.rebuild:

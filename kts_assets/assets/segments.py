@@ -11,6 +11,7 @@ import dagster as dg
 
 from kts_assets.asset_keys import LOCAL_SEGMENTS
 from kts_assets.assets.reporting import OWNERS, local_metadata, record_run_totals
+from kts_assets.dagster_internals import add_partition_metadata
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
 from kts_assets.sizes import size_first
 from kts_resources.spark.inventory import inventory_path, inventory_root, key_digest, publish, write_inventory_table
@@ -77,8 +78,8 @@ def prepare_inventory(context: dg.AssetExecutionContext, pyspark: KtsPySparkReso
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
     for key in missing:
         context.log.warning(f"{key}: in none of the log dirs ({', '.join(map(str, kafka_log_dirs.paths()))}); nothing scanned")
-        context.add_asset_metadata({"segments": 0, "local_bytes": 0, "missing": True}, asset_key=local_segments.key,
-                                   partition_key=key)
+        add_partition_metadata(context, {"segments": 0, "local_bytes": 0, "missing": True}, asset_key=local_segments.key,
+                               partition_key=key)
     listed = {}
     for key, loc in list(located.items()):
         # One partition dir that cannot be listed (permissions, a file in its place) fails alone:
@@ -89,8 +90,8 @@ def prepare_inventory(context: dg.AssetExecutionContext, pyspark: KtsPySparkReso
             del located[key]
             problem = f"{shown(loc.partition.path)}: cannot be listed: {e.strerror or e}"
             context.log.error(f"{key}: {problem}")
-            context.add_asset_metadata({"segments": 0, "local_bytes": 0, "scan_error": problem}, asset_key=local_segments.key,
-                                       partition_key=key)
+            add_partition_metadata(context, {"segments": 0, "local_bytes": 0, "scan_error": problem}, asset_key=local_segments.key,
+                                   partition_key=key)
     reindexed = _rebuild_local_indexes(context, pyspark, located, listed) if rebuild_indexes else {}
     return InventoryPlan(keys, located, listed, reindexed, context.run.run_id, rescan_unchanged)
 
@@ -153,7 +154,7 @@ def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, res
             context.log.error(f"{key}: segment {r.base_offset} is {r.health}"
                               + (f" ({r.crc_failures} batches fail their CRC)" if r.crc_failures else ""))
         local = local_metadata(numbers)  # what a later step's observation reports again
-        context.add_asset_metadata(size_first(
+        add_partition_metadata(context, size_first(
             {
                 **local,
                 "dagster/row_count": len(seg_rows),

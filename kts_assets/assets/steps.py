@@ -26,6 +26,7 @@ import dagster as dg
 
 from kts_assets import broker_scope
 from kts_assets.checks import RUN_FAILING_CHECKS
+from kts_assets.dagster_internals import add_partition_metadata
 from kts_assets.partition_outcome import fail_run_for_failed_partitions
 from kts_assets.partitions import topic_partitions
 from kts_assets.sizes import size_first
@@ -101,12 +102,12 @@ def for_each_partition(
                 raise
             failure = step.unexpected(e)
         else:
-            context.add_asset_metadata(size_first(dict(report(key, item, result))), asset_key=step.asset_key, partition_key=key)
+            add_partition_metadata(context, size_first(dict(report(key, item, result))), asset_key=step.asset_key, partition_key=key)
             return
         failed.append(key)
         context.log.error(f"{key}: {failure.line}")
-        context.add_asset_metadata({**failure.metadata, step.failed_key: 1, step.error_key: failure.error},
-                                   asset_key=step.asset_key, partition_key=key)
+        add_partition_metadata(context, {**failure.metadata, step.failed_key: 1, step.error_key: failure.error},
+                               asset_key=step.asset_key, partition_key=key)
 
     if threads <= 0:
         for key, item in work.items():

@@ -34,6 +34,11 @@ MAX_EVENTS_PER_TICK = 50_000
 # Re-read this many event ids before the cursor: ids can commit out of order under concurrent writers.
 EVENT_OVERLAP = 100
 MAX_RUNS_PER_TICK = 10
+# Partitions planned per tick at most (each plan is a few store queries): the first tick over
+# 4,000 partitions, or a broker-wide change that makes them all due, would otherwise outlast
+# Dagster's 60 s tick budget and never finish. The rest stay due and are planned on the next
+# ticks, those waiting longest first (bench/scale_bench.py).
+MAX_PLANS_PER_TICK = 500
 
 
 SENSOR_NAME = "retention_sensor"
@@ -113,6 +118,12 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
     now_ms = int(time.time() * 1000)
     came_due = sum(1 for at in due.values() if at <= now_ms)
     wanted, newest, seen = partitions_to_plan(store, known, last_event, due, seen, now_ms)
+    wanted_count = len(wanted)
+    # Those due longest first (never planned: first of all); the rest stay due for the next ticks.
+    by_wait = sorted(wanted, key=lambda k: (due.get(k, -1), k))
+    wanted, deferred = set(by_wait[:MAX_PLANS_PER_TICK]), by_wait[MAX_PLANS_PER_TICK:]
+    for key in deferred:
+        due[key] = min(due.get(key, now_ms), now_ms)
     located, _missing = locate_partitions(kafka_log_dirs.paths(), sorted(wanted), owned_log_dirs=kafka_log_dirs.owned_paths())
     from kts_resources.tiering.tiers import topic_id_partition
 
@@ -143,12 +154,16 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
             due[key] = now_ms
     state = _encode(newest, due, seen)
     cursor = state_cursor(context.instance, SENSOR_NAME, state, previous=context.cursor, event=newest, partitions=len(due))
-    if last_event < 0:
+    if last_event < 0 and not deferred:
         why = f"first tick: planned all {counted(len(known), 'known partition')}"
+    elif last_event < 0:
+        why = f"first tick: planned {len(wanted)} of {counted(len(known), 'known partition')}"
     else:
         events = "no new store event" if newest == last_event else f"the store events after {last_event} up to {newest}"
         why = (f"planned {len(wanted)} of {counted(len(known), 'known partition')}"
                f" (those named by {events}, and {came_due} whose oldest remote segment passed retention.ms)")
+    if deferred:
+        why += f" ({len(deferred)} of the {wanted_count} to plan wait for the next ticks: {MAX_PLANS_PER_TICK} a tick)"
     if requests:
         context.log.info(f"{why}; {counted(len(with_work), 'partition')} with something to expire → "
                          f"{counted(len(requests), 'run')}")

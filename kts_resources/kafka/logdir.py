@@ -9,8 +9,10 @@ Nothing here writes to the log dir.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from .checkpoints import (
@@ -385,7 +387,7 @@ class OffsetCheckpoint:
     """One of the log dir's offset checkpoints as read; ``note`` says why it is empty when it is missing."""
 
     path: Path
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
     note: str | None = None
 
     @property
@@ -396,18 +398,41 @@ class OffsetCheckpoint:
         return self.offsets.get(tp)
 
 
+# The last read of each checkpoint, under the file's identity when read (inode, mtime, size): a
+# pass asks for one partition's offset thousands of times, and parsing a 4,000-line checkpoint
+# each time made every pass quadratic in the partition count (bench/scale_bench.py). The broker
+# replaces a checkpoint by renaming a new file over it, so a changed file has a new identity.
+_READ: dict[Path, tuple[tuple[int, int, int], OffsetCheckpoint]] = {}
+_READ_LOCK = threading.Lock()
+
+
 def read_offset_checkpoint_or_empty(path: str | os.PathLike) -> OffsetCheckpoint:
-    """The checkpoint's offsets; empty with a note when the file is missing. Malformed still raises."""
+    """The checkpoint's offsets (read-only); empty with a note when the file is missing. Malformed
+    still raises. The file is parsed again only when it changed since the last read."""
     path = Path(path)
     try:
-        return OffsetCheckpoint(path, read_offset_checkpoint(path))
+        st = path.stat()
+    except OSError:
+        identity = None  # missing or unreadable: the read says which
+    else:
+        identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with _READ_LOCK:
+            last = _READ.get(path)
+        if last is not None and last[0] == identity:
+            return last[1]
+    try:
+        checkpoint = OffsetCheckpoint(path, MappingProxyType(read_offset_checkpoint(path)))
     except MissingCheckpointError as e:
         return OffsetCheckpoint(path, {}, note=str(e))
+    if identity is not None:
+        with _READ_LOCK:
+            _READ[path] = (identity, checkpoint)
+    return checkpoint
 
 
 class LogDir:
-    """One broker log dir. Every call reads the files afresh (the broker rewrites checkpoints every
-    few seconds); for many partitions read a whole checkpoint once with ``high_watermarks()`` etc."""
+    """One broker log dir. Every call sees the files as they are now (the broker rewrites
+    checkpoints every few seconds); a checkpoint is parsed again only when it changed."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
