@@ -93,10 +93,13 @@ def test_this_install_built_the_extension_and_tally_batches_uses_it():
 @pytest.mark.parametrize("routine", ["crc32c", "crc32c_table"])
 def test_the_extensions_crc32c_is_the_castagnoli_checksum_at_every_length_and_alignment(routine):
     checksum = getattr(_batch_tally, routine)
-    data = os.urandom(300)
-    for start in range(9):  # every alignment of the 8-byte steps
-        for end in range(start, 140):
-            assert checksum(data[start:end]) == crc32c(data[start:end]), (start, end)
+    data = os.urandom(2000)
+    # Every alignment of the 8-byte steps, and every length around the SSE4.2 routine's three
+    # 256-byte lanes (768 bytes a round) and two rounds of them.
+    lengths = [*range(140), *range(760, 780), *range(1530, 1550)]
+    for start in range(9):
+        for length in lengths:
+            assert checksum(data[start : start + length]) == crc32c(data[start : start + length]), (start, length)
     big = os.urandom(1 << 20)
     assert checksum(big) == crc32c(big)
 

@@ -70,16 +70,61 @@ static uint32_t crc32c_table(const unsigned char *p, size_t n)
 #define HAVE_SSE42_PATH 1
 #include <nmmintrin.h>
 
-/* The crc32 instruction computes exactly this polynomial, 8 bytes an instruction. Compiled for
- * SSE4.2 in this function only, so the module still loads on a CPU without it (checked at run
- * time before this is ever called). */
+/* The crc32 instruction computes exactly this polynomial, 8 bytes an instruction, but each one
+ * waits ~3 cycles for the one before. So the bytes go in three lanes of LANE bytes at once (three
+ * independent registers keep the unit busy), then the lanes are joined: the register is linear,
+ * so crc(A|B|C) = shift(crc(A), 2 LANE) ^ shift(crc_0(B), LANE) ^ crc_0(C), where crc_0 starts from
+ * a zero register and shift(c, n) is c run through n zero bytes: a fixed linear map of 32 bits,
+ * four byte-table lookups (lane_shift). At ~1.6 KB batches that is the difference between the CRC
+ * costing as much as everything else in the walk and about a third of it. */
+#define LANE 256
+static uint32_t lane_shift[2][4][256]; /* [0]: over LANE zero bytes, [1]: over 2 LANE */
+
+static uint32_t zero_bytes(uint32_t c, size_t n)
+{
+    while (n--)
+        c = (c >> 8) ^ crc_tables[0][c & 0xFF];
+    return c;
+}
+
+static void build_lane_shift_tables(void)
+{
+    for (int which = 0; which < 2; which++)
+        for (int k = 0; k < 4; k++)
+            for (uint32_t v = 0; v < 256; v++)
+                lane_shift[which][k][v] = zero_bytes(v << (8 * k), (size_t)LANE * (which + 1));
+}
+
+static inline uint32_t shift_lanes(const uint32_t t[4][256], uint32_t c)
+{
+    return t[0][c & 0xFF] ^ t[1][(c >> 8) & 0xFF] ^ t[2][(c >> 16) & 0xFF] ^ t[3][c >> 24];
+}
+
+static inline uint64_t load64(const unsigned char *p)
+{
+    uint64_t word;
+    memcpy(&word, p, 8); /* x86 reads unaligned words; memcpy says so without undefined behaviour */
+    return word;
+}
+
+/* Compiled for SSE4.2 in these functions only, so the module still loads on a CPU without it
+ * (checked at run time before this is ever called). */
 __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(const unsigned char *p, size_t n)
 {
     uint64_t crc = 0xFFFFFFFFu;
+    while (n >= 3 * LANE) {
+        uint64_t a = crc, b = 0, c = 0;
+        for (size_t i = 0; i < LANE; i += 8) {
+            a = _mm_crc32_u64(a, load64(p + i));
+            b = _mm_crc32_u64(b, load64(p + LANE + i));
+            c = _mm_crc32_u64(c, load64(p + 2 * LANE + i));
+        }
+        crc = shift_lanes(lane_shift[1], (uint32_t)a) ^ shift_lanes(lane_shift[0], (uint32_t)b) ^ (uint32_t)c;
+        p += 3 * LANE;
+        n -= 3 * LANE;
+    }
     while (n >= 8) {
-        uint64_t word;
-        memcpy(&word, p, 8); /* x86 reads unaligned words; memcpy says so without undefined behaviour */
-        crc = _mm_crc32_u64(crc, word);
+        crc = _mm_crc32_u64(crc, load64(p));
         p += 8;
         n -= 8;
     }
@@ -265,8 +310,10 @@ PyMODINIT_FUNC PyInit__batch_tally(void)
     build_crc_tables();
 #ifdef HAVE_SSE42_PATH
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.2"))
+    if (__builtin_cpu_supports("sse4.2")) {
+        build_lane_shift_tables();
         crc32c_impl = crc32c_sse42;
+    }
 #endif
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddStringConstant(m, "CRC32C_ROUTINE", crc32c_impl == crc32c_table ? "slicing-by-8" : "sse4.2") < 0) {
