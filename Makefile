@@ -11,7 +11,7 @@ export KTS_LOG_DIRS ?= $(DEMO_DIR)
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml .ci/setup
+$(VENV)/.installed: pyproject.toml setup.py kts_resources/kafka/_batch_tally.c .ci/setup
 	bash .ci/setup
 	touch $@
 

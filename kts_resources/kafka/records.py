@@ -537,26 +537,25 @@ _V2_LAST_OFFSET = struct.Struct(">q15xi")
 _BELOW_ANY_TIMESTAMP = -(2**63) - 1
 
 
-def tally_batches(data: bytes | memoryview, tally: BatchTally, *, base: int = 0) -> SegmentScan:
-    """:func:`scan_batches` with every CRC checked, but the batches go into ``tally`` (positions
-    as ``base`` + their place in ``data``) and the scan returned lists none: its ``valid_bytes``
-    and ``invalid`` are what scan_batches gives. The inventory's hot loop (``kts segments`` and the
-    Spark inventory alike); whatever is not a whole magic-2 batch goes through scan_batches from
-    its position, so framing and legacy formats are judged and worded in one place.
+def walk_v2_batches_python(data: bytes | memoryview) -> tuple[int, int, int, int | None, list[int], list[int], int]:
+    """Walk whole magic-2 batches from the start of ``data``, checking every CRC-32C, until the
+    first bytes that are not one. Returns (where it stopped, batches, records, the maximum of
+    their max timestamps or None, the non-negative leader epochs each time the epoch changes from
+    the batch before, positions of the batches failing their CRC, position of the last batch).
 
-    Per batch the loop does only what every batch needs: one header unpack, its CRC-32C, the
-    running epoch, maximum and counts. At ~1.6 KB batches the CRC call is a third of it, and
-    the first batch's and the last batch's offsets are read once after the loop
-    (bench/inventory_bench.py)."""
+    :func:`tally_batches`'s per-batch loop; ``_batch_tally.walk_v2_batches`` (C, built with the
+    package where a compiler was at hand) is the same walk and is used when importable: at ~1.6 KB
+    batches this loop pays more per batch in the interpreter than the CRC-32C of the batch costs
+    (bench/inventory_bench.py). tests/test_records_tally_walk.py holds the two equal."""
     view = memoryview(data)
     end = len(view)
     unpack = _V2_TALLY_HEADER.unpack_from
     min_v2_length = V2_HEADER_SIZE - LOG_OVERHEAD
     crc_start = V2_CRC_START
-    epochs = tally.leader_epochs
-    failures = tally.crc_failures
+    epoch_changes: list[int] = []
+    failures: list[int] = []
     count = records = 0
-    max_timestamp = _BELOW_ANY_TIMESTAMP if tally.max_timestamp is None else tally.max_timestamp
+    max_timestamp = _BELOW_ANY_TIMESTAMP
     epoch = None
     last = pos = 0
     while end - pos >= V2_HEADER_SIZE:
@@ -565,23 +564,49 @@ def tally_batches(data: bytes | memoryview, tally: BatchTally, *, base: int = 0)
         if magic != 2 or batch_length < min_v2_length or size > end - pos:
             break
         if crc32c(view[pos + crc_start : pos + size]) != crc:
-            failures.append(base + pos)
+            failures.append(pos)
         if leader_epoch != epoch:
             epoch = leader_epoch
             if leader_epoch >= 0:
-                epochs.add(leader_epoch)
+                epoch_changes.append(leader_epoch)
         if max_ts > max_timestamp:
             max_timestamp = max_ts
         records += record_count
         count += 1
         last = pos
         pos += size
+    return pos, count, records, (max_timestamp if count else None), epoch_changes, failures, last
+
+
+try:
+    from ._batch_tally import walk_v2_batches
+except ImportError:  # built without a compiler (the extension is optional): the same walk in Python
+    walk_v2_batches = walk_v2_batches_python
+
+
+def tally_batches(data: bytes | memoryview, tally: BatchTally, *, base: int = 0) -> SegmentScan:
+    """:func:`scan_batches` with every CRC checked, but the batches go into ``tally`` (positions
+    as ``base`` + their place in ``data``) and the scan returned lists none: its ``valid_bytes``
+    and ``invalid`` are what scan_batches gives. The inventory's hot loop (``kts segments`` and the
+    Spark inventory alike); whatever is not a whole magic-2 batch goes through scan_batches from
+    its position, so framing and legacy formats are judged and worded in one place.
+
+    The magic-2 batches are walked by :data:`walk_v2_batches` (C where built, else
+    :func:`walk_v2_batches_python`); the first batch's and the last batch's offsets are read once
+    after it (bench/inventory_bench.py)."""
+    view = memoryview(data)
+    end = len(view)
+    pos, count, records, max_ts, epoch_changes, failures, last = walk_v2_batches(view)
     if count:
+        tally.leader_epochs.update(epoch_changes)
+        if failures:
+            tally.crc_failures.extend(base + p for p in failures)
         if tally.first_max_timestamp is None:
-            tally.first_max_timestamp = unpack(view, 0)[4]
+            tally.first_max_timestamp = _V2_TALLY_HEADER.unpack_from(view, 0)[4]
         base_offset, last_delta = _V2_LAST_OFFSET.unpack_from(view, last)
         tally.last_offset = base_offset + last_delta
-        tally.max_timestamp = max_timestamp
+        if tally.max_timestamp is None or max_ts > tally.max_timestamp:
+            tally.max_timestamp = max_ts
         tally.batch_count += count
         tally.record_count += records
     if pos >= end:
