@@ -28,7 +28,7 @@ from kts_assets.cli.common import (
 from kts_resources.kafka.errors import KafkaFormatError, shown
 
 
-def add_inspection_parsers(sub) -> None:
+def add_inspection_parsers(sub, *, simulate_options: bool = True) -> None:
     p = sub.add_parser("segments", help="one row per segment of a partition directory, with CRC health")
     p.add_argument("partition_dir", metavar="PARTITION_DIR")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -53,7 +53,7 @@ def add_inspection_parsers(sub) -> None:
     v.add_argument("segment", metavar="SEGMENT.log")
     v.set_defaults(func=cmd_index_verify)
 
-    add_simulate_parser(sub)
+    add_simulate_parser(sub, options=simulate_options)
 
 
 def cmd_segments(args) -> int:
@@ -352,11 +352,10 @@ def _simulate_cluster(root: Path, config, cluster, progress, as_json: bool) -> i
     return summary.end_time_ms
 
 
-def add_simulate_parser(sub) -> None:
-    """One option per SimulationConfig field, so the CLI can never fall behind the simulator."""
+def add_simulate_parser(sub, *, options: bool = True) -> None:
+    """One option per SimulationConfig field, so the CLI can never fall behind the simulator.
+    ``options`` False: the command and its help only (another command runs; no simulator import)."""
     import dataclasses
-
-    from kts_resources.kafka.simulator.simulate import OPTION_LIMITS, SimulationConfig
 
     p = sub.add_parser("simulate", help="write (or keep appending to) broker-like partitions in a log dir, or a replicated cluster's",
                        description="Writes broker-like partitions: batches of every codec, rolls, indexes, "
@@ -367,6 +366,11 @@ def add_simulate_parser(sub) -> None:
                                    "and lagging high watermarks; --leader-changes and --unclean-elections script the "
                                    "leadership history (the other replicas truncate where an unclean election's lineage "
                                    "diverges). A cluster is written into new log dirs only.")
+    p.set_defaults(func=cmd_simulate)
+    if not options:
+        return
+    from kts_resources.kafka.simulator.simulate import OPTION_LIMITS, SimulationConfig
+
     p.add_argument("--log-dir", metavar="D", help="the broker log dir to write (default: first of KTS_LOG_DIRS, else KTS_HOME/logs); "
                                                   "with --brokers, the directory that holds the brokers' log dirs")
     p.add_argument("--json", action="store_true", help="print the run's summary as JSON")
@@ -400,5 +404,4 @@ def add_simulate_parser(sub) -> None:
             kind = bounded(kind, *OPTION_LIMITS[f.name])
         aliases = [flag, "--rate"] if f.name == "messages_per_second" else [flag]
         p.add_argument(*aliases, dest=f.name, type=kind, metavar=metavar, default=None, help=f"default {default}")
-    p.set_defaults(func=cmd_simulate)
 

@@ -100,7 +100,7 @@ def cmd_broker_config(args) -> int:
 
 
 def add_read_parsers(sub) -> None:
-    from kts_resources.reading.reader import DEFAULT_MAX_BYTES, ISOLATION_LEVELS
+    from kts_resources.reading.fetch_options import DEFAULT_MAX_BYTES, ISOLATION_LEVELS
 
     partition = bounded(int, 0, 2**31 - 1)
     p = sub.add_parser("fetch", help="records from an offset, from the local log or the remote tier (Kafka's fetch)")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kts_resources.reading import remote_index as ri
+from kts_resources.reading.fetch_options import DEFAULT_MAX_BYTES, ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED  # noqa: F401 - the reader's callers name them here too
 from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
 from kts_resources.kafka.checkpoints import EpochEntry, epoch_for_offset
@@ -66,10 +67,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-READ_UNCOMMITTED = "read_uncommitted"
-READ_COMMITTED = "read_committed"
-ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
-DEFAULT_MAX_BYTES = 1024 * 1024
 # A local read takes this much beyond max_bytes so the first batch is whole in one read most times.
 _LOCAL_READ_SLACK = 64 * 1024
 
