@@ -38,6 +38,7 @@ from kts_resources.serving import protocol as p
 from kts_resources.serving.catalog import ZERO_UUID, read_catalog
 from kts_resources.serving.group_apis import GROUP_API_KEYS, GroupSide
 from kts_resources.serving.open_partitions import OpenPartitions
+from kts_resources.serving.read_ahead import ReadAhead
 from kts_resources.serving.stats import ServeStats
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class ReadSide:
         offsets = GroupOffsets(reader.store.engine) if reader.store is not None else None
         self.groups = GroupSide(offsets, pool, advertised=advertised, draining=draining)
         self.open_partitions = OpenPartitions()
+        self.read_ahead = ReadAhead(pool)
 
     async def answer(self, request):
         """The response object to ``request``; None for a request that gets none (acks=0)."""
@@ -253,7 +255,9 @@ class ReadSide:
             out.last_stable_offset = reader.last_stable_offset
             if max_bytes <= 0:
                 return out
-            result = reader.fetch(offset, max_bytes, isolation)
+            result = self.read_ahead.take(topic, partition, reader, offset, max_bytes, isolation)
+            if result is None:
+                result = reader.fetch(offset, max_bytes, isolation)
         except (ReadError, RemoteStorageError, OSError) as e:
             if retry:
                 return None
@@ -268,6 +272,9 @@ class ReadSide:
         out.remote_bytes = sum(b.size for b in result.batches if b.remote)
         if isolation == READ_COMMITTED:
             out.aborted = result.aborted
+        if out.remote_bytes and result.next_offset < reader.fetch_limit(isolation):
+            # A consumer reading the remote tier in order asks for the next chunk next (read_ahead.py).
+            self.read_ahead.start(topic, partition, reader, result.next_offset, max_bytes, isolation)
         return out
 
 
