@@ -104,6 +104,26 @@ def test_the_extensions_crc32c_is_the_castagnoli_checksum_at_every_length_and_al
     assert checksum(big) == crc32c(big)
 
 
+@pytest.mark.parametrize("routine", ["crc32c", "crc32c_table"])
+def test_the_extensions_crc32c_goes_on_from_a_value_as_the_librarys_does(routine):
+    # kafka/crc.py hands it to every checksum kts computes, streamed ones (a segment's chunks, an
+    # upload's parts) included, and bytes, bytearrays and memoryviews alike.
+    checksum = getattr(_batch_tally, routine)
+    data = os.urandom(300_000)  # over the size summed without the GIL
+    for cut in (0, 1, 767, 70_000, len(data)):
+        assert checksum(data[cut:], checksum(data[:cut])) == crc32c(data), cut
+        assert checksum(memoryview(data)[cut:], crc32c(bytearray(data[:cut]))) == crc32c(data), cut
+    assert checksum(b"", 0x1234) == crc32c(b"", 0x1234)
+    with pytest.raises(TypeError):
+        checksum("text")
+
+
+def test_kts_checksums_use_the_extensions_crc32c_when_it_is_built():
+    from kts_resources.kafka import crc
+
+    assert crc.crc32c is _batch_tally.crc32c
+
+
 def test_kafka_python_segments_walk_the_same_and_tally_every_batch():
     segment = kafka_python_segment()
     end, count, record_count, max_ts, epoch_changes, failures, last = assert_walks_agree(segment)

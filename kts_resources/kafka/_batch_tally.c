@@ -49,9 +49,11 @@ static void build_crc_tables(void)
         }
 }
 
-static uint32_t crc32c_table(const unsigned char *p, size_t n)
+/* ``init``: the CRC-32C of the bytes before these (0 for none), so a checksum can go on over
+ * several buffers, as the crc32c library's ``value`` does. */
+static uint32_t crc32c_table(uint32_t init, const unsigned char *p, size_t n)
 {
-    uint32_t crc = 0xFFFFFFFFu;
+    uint32_t crc = ~init;
     while (n >= 8) {
         /* Byte by byte rather than one 64-bit load: no assumption about the host's byte order. */
         uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
@@ -109,9 +111,9 @@ static inline uint64_t load64(const unsigned char *p)
 
 /* Compiled for SSE4.2 in these functions only, so the module still loads on a CPU without it
  * (checked at run time before this is ever called). */
-__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(const unsigned char *p, size_t n)
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t init, const unsigned char *p, size_t n)
 {
-    uint64_t crc = 0xFFFFFFFFu;
+    uint64_t crc = ~init;
     while (n >= 3 * LANE) {
         uint64_t a = crc, b = 0, c = 0;
         for (size_t i = 0; i < LANE; i += 8) {
@@ -135,7 +137,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(const unsigned ch
 }
 #endif
 
-typedef uint32_t (*crc_fn)(const unsigned char *, size_t);
+typedef uint32_t (*crc_fn)(uint32_t, const unsigned char *, size_t);
 static crc_fn crc32c_impl = crc32c_table;
 
 /* --- big-endian reads ------------------------------------------------------------------------ */
@@ -222,7 +224,7 @@ static PyObject *walk_v2_batches(PyObject *self, PyObject *arg)
         if ((signed char)h[16] != 2 || batch_length < MIN_V2_BATCH_LENGTH || size > (int64_t)(end - pos))
             break;
         uint32_t stored = (uint32_t)read_i32(h + 17);
-        if (crc(h + V2_CRC_START, (size_t)(size - V2_CRC_START)) != stored) {
+        if (crc(0, h + V2_CRC_START, (size_t)(size - V2_CRC_START)) != stored) {
             if (append_int64(&failures, pos) < 0) {
                 out_of_memory = 1;
                 break;
@@ -270,32 +272,45 @@ static PyObject *walk_v2_batches(PyObject *self, PyObject *arg)
     return result;
 }
 
-PyDoc_STRVAR(crc32c_doc, "crc32c(buffer) -> int\n\nCRC-32C of the buffer with the walk's own routine (for tests).");
+PyDoc_STRVAR(crc32c_doc, "crc32c(buffer, value=0) -> int\n\nCRC-32C of the buffer, going on from ``value`` (the CRC-32C "
+                         "of what came before), as the crc32c library's function: kts's checksums (kafka/crc.py).");
 
-static PyObject *crc32c_py(PyObject *self, PyObject *arg)
+/* Large buffers (a segment's chunk, an upload part) are summed without the GIL, so a server's
+ * or a Spark worker's other threads run meanwhile; small ones are not worth the hand-over. */
+#define CRC_WITHOUT_GIL_BYTES 65536
+
+static PyObject *crc_with(crc_fn fn, PyObject *args)
 {
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+    unsigned int value = 0;
+    if (!PyArg_ParseTuple(args, "y*|I:crc32c", &view, &value))
         return NULL;
-    uint32_t c = crc32c_impl(view.buf, (size_t)view.len);
+    uint32_t c;
+    if (view.len >= CRC_WITHOUT_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        c = fn((uint32_t)value, view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        c = fn((uint32_t)value, view.buf, (size_t)view.len);
+    }
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(c);
 }
 
-static PyObject *crc32c_table_py(PyObject *self, PyObject *arg)
+static PyObject *crc32c_py(PyObject *self, PyObject *args)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    uint32_t c = crc32c_table(view.buf, (size_t)view.len);
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(c);
+    return crc_with(crc32c_impl, args);
+}
+
+static PyObject *crc32c_table_py(PyObject *self, PyObject *args)
+{
+    return crc_with(crc32c_table, args);
 }
 
 static PyMethodDef methods[] = {
     {"walk_v2_batches", walk_v2_batches, METH_O, walk_v2_batches_doc},
-    {"crc32c", crc32c_py, METH_O, crc32c_doc},
-    {"crc32c_table", crc32c_table_py, METH_O,
+    {"crc32c", crc32c_py, METH_VARARGS, crc32c_doc},
+    {"crc32c_table", crc32c_table_py, METH_VARARGS,
      "crc32c_table(buffer) -> int\n\nCRC-32C by the slicing-by-8 tables, whatever the CPU has (for tests)."},
     {NULL, NULL, 0, NULL},
 };

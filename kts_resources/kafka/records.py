@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 from . import codecs
 from .errors import CodecError, CorruptRecordError

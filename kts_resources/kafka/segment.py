@@ -25,7 +25,7 @@ from .records import (
     scan_batches,
     tally_batches,
 )
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 # How much of a segment one read brings in: memory stays at this plus one batch. 1 MiB scans as
 # fast as 8 MiB here (its bytes stay in a core's cache between the read and the CRCs), with an

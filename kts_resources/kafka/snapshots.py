@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 from .checkpoints import write_atomically
 from .errors import CheckpointError, IndexFormatError

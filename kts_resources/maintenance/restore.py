@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 from kts_resources.kafka.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,

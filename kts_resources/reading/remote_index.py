@@ -49,7 +49,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 from kts_resources.kafka.errors import KafkaFormatError
 

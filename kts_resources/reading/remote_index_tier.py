@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 from kts_resources.reading import remote_index as ri
 from kts_resources.reading import remote_index_cache as index_cache

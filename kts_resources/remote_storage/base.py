@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 # The errors live with KIP-405's types (the metadata store raises the same not-found); re-exported here.
 from kts_resources.remote_log import (

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 from kts_resources.remote_storage.base import (
     ObjectInfo,

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 from kts_resources.kafka.checkpoints import topic_id_from_base64, topic_id_to_base64
 from kts_resources.kafka.partition import MAX_PARTITION, TopicPartition, topic_name_problem
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 from kts_resources.remote_log import (
     RemoteLogSegmentId,

@@ -28,7 +28,7 @@ from botocore.exceptions import (
     NoCredentialsError,
     ReadTimeoutError,
 )
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 from kts_resources.remote_storage.base import (
     ObjectInfo,

@@ -42,7 +42,7 @@ def _entries_of(task: EntriesTask, remote_uri: str, endpoint_url: str | None, ch
     import uuid
     from pathlib import Path
 
-    from crc32c import crc32c
+    from kts_resources.kafka.crc import crc32c
 
     from kts_resources.kafka.errors import error_line
     from kts_resources.kafka.partition import TopicPartition

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crc32c import crc32c
+from kts_resources.kafka.crc import crc32c
 
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.indexes import lookup_offset, read_offset_index, rebuild_indexes
