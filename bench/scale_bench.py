@@ -42,18 +42,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchlib import REPO_ROOT, add_json_argument, copy_pass, format_rows, git_state, progress, write_json
-from sync_bench import SYNC_TIMEOUT_S, Databases, make_sync_env, run_sync, sync_phases, versions
+from benchlib import REPO_ROOT, add_json_argument, format_rows, git_state, progress, write_json
+from sync_bench import SYNC_TIMEOUT_S, Databases, make_sync_env, run_sync, sync_phases, timed_copy_pass, versions
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.records import NewRecord, build_batch
 from kts_resources.kafka.simulator.broker_log import BrokerLogDir, LogConfig
 from kts_resources.metadata import database
-from kts_resources.metadata.store import RemoteLogMetadataStore
-from kts_resources.remote_storage import FileSystemRemoteStorage
 from kts_assets.cli import server as cli_server
 from kts_resources.spark import connect_server as spark_connect
 
@@ -215,16 +212,7 @@ def sensor_ticks(names: list[str], cursors: dict[str, str | None] | None = None)
 
 def copy_alone(url: str, root: Path, dest: Path) -> tuple[float, int]:
     """Seconds of the copy procedure alone over every partition, and the segments it copied."""
-    store = RemoteLogMetadataStore(database.create_engine(url))
-    try:
-        with store.engine.connect():
-            pass  # the pool's first connection, untimed
-        gc.collect()
-        t0 = time.perf_counter()
-        results = copy_pass(LogDir(root), store, FileSystemRemoteStorage(dest))
-        seconds = time.perf_counter() - t0
-    finally:
-        store.close()
+    seconds, results = timed_copy_pass(root, url, dest)
     stopped = [r.stopped or r.skipped for r in results if r.stopped or r.skipped]
     if stopped:
         raise SystemExit(f"scale_bench: the copy alone stopped: {stopped[:3]}")
