@@ -70,9 +70,9 @@ def test_one_members_life_through_the_group_apis_with_its_offsets_in_the_store(m
     assert GroupOffsets(metadata_store.engine).committed(GROUP)[(TOPIC, 0)].offset == 50
 
 
-async def one_members_life(offsets: GroupOffsets) -> None:
+async def one_members_life(offsets: GroupOffsets, mirror=None) -> None:
     side = GroupSide(offsets, ThreadPoolExecutor(2), advertised=("127.0.0.1", 9092), draining=asyncio.Event(),
-                     coordinator=GroupCoordinator(initial_rebalance_delay_ms=0))
+                     coordinator=GroupCoordinator(initial_rebalance_delay_ms=0), mirror=mirror)
     J = JoinGroupRequest
 
     async def join(member_id: str):

@@ -12,8 +12,8 @@ from kts_assets.sizes import counted
 
 
 def cmd_recover(args) -> int:
-    """Rebuild the metadata store (topics, partitions, finished segments, log start offsets) and
-    the remote log indexes from the remote tier's listing and manifests alone."""
+    """Rebuild the metadata store (topics, partitions, finished segments, log start offsets, the
+    consumer groups' committed offsets) and the remote log indexes from the remote tier alone."""
     import sys
 
     from kts_resources import settings
@@ -37,7 +37,9 @@ def cmd_recover(args) -> int:
               f"{counted(outcome.partitions, 'partition')} of {counted(outcome.topics, 'topic')} from {counted(outcome.manifests, 'manifest')} "
               f"({counted(outcome.objects_listed, 'object')} listed); remote log index of {counted(outcome.index_partitions, 'partition')} "
               f"({counted(outcome.index_segments_read, 'segment')} read, {counted(outcome.index_files_written, 'file')} written, "
-              f"{outcome.index_files_published} shipped)")
+              f"{outcome.index_files_published} shipped)"
+              + (f"; {counted(outcome.group_offsets_restored, 'committed offset')} of "
+                 f"{counted(outcome.consumer_groups, 'consumer group')}" if outcome.consumer_groups else ""))
     lines = list(outcome.rebuilt) + outcome.lost_ranges_closed
     if outcome.objects_without_manifest:
         lines.append(f"{counted(len(outcome.objects_without_manifest), 'object')} of {counted(outcome.segments_without_manifest, 'segment')} "
@@ -146,7 +148,7 @@ def _on_the_tier(work, errors: tuple[type[Exception], ...], *, then: str = ""):
 
 
 def add_maintenance_parsers(sub) -> None:
-    p = sub.add_parser("recover", help="rebuild the metadata store (topics, partitions, finished segments, log start offsets) "
+    p = sub.add_parser("recover", help="rebuild the metadata store (topics, partitions, finished segments, log start offsets, consumer groups' committed offsets) "
                                        "and the remote log indexes from the remote tier's listing and manifests alone")
     p.add_argument("--json", action="store_true", help="print what was recovered and reported as JSON")
     p.set_defaults(func=cmd_recover)

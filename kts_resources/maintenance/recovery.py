@@ -55,6 +55,7 @@ from kts_resources.remote_storage.manifest import (
     REQUIRED_OBJECTS,
     ManifestError,
     SegmentManifest,
+    decode_group_offsets,
     decode_log_start_offset,
     decode_manifest,
 )
@@ -94,6 +95,7 @@ class TierSurvey:
     segment_objects: dict[str, list[str]] = field(default_factory=dict)  # key stem → its objects' keys
     index_objects: int = 0  # remote log index files and pointers
     log_start_offsets: dict[str, str] = field(default_factory=dict)  # partition prefix → key of its log start offset record
+    group_offsets: list[str] = field(default_factory=list)  # keys of consumer groups' committed offsets records
     other: list[str] = field(default_factory=list)  # keys of no kts layout
 
 
@@ -123,6 +125,8 @@ class RecoveryReport:
     index_files_published: int = 0
     index_segments_read: int = 0
     index_errors: list[str] = field(default_factory=list)
+    consumer_groups: int = 0  # groups whose committed offsets the tier held
+    group_offsets_restored: int = 0  # of their partitions' offsets, those the store lacked and got
     # The partitions whose rows the recovery wrote or read back (their segments, or only their log
     # start offset): what reports them again shows them as the store has them now.
     partitions_recovered: list[TopicPartition] = field(default_factory=list)
@@ -157,6 +161,8 @@ class RecoveryReport:
             "index_files_published": self.index_files_published,
             "index_segments_read": self.index_segments_read,
             "index_errors": self.index_errors,
+            "consumer_groups": self.consumer_groups,
+            "group_offsets_restored": self.group_offsets_restored,
         }
 
 
@@ -183,6 +189,8 @@ def _classify(survey: TierSurvey, rsm: "RemoteStorageManager", root: str, info: 
             survey.index_objects += 1
         elif info.key.endswith(f"/{LOG_START_OFFSET_NAME}"):
             survey.log_start_offsets[info.key[: -len(LOG_START_OFFSET_NAME)]] = info.key
+        elif rsm.keys.is_group_offsets_key(info.key):
+            survey.group_offsets.append(info.key)
         else:
             survey.other.append(info.key)
         return
@@ -336,6 +344,7 @@ def recover(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", home: 
     report.partitions = len(recovered_tips)
     report.partitions_recovered = sorted({tip.topic_partition for tip in [*recovered_tips, *deleted_below]}, key=str)
     report.lost_ranges_closed = _close_lost_ranges_the_tier_holds(store, recovered_tips)
+    _restore_group_offsets(store, rsm, survey, report)
 
     if home is not None:
         rebuild_indexes(store, rsm, home, recovered_tips, report, progress=progress)
@@ -379,6 +388,28 @@ def read_log_start_offsets(rsm: "RemoteStorageManager", survey: TierSurvey) -> d
                                 f"{named.topic_id}), not the partition its key names; nothing was recovered")
         out[named] = offset
     return out
+
+
+def _restore_group_offsets(store: "RemoteLogMetadataStore", rsm: "RemoteStorageManager", survey: TierSurvey,
+                           report: RecoveryReport) -> None:
+    """Consumer groups' committed offsets (`kts serve` mirrors them into the tier), each partition's
+    where the store has none. A damaged record is reported and its group left out: the segments
+    do not depend on it."""
+    from kts_resources.metadata.group_offsets import CommittedOffset, GroupOffsets
+
+    offsets = GroupOffsets(store.engine)
+    for key in sorted(survey.group_offsets):
+        where = rsm.location(key)
+        try:
+            group_id, committed = decode_group_offsets(rsm.fetch_object(key), where=where)
+            if rsm.keys.group_offsets_key(group_id) != key:
+                raise ManifestError(f"{where}: damaged consumer group offsets record: it names group {group_id!r}, "
+                                    f"not the group its key names")
+        except ManifestError as e:
+            report.skipped.append(f"{e}; that group's committed offsets were not restored")
+            continue
+        report.consumer_groups += 1
+        report.group_offsets_restored += offsets.restore(group_id, [CommittedOffset(*o) for o in committed])
 
 
 def _recover_log_start_only(store: "RemoteLogMetadataStore", log_starts: dict[TopicIdPartition, int],

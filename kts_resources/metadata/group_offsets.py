@@ -52,6 +52,22 @@ class GroupOffsets:
 
         database.in_transaction(self._engine, work)
 
+    def restore(self, group_id: str, offsets: Iterable[CommittedOffset]) -> int:
+        """``kts recover``: the offsets the tier kept for ``group_id``, each where the store has no
+        commit for its partition (a commit the store has is as new as the tier's, or newer). How
+        many were written."""
+        rows = [{"group_id": group_id, "topic": o.topic, "partition": o.partition, "committed_offset": o.offset,
+                 "leader_epoch": o.leader_epoch, "metadata": o.metadata} for o in offsets]
+        if not rows:
+            return 0
+
+        def work(conn: Connection, _attempt: int) -> int:
+            insert = pg_insert(OFFSETS).values(rows).on_conflict_do_nothing(
+                index_elements=[OFFSETS.c.group_id, OFFSETS.c.topic, OFFSETS.c.partition])
+            return conn.execute(insert).rowcount
+
+        return database.in_transaction(self._engine, work)
+
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         """(topic, partition) → the group's committed offset, for every partition it committed."""
         stmt = sa.select(OFFSETS).where(OFFSETS.c.group_id == group_id)

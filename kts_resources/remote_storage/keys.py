@@ -13,6 +13,7 @@ the topic id in the key keeps a deleted and re-created topic's objects apart.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Iterable
@@ -32,6 +33,12 @@ SEGMENT_SUFFIXES: Final[tuple[str, ...]] = (LOG_SUFFIX, *INDEX_SUFFIXES.values()
 MANIFEST_SUFFIX: Final = "manifest"
 # The partition's log start offset as DeleteRecords last set it (manifest.py), beside its segments.
 LOG_START_OFFSET_NAME: Final = "log-start-offset"
+# Consumer groups' committed offsets as `kts serve` last wrote them (group_offsets_record.py), one
+# object per group, so `kts recover` restores them with the segments: ``consumer-groups/<id hash>``.
+# A group id is any string; its SHA-256 names the object (the record holds the id itself). No
+# partition prefix can take this name: those end in "-<22-character topic id>".
+GROUP_OFFSETS_DIR: Final = "consumer-groups"
+_GROUP_OFFSETS_NAME = re.compile(r"[0-9a-f]{64}")
 
 MAX_OFFSET: Final = 2**63 - 1  # an offset is a Java long
 MAX_KEY_BYTES: Final = 1024  # S3's limit on a key's UTF-8 length
@@ -193,6 +200,20 @@ class ObjectKeys:
     def log_start_offset_key(self, topic_id_partition: TopicIdPartition) -> str:
         """``<partition prefix>log-start-offset``: the partition's log start offset record."""
         return self.partition_prefix(topic_id_partition) + LOG_START_OFFSET_NAME
+
+    def group_offsets_prefix(self) -> str:
+        """``<prefix>/consumer-groups/``: every consumer group's committed offsets record."""
+        return f"{self.root}{GROUP_OFFSETS_DIR}/"
+
+    def group_offsets_key(self, group_id: str) -> str:
+        """``<prefix>/consumer-groups/<SHA-256 of the group id's UTF-8>``: one group's record."""
+        if not isinstance(group_id, str):
+            raise ValueError(f"no object key for group id {group_id!r}: not a string")
+        return self.group_offsets_prefix() + hashlib.sha256(group_id.encode("utf-8")).hexdigest()
+
+    def is_group_offsets_key(self, key: str) -> bool:
+        prefix = self.group_offsets_prefix()
+        return key.startswith(prefix) and _GROUP_OFFSETS_NAME.fullmatch(key[len(prefix):]) is not None
 
     def remote_index_prefix(self, topic_id_partition: TopicIdPartition) -> str:
         """``<partition prefix>remote-log-index/``: the partition's shipped remote log index files."""

@@ -351,10 +351,11 @@ def decode_log_start_offset(data: bytes | bytearray | memoryview, *, where: str)
         raise ManifestError(f"{where}: damaged log start offset record: {e}") from None
 
 
-def _checked_record(data: bytes | bytearray | memoryview, fmt: str, fields: frozenset[str], what: str) -> dict[str, Any]:
+def _checked_record(data: bytes | bytearray | memoryview, fmt: str, fields: frozenset[str], what: str, *,
+                    max_bytes: int = MAX_MANIFEST_BYTES) -> dict[str, Any]:
     """The fields of a small record of ``fmt`` (canonical JSON whose ``crc32c`` is the CRC-32C of
     the rest; the CRC removed), exactly ``fields``; ManifestError for anything else."""
-    if len(data) > MAX_MANIFEST_BYTES:
+    if len(data) > max_bytes:
         raise ManifestError(f"{len(data)} bytes, far more than {what}")
     try:
         body = json.loads(bytes(data).decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
@@ -386,6 +387,65 @@ def _sealed(body: dict[str, Any]) -> bytes:
     """``body`` with its ``crc32c``, as canonical JSON and a newline."""
     body["crc32c"] = crc32c_hex(crc32c(_canonical(body)))
     return _canonical(body) + b"\n"
+
+
+# --- a consumer group's committed offsets ----------------------------------------------------------
+#
+# `kts serve` keeps a group's committed offsets in the store, and after each commit writes the
+# group's whole set here too, so the tier alone still holds them when the store is lost:
+# {"format": "kts-consumer-group-offsets", "version": 1, "group_id",
+#  "offsets": [[topic, partition, offset, leader epoch, metadata or null], …] in (topic, partition)
+#  order, "crc32c"} (canonical JSON, the CRC-32C of the rest, as a manifest).
+
+GROUP_OFFSETS_FORMAT = "kts-consumer-group-offsets"
+_GROUP_OFFSETS_FIELDS = frozenset({"format", "version", "group_id", "offsets", "crc32c"})
+# A group committing for every partition of a big broker (4,000 × ~80 bytes) stays far below this.
+MAX_GROUP_OFFSETS_BYTES = 64 * 1024 * 1024
+MAX_INT32 = 2**31 - 1
+# (topic, partition, committed offset, leader epoch, metadata)
+GroupOffset = tuple[str, int, int, int, "str | None"]
+
+
+def encode_group_offsets(group_id: str, offsets: list[GroupOffset]) -> bytes:
+    data = _sealed({"format": GROUP_OFFSETS_FORMAT, "version": VERSION, "group_id": group_id,
+                    "offsets": [list(o) for o in sorted(offsets, key=lambda o: (o[0], o[1]))]})
+    decode_group_offsets(data, where="the consumer group offsets being written")
+    return data
+
+
+def put_group_offsets(storage: RemoteStorageManager, group_id: str, offsets: list[GroupOffset]) -> StoredObject:
+    """The group's committed offsets, as the store has them, written over its record in the tier."""
+    return storage.put_object(storage.keys.group_offsets_key(group_id), encode_group_offsets(group_id, offsets))
+
+
+def decode_group_offsets(data: bytes | bytearray | memoryview, *, where: str) -> tuple[str, list[GroupOffset]]:
+    """(group id, its offsets); ManifestError (starting with ``where``) for anything else."""
+    try:
+        body = _checked_record(data, GROUP_OFFSETS_FORMAT, _GROUP_OFFSETS_FIELDS, "a consumer group's offsets",
+                               max_bytes=MAX_GROUP_OFFSETS_BYTES)
+        group_id = _str(body, "group_id")
+        rows = body["offsets"]
+        if not isinstance(rows, list):
+            raise ManifestError(f"offsets is {rows!r}, not a list")
+        offsets: list[GroupOffset] = []
+        for i, row in enumerate(rows):
+            if not (isinstance(row, list) and len(row) == 5):
+                raise ManifestError(f"offsets[{i}] is not [topic, partition, offset, leader epoch, metadata]")
+            fields = dict(zip(("topic", "partition", "offset", "leader_epoch", "metadata"), row))
+            topic = _str(fields, "topic")
+            problem = topic_name_problem(topic)
+            if problem is not None:
+                raise ManifestError(f"offsets[{i}]: topic: {problem}")
+            metadata = fields["metadata"]
+            if metadata is not None and not isinstance(metadata, str):
+                raise ManifestError(f"offsets[{i}]: metadata is {metadata!r}, not a string or null")
+            offsets.append((topic, _int(fields, "partition", 0, MAX_PARTITION), _int(fields, "offset", -1, MAX_OFFSET),
+                            _int(fields, "leader_epoch", -1, MAX_INT32), metadata))
+        if len({(o[0], o[1]) for o in offsets}) != len(offsets):
+            raise ManifestError("a partition is listed twice")
+        return group_id, offsets
+    except ManifestError as e:
+        raise ManifestError(f"{where}: damaged consumer group offsets record: {e}") from None
 
 
 # --- the partition's remote log index pointer -----------------------------------------------------

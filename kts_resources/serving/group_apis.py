@@ -27,6 +27,7 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 
 from kts_resources.metadata.group_offsets import CommittedOffset, GroupOffsets
 from kts_resources.serving import groups as g
+from kts_resources.serving.offsets_mirror import OffsetsMirror
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +44,12 @@ EXPIRY_INTERVAL_S = 0.25  # how often session and rebalance timeouts are looked 
 
 class GroupSide:
     """The group APIs' handlers over one coordinator and the store's committed offsets (None: no
-    store, so commits answer COORDINATOR_NOT_AVAILABLE)."""
+    store, so commits answer COORDINATOR_NOT_AVAILABLE), which ``mirror`` copies to the remote tier."""
 
     def __init__(self, offsets: GroupOffsets | None, pool: Executor, *, advertised: tuple[str, int],
-                 draining: asyncio.Event, coordinator: g.GroupCoordinator | None = None) -> None:
-        self.offsets, self.pool, self.draining = offsets, pool, draining
+                 draining: asyncio.Event, coordinator: g.GroupCoordinator | None = None,
+                 mirror: OffsetsMirror | None = None) -> None:
+        self.offsets, self.pool, self.draining, self.mirror = offsets, pool, draining, mirror
         self.host, self.port = advertised
         self.coordinator = coordinator or g.GroupCoordinator()
         self._expiry: asyncio.Task | None = None
@@ -60,6 +62,12 @@ class GroupSide:
                    OFFSET_FETCH: self.offset_fetch, DESCRIBE_GROUPS: self.describe_groups,
                    LIST_GROUPS: self.list_groups}[request.API_KEY]
         return await handler(request)
+
+    def close(self, timeout_s: float) -> None:
+        """At shutdown: the commits answered so far written to the tier, waiting up to ``timeout_s``."""
+        if self.mirror is not None and not self.mirror.flush(timeout_s):
+            log.warning("the last consumer group commits were not all written to the remote tier within %.0f s: "
+                        "the store has them", timeout_s)
 
     async def _expire_until_drained(self) -> None:
         while not self.draining.is_set():
@@ -218,6 +226,9 @@ class GroupSide:
             except Exception as e:  # the store unreachable: the client retries the commit
                 log.warning("OffsetCommit of group %r: %s", request.group_id, e)
                 answers = {key: g.COORDINATOR_NOT_AVAILABLE for key in answers}
+            else:
+                if self.mirror is not None:
+                    self.mirror.committed(request.group_id)
         R = OffsetCommitResponse
         by_topic: dict[str, list] = {}
         for (name, index), code in answers.items():

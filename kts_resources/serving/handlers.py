@@ -23,6 +23,7 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from kts_resources.metadata.group_offsets import GroupOffsets
+from kts_resources.serving.offsets_mirror import OffsetsMirror
 from kts_resources.reading.reader import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -82,7 +83,8 @@ class ReadSide:
         self.draining = draining
         self.stats = ServeStats()
         offsets = GroupOffsets(reader.store.engine) if reader.store is not None else None
-        self.groups = GroupSide(offsets, pool, advertised=advertised, draining=draining)
+        mirror = OffsetsMirror(offsets, reader.rsm) if offsets is not None and reader.rsm is not None else None
+        self.groups = GroupSide(offsets, pool, advertised=advertised, draining=draining, mirror=mirror)
         self.open_partitions = OpenPartitions()
         self.read_ahead = ReadAhead(pool)
 

@@ -104,6 +104,8 @@ class KafkaReadServer:
                 loop.remove_signal_handler(signum)
             server.close()
             await self._drain()
+            if self.side is not None:
+                self.side.groups.close(DRAIN_S)  # the groups' last commits into the tier too
             self.pool.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
