@@ -8,8 +8,6 @@ import asyncio
 import json
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from kts_resources.maintenance.recovery import recover
 from kts_resources.metadata import database
@@ -19,22 +17,13 @@ from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.remote_storage.manifest import ManifestError, decode_group_offsets, encode_group_offsets
 from kts_resources.serving.offsets_mirror import OffsetsMirror
 
+from .fixtures_postgres import fresh_database
 from .test_group_apis import GROUP, TOPIC, one_members_life
 
 
 @pytest.fixture
 def tier(tmp_path):
     return remote_storage_from_uri((tmp_path / "remote").as_uri())
-
-
-def lose_the_database(pg_url: str, pg_admin_url: str, pg_template: str) -> None:
-    """Dropped, and created again freshly migrated: every row is gone."""
-    name = make_url(pg_url).database
-    admin = database.create_engine(pg_admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    admin.dispose()
 
 
 def test_a_group_record_holds_every_partitions_offset_and_a_flipped_byte_is_one_error_naming_it():
@@ -48,7 +37,7 @@ def test_a_group_record_holds_every_partitions_offset_and_a_flipped_byte_is_one_
         encode_group_offsets("g", [("orders", 0, 1, -1, None), ("orders", 0, 2, -1, None)])
 
 
-def test_a_commit_through_the_group_apis_reaches_the_tier_and_recover_restores_it_after_the_store_is_lost(
+def test_a_commit_through_the_group_apis_reaches_the_tier_and_recover_restores_it_into_a_new_store(
         pg_url, pg_admin_url, pg_template, tier):
     offsets = GroupOffsets(database.create_engine(pg_url))
     mirror = OffsetsMirror(offsets, tier)
@@ -59,14 +48,15 @@ def test_a_commit_through_the_group_apis_reaches_the_tier_and_recover_restores_i
     assert key == tier.keys.group_offsets_key(GROUP)
     assert decode_group_offsets(tier.fetch_object(key), where=key) == (GROUP, [(TOPIC, 0, 50, 4, "m")])
 
-    lose_the_database(pg_url, pg_admin_url, pg_template)
-    store = RemoteLogMetadataStore(database.create_engine(pg_url))
-    assert GroupOffsets(store.engine).all_groups() == {}
-    report = recover(store, tier, None)
-    assert (report.consumer_groups, report.group_offsets_restored, report.clean) == (1, 1, True)
-    assert GroupOffsets(store.engine).all_groups() == {GROUP: [CommittedOffset(TOPIC, 0, 50, 4, "m")]}
-    assert json.dumps(report.to_json())  # `kts recover --json` carries the counts
-    assert (report.to_json()["consumer_groups"], report.to_json()["group_offsets_restored"]) == (1, 1)
+    with fresh_database(pg_admin_url, pg_template) as lost_and_rebuilt:  # the store is lost: an empty one
+        store = RemoteLogMetadataStore(database.create_engine(lost_and_rebuilt))
+        assert GroupOffsets(store.engine).all_groups() == {}
+        report = recover(store, tier, None)
+        assert (report.consumer_groups, report.group_offsets_restored, report.clean) == (1, 1, True)
+        assert GroupOffsets(store.engine).all_groups() == {GROUP: [CommittedOffset(TOPIC, 0, 50, 4, "m")]}
+        reported = json.loads(json.dumps(report.to_json()))  # what `kts recover --json` prints
+        assert (reported["consumer_groups"], reported["group_offsets_restored"]) == (1, 1)
+        store.engine.dispose()
 
 
 def test_recover_keeps_a_commit_the_store_already_has_and_adds_only_what_it_lacks(metadata_store, tier):
