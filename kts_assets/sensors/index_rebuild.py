@@ -38,7 +38,9 @@ from kts_resources.kafka.logdir import SegmentFiles
 from kts_resources.maintenance.local_indexes import repair_hint, segments_to_reindex
 from kts_resources.reading.remote_index_check import check_partition_index
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
-from kts_resources.tiering.tiers import finished_segments, locate_partitions, topic_id_partition
+from kts_resources.tiering.batch_plans import partition_views
+from kts_resources.tiering.partition_view import PartitionView
+from kts_resources.tiering.tiers import locate_partitions
 
 PARTITIONS_PER_TICK = 500
 MAX_RUNS_PER_TICK = 10
@@ -80,15 +82,14 @@ class IndexProblems:
         return [p for _, found in self.local for p in found]
 
 
-def index_problems(store, loc, home, now_ms: int) -> IndexProblems:
+def index_problems(view: PartitionView, home, now_ms: int) -> IndexProblems:
     """What is wrong with one located partition's local indexes (stat() only, in any log dir)
-    and its remote log index."""
-    problems = IndexProblems(local=segments_to_reindex(loc.partition.segments()))
-    tip = topic_id_partition(loc.partition, store)
-    finished = [md for md in finished_segments(tip, store) if md.event_timestamp_ms <= now_ms - FINISHED_GRACE_MS]
-    if tip is None or not finished:
+    and its remote log index (``view`` holds its finished segments, read with many others')."""
+    problems = IndexProblems(local=segments_to_reindex(view.segments))
+    finished = [md for md in view.finished if md.event_timestamp_ms <= now_ms - FINISHED_GRACE_MS]
+    if view.tip is None or not finished:
         return problems
-    problems.remote, _entries = check_partition_index(index_cache.cache_directory(home, tip), finished)
+    problems.remote, _entries = check_partition_index(index_cache.cache_directory(home, view.tip), finished)
     return problems
 
 
@@ -137,14 +138,14 @@ def index_rebuild_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Ka
     to_rebuild: list[str] = []  # owned local indexes or remote log indexes kts rebuilds
     newly_reported: list[str] = []  # broker-owned local indexes: a run evaluates the check once
     broker_owned: dict[str, str] = {}  # key → its problem and the repair, for the message
-    for key in window:
-        loc = located.get(key)
-        if loc is None:
-            continue
+    for key, view in partition_views(located, store):
+        loc = located[key]
         try:
-            problems = index_problems(store, loc, home, now_ms)
+            problems = index_problems(view, home, now_ms) if not isinstance(view, Exception) else view
         except Exception as e:  # noqa: BLE001 - one partition's failure is logged; the others go on
-            context.log.warning(f"{key}: indexes not checked: {e}")
+            problems = e
+        if isinstance(problems, Exception):
+            context.log.warning(f"{key}: indexes not checked: {problems}")
             continue
         local = problems.local_lines
         if local and loc.owned:

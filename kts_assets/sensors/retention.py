@@ -25,7 +25,7 @@ from kts_assets.jobs import EXPIRY_JOB_NAME
 from kts_assets.partitions import NO_PARTITIONS_YET, topic_partitions
 from kts_assets.sensors.cursor import sensor_state, state_cursor
 from kts_assets.sizes import counted
-from kts_resources.tiering.expiry import plan_partition
+from kts_resources.tiering.batch_plans import retention_plans
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 from kts_resources.tiering.tiers import locate_partitions
 
@@ -125,19 +125,16 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
     for key in deferred:
         due[key] = min(due.get(key, now_ms), now_ms)
     located, _missing = locate_partitions(kafka_log_dirs.paths(), sorted(wanted), owned_log_dirs=kafka_log_dirs.owned_paths())
-    from kts_resources.tiering.tiers import topic_id_partition
+    for key in wanted - set(located):
+        due.pop(key, None)  # in no log dir: nothing here to plan
 
     with_work: list[str] = []
-    for key in sorted(wanted):
-        loc = located.get(key)
-        tip = topic_id_partition(loc.partition, store) if loc is not None else None
-        if tip is None:
-            due.pop(key, None)
+    for key, plan in retention_plans(located, store, now_ms=now_ms):
+        if isinstance(plan, Exception):  # one partition's failure is logged; the others go on
+            context.log.warning(f"{key}: retention not planned: {plan}")
             continue
-        try:
-            plan = plan_partition(loc, tip, store, now_ms=now_ms)
-        except Exception as e:  # noqa: BLE001 - one partition's failure is logged; the others go on
-            context.log.warning(f"{key}: retention not planned: {e}")
+        if plan is None:  # kts has never seen its topic: nothing remote
+            due.pop(key, None)
             continue
         if plan.has_work:
             with_work.append(key)

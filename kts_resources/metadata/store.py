@@ -877,6 +877,41 @@ class RemoteLogMetadataStore:
         """Every recorded partition, old topic incarnations included, by topic then partition."""
         return list(self.partition_states())
 
+    # -- many partitions in one query (a sensor tick planning thousands) ---------------------------
+
+    def partition_states_of(self, tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, PartitionState]:
+        """``partition_state`` of each of ``tips``, in one query (the initial state for one never recorded)."""
+        wanted = {(t.topic_id, t.partition): t for t in tips}
+        pairs = _tips_table(list(wanted.values()))
+        stmt = sa.select(PARTITIONS).join(pairs, sa.and_(PARTITIONS.c.topic_id == pairs.c.topic_id,
+                                                         PARTITIONS.c.partition == pairs.c.partition))
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all()) if wanted else []
+        states = {tip: PartitionState() for tip in wanted.values()}
+        states.update({wanted[(row.topic_id, row.partition)]: _partition_state(row) for row in rows})
+        return states
+
+    def finished_segments_of(self, tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
+        """Each of ``tips``' COPY_SEGMENT_FINISHED segments by start offset, in one query: what
+        ``list_remote_log_segments(tip, states={COPY_SEGMENT_FINISHED})`` gives, for many partitions."""
+        wanted = {(t.topic_id, t.partition): t for t in tips}
+        pairs = _tips_table(list(wanted.values()))
+        stmt = (sa.select(SEGMENTS)
+                .join(pairs, sa.and_(SEGMENTS.c.topic_id == pairs.c.topic_id, SEGMENTS.c.partition == pairs.c.partition))
+                .where(SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name)
+                .order_by(SEGMENTS.c.topic_id, SEGMENTS.c.partition, SEGMENTS.c.start_offset, SEGMENTS.c.created_at,
+                          SEGMENTS.c.segment_id))
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all()) if wanted else []
+        finished: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]] = {tip: [] for tip in wanted.values()}
+        for row in rows:
+            tip = wanted[(row.topic_id, row.partition)]
+            finished[tip].append(_to_metadata(row, tip))
+        return finished
+
+    def all_topic_configs(self) -> dict[str, TopicConfig]:
+        """Every known topic's configs by name, in one query (``topic_configs`` of each)."""
+        rows = self._tx(lambda conn, _: conn.execute(sa.select(TOPICS.c.name, TOPICS.c.configs)).all())
+        return {row.name: TopicConfig(row.configs) for row in rows}
+
     def update_log_start_offset(self, tip: TopicIdPartition, offset: int) -> int:
         """Raise the partition's log start offset to ``offset`` (never lowers it, as Kafka's
         maybeIncrementLogStartOffset); returns the resulting log start offset."""
@@ -1253,6 +1288,16 @@ def _tip_str(tip: TopicIdPartition) -> str:
 def _uuid_array(ids: list[uuid.UUID]) -> sa.ColumnElement:
     """``ids`` as one ``uuid[]`` parameter (for ``= ANY(...)``): one bind however many ids."""
     return sa.cast(sa.bindparam(None, [str(i) for i in ids], type_=ARRAY(sa.Text), unique=True), ARRAY(sa.Uuid()))
+
+
+def _tips_table(tips: list[TopicIdPartition]) -> sa.Subquery:
+    """``tips`` as a table of (topic_id, partition) to join on: two array binds however many
+    partitions (an IN list of pairs would be two binds a partition)."""
+    partitions = sa.cast(sa.bindparam(None, [t.partition for t in tips], type_=ARRAY(sa.Integer), unique=True),
+                         ARRAY(sa.Integer))
+    # unnest of two arrays in one select list zips them (PostgreSQL 10 on).
+    return sa.select(sa.func.unnest(_uuid_array([t.topic_id for t in tips]), type_=sa.Uuid()).label("topic_id"),
+                     sa.func.unnest(partitions, type_=sa.Integer()).label("partition")).subquery("wanted")
 
 
 def _row_tip(row: sa.Row) -> TopicIdPartition:

@@ -157,11 +157,14 @@ def plan_partition(
     now_ms: int,
     segments: Sequence[SegmentFiles] | None = None,
     view: PartitionView | None = None,
+    config: RetentionConfig | None = None,
 ) -> PartitionRetention:
     """The partition's retention plan now (``located``: None when it is in no log dir), from its
-    ``view`` (one is read when the caller has none)."""
+    ``view`` (one is read when the caller has none) and its topic's retention ``config`` (read
+    from the store when the caller has none)."""
     view = view if view is not None else partition_view(located, store, tip=tip, segments=segments)
-    config = RetentionConfig.from_topic_config(store.topic_configs(tip.topic), tip.topic, store.broker_configs())
+    if config is None:
+        config = RetentionConfig.from_topic_config(store.topic_configs(tip.topic), tip.topic, store.broker_configs())
     start, lineage, spans = view.log_start_offset, view.lineage, view.spans
     local_epochs = view.local_lineage
     closed, active_size = local_segments(view.segments)

@@ -50,13 +50,19 @@ class PartitionView:
 
     def __init__(self, topic_partition: TopicPartition, located: LocatedPartition | None,
                  store: "RemoteLogMetadataStore | None", tip: TopicIdPartition | None,
-                 segments: Sequence[SegmentFiles] | None, log_end_offset: int | None) -> None:
+                 segments: Sequence[SegmentFiles] | None, log_end_offset: int | None,
+                 state: "PartitionState | None" = None, finished: Sequence[RemoteLogSegmentMetadata] | None = None) -> None:
         self.topic_partition = topic_partition
         self.located = located
         self.store = store
         self.tip = tip  # None: kts has never seen the topic (or there is no store), so nothing is remote
         if segments is not None:
             self.segments = list(segments)
+        # The store's rows when the caller read them already (many partitions' in one query).
+        if state is not None and tip is not None:
+            self.state = state
+        if finished is not None and tip is not None:
+            self.finished = sorted(finished, key=lambda md: md.start_offset)
         self._known_log_end_offset = log_end_offset
 
     # --- the local tier: the broker's files ---
@@ -194,11 +200,14 @@ def partition_view(
     tip: TopicIdPartition | None = None,
     segments: Sequence[SegmentFiles] | None = None,
     log_end_offset: int | None = None,
+    state: "PartitionState | None" = None,
+    finished: Sequence[RemoteLogSegmentMetadata] | None = None,
 ) -> PartitionView:
     """The view of the partition at ``located`` (None: in no log dir; then ``topic_partition`` or
     ``tip`` names it). ``tip``: its topic id if the caller has settled it (the copier registers
     one); otherwise partition.metadata's, else the one the store recorded for the topic's name.
-    ``segments``, ``log_end_offset``: the caller's listing and exact Lz, if it has them."""
+    ``segments``, ``log_end_offset``: the caller's listing and exact Lz, if it has them;
+    ``state``, ``finished``: the store's rows of ``tip``, if the caller read them (with ``tip``)."""
     if located is not None:
         tp = located.partition.topic_partition
     elif tip is not None:
@@ -213,7 +222,7 @@ def partition_view(
         else:
             topic_id = store.topic_id(tp.topic)
             tip = TopicIdPartition(topic_id, tp) if topic_id is not None else None
-    return PartitionView(tp, located, store, tip, segments, log_end_offset)
+    return PartitionView(tp, located, store, tip, segments, log_end_offset, state, finished)
 
 
 def tiers_of(view: PartitionView, *, exact_log_end_offset: bool = True) -> PartitionTiers:
