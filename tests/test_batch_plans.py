@@ -1,0 +1,140 @@
+"""Many partitions planned from a few store queries (``tiering.batch_plans``, the store's
+``*_of`` reads): the batched views and retention plans are the per-partition ones, over a mixed
+set of partitions (retention due, nothing due, a topic kts never saw with and without
+partition.metadata, a partition.metadata that cannot be read, a topic without partition.metadata); and a sensor tick's store statements do not
+grow with the partitions it plans."""
+
+from __future__ import annotations
+
+import time
+
+import dagster as dg
+import sqlalchemy as sa
+
+from kts_assets.partitions import topic_partitions
+from kts_assets.sensors.index_rebuild import index_rebuild_sensor
+from kts_assets.sensors.retention import retention_sensor
+from kts_resources.kafka.logdir import LogDir
+from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
+from kts_resources.remote_log import RemoteLogSegmentState
+from kts_resources.remote_storage.factory import remote_storage_from_uri
+from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
+from kts_resources.tiering.batch_plans import partition_views, retention_plans
+from kts_resources.tiering.copier import copy_partition
+from kts_resources.tiering.expiry import plan_partition
+from kts_resources.tiering.partition_view import partition_view
+from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+def _copied_world(tmp_path, store, topics: tuple[str, ...], partitions: int, copy_topics: tuple[str, ...],
+                  bytes_per_partition: int = 12 * 1024):
+    """A simulated log dir; the partitions of ``copy_topics`` copied to a directory tier."""
+    log_dir = tmp_path / "logs"
+    simulate(log_dir, SimulationConfig(seed=5, topics=topics, partitions=partitions, total_bytes=bytes_per_partition * len(topics) * partitions,
+                                       segment_bytes=4 * 1024))
+    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
+    for partition in LogDir(log_dir).partitions():
+        if partition.topic in copy_topics:
+            assert copy_partition(partition, LogDir(log_dir), store, storage).copied
+    return log_dir
+
+
+def _one_by_one(located, store, now_ms):
+    """What the sensor did before: each partition's topic id and plan on its own."""
+    out = {}
+    for key, loc in located.items():
+        try:
+            tip = topic_id_partition(loc.partition, store)
+            out[key] = None if tip is None else plan_partition(loc, tip, store, now_ms=now_ms)
+        except Exception as e:  # noqa: BLE001 - compared by type and text
+            out[key] = e
+    return out
+
+
+def _comparable(outcome):
+    return (type(outcome).__name__, str(outcome)) if isinstance(outcome, Exception) else outcome
+
+
+def test_batched_retention_plans_equal_the_per_partition_plans_over_a_mixed_set_of_partitions(tmp_path, metadata_store):
+    store = metadata_store
+    log_dir = _copied_world(tmp_path, store, ("orders", "audit", "fresh", "legacy", "broken"), 2,
+                            copy_topics=("orders", "audit", "legacy", "broken"))
+    store.set_topic_config("orders", "retention.ms", 1)  # every closed segment past retention: work to do
+    store.set_topic_config("audit", "retention.ms", -1)  # nothing ever due
+    (log_dir / "legacy-1" / "partition.metadata").unlink()  # a topic from before topic ids: the store's id by name
+    (log_dir / "fresh-1" / "partition.metadata").unlink()  # nor id nor name known: nothing of it can be remote
+    (log_dir / "broken-0" / "partition.metadata").write_text("version: 0\ntopic_id: not-a-uuid\n")
+    keys = sorted(p.topic_partition.dir_name for p in LogDir(log_dir).partitions())
+    located, _ = locate_partitions([log_dir], keys)
+    now_ms = int(time.time() * 1000)
+
+    expected = _one_by_one(located, store, now_ms)
+    assert expected["orders-0"].has_work and not expected["audit-0"].has_work
+    assert "'fresh' is not known to the metadata store" in str(expected["fresh-0"]) and expected["fresh-1"] is None
+    assert isinstance(expected["broken-0"], Exception)
+    assert expected["legacy-1"].tip.topic_id == store.topic_id("legacy")
+    for chunk in (1, 3, 1000):  # the store's rows read a chunk of partitions per query
+        batched = dict(retention_plans(located, store, now_ms=now_ms, chunk=chunk))
+        assert list(batched) == keys
+        assert {k: _comparable(v) for k, v in batched.items()} == {k: _comparable(v) for k, v in expected.items()}, chunk
+
+
+def test_batched_views_hold_each_partitions_own_store_rows(tmp_path, metadata_store):
+    store = metadata_store
+    log_dir = _copied_world(tmp_path, store, ("orders", "fresh"), 3, copy_topics=("orders",))
+    keys = sorted(p.topic_partition.dir_name for p in LogDir(log_dir).partitions())
+    located, _ = locate_partitions([log_dir], keys)
+    views = dict(partition_views(located, store, chunk=2))
+    for key, loc in located.items():
+        alone = partition_view(loc, store)
+        assert views[key].tip == alone.tip
+        assert views[key].state == alone.state and views[key].finished == alone.finished, key
+        assert views[key].log_start_offset == alone.log_start_offset and views[key].spans == alone.spans
+    assert views["fresh-0"].finished == [] and views["fresh-0"].highest_copied_offset == -1  # never copied
+    assert all(views[f"orders-{p}"].finished for p in range(3))
+    tips = [views[k].tip for k in keys if views[k].tip is not None]
+    assert store.finished_segments_of(tips) == {t: store.list_remote_log_segments(t, states={FINISHED}) for t in tips}
+    assert store.partition_states_of(tips) == {t: store.partition_state(t) for t in tips}
+    assert store.finished_segments_of([]) == {} and store.partition_states_of([]) == {}
+
+
+def _store_statements(pg_url, tick) -> int:
+    """Statements sent to the metadata store's database during ``tick()`` (the test instance's
+    SQLite storage is not counted)."""
+    database = sa.engine.make_url(pg_url).database
+    sent = []
+
+    def count(conn, _cursor, _statement, _params, _context, _executemany):
+        if conn.engine.url.database == database:
+            sent.append(1)
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", count)
+    try:
+        tick()
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", count)
+    return len(sent)
+
+
+def test_a_ticks_store_statements_do_not_grow_with_the_partitions_it_plans(tmp_path, pg_url):
+    store = MetadataStoreResource(database_url=pg_url).store()
+    counts: dict[str, dict[int, int]] = {retention_sensor.name: {}, index_rebuild_sensor.name: {}}
+    for partitions in (2, 8):
+        topic = f"t{partitions}"
+        log_dir = _copied_world(tmp_path / topic, store, (topic,), partitions, copy_topics=(topic,))
+        store.set_topic_config(topic, "retention.ms", -1)  # nothing to request: the tick says what it planned
+        resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(log_dir)), "metadata_store": MetadataStoreResource(database_url=pg_url)}
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions(topic_partitions.name, sorted(p.topic_partition.dir_name for p in LogDir(log_dir).partitions()))
+            for sensor in (retention_sensor, index_rebuild_sensor):
+                def tick():
+                    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+                        result = sensor.evaluate_tick(context)
+                    assert f"planned all {partitions} known" in result.skip_message or f"looked at {partitions} of {partitions} known" in result.skip_message
+
+                counts[sensor.name][partitions] = _store_statements(pg_url, tick)
+    store.close()
+    for name, by_size in counts.items():
+        assert by_size[2] == by_size[8] and by_size[8] <= 10, (name, by_size)
