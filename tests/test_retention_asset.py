@@ -11,7 +11,7 @@ import pytest
 from kts_assets.assets import local_and_remote_segments, local_segments, remote_log_index, remote_segments, retention_state
 from kts_assets.checks import RETENTION_COMPLETED
 from kts_assets.definitions import defs
-from kts_assets.sensors import retention as retention_module
+from kts_resources.tiering import batch_plans  # where the sensor's plans are made (many partitions' store rows at once)
 from kts_assets.sensors.retention import retention_sensor
 from kts_resources.metadata.store import RemoteLogMetadataStore
 from kts_resources.remote_log import RemoteLogSegmentState
@@ -152,8 +152,8 @@ def test_the_retention_sensor_requests_runs_only_where_something_expires(log_dir
     store.set_topic_config("orders", "retention.ms", _retention_between(finished[0], finished[1]))
     store.set_topic_config("page.views", "retention.ms", -1)  # its 2023 records would pass the 7-day default
     planned: list[str] = []
-    real = retention_module.plan_partition
-    monkeypatch.setattr(retention_module, "plan_partition", lambda loc, tip, *a, **k: planned.append(tip.topic_partition.dir_name) or real(loc, tip, *a, **k))
+    real = batch_plans.plan_partition
+    monkeypatch.setattr(batch_plans, "plan_partition", lambda loc, tip, *a, **k: planned.append(tip.topic_partition.dir_name) or real(loc, tip, *a, **k))
     sensor_resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(log_dir)),
                         "metadata_store": MetadataStoreResource(database_url=pg_url)}
     with dg.build_sensor_context(instance=instance, resources=sensor_resources, definitions=defs) as context:

@@ -12,9 +12,10 @@ The partitions already reported are kept in the sensor's state, so the run is no
 every tick; once the index is whole again the partition is forgotten.
 
 The check is the asset check's own rule (``kts_resources.reading.remote_index_check``) and reads every
-index file of a partition, so a tick looks at a bounded slice of the known partitions and the cursor
-goes round them: at 500 a tick and a tick a minute, 10,000 partitions are all looked at every
-20 minutes. A segment finished within the last few minutes is not counted as missing: the copy run
+index file of a partition, so a tick looks at the known partitions in turn until its work budget is
+spent (``sensors.budget``; the store's rows for them come in one query, ``tiering.batch_plans``) and
+the cursor goes round them: at a few hundred a tick and a tick a minute, 4,000 partitions are all
+looked at every ten minutes or so. A segment finished within the last few minutes is not counted as missing: the copy run
 that finished it builds its index in its next step.
 """
 
@@ -30,6 +31,7 @@ import dagster as dg
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, batch_key_ranges, range_run_request
 from kts_assets.jobs import INDEX_REBUILD_JOB_NAME, REBUILD_CONFIG
 from kts_assets.partitions import NO_PARTITIONS_YET, topic_partitions
+from kts_assets.sensors.budget import WORK_BUDGET_S, within_budget
 from kts_assets.sensors.cursor import sensor_state, state_cursor
 from kts_assets.sizes import counted
 from kts_resources.reading import remote_index_cache as index_cache
@@ -42,7 +44,9 @@ from kts_resources.tiering.batch_plans import partition_views
 from kts_resources.tiering.partition_view import PartitionView
 from kts_resources.tiering.tiers import locate_partitions
 
-PARTITIONS_PER_TICK = 500
+# Partitions looked at per tick at most; a tick stops earlier when its work budget is spent
+# (``sensors.budget``), and the next one goes on from there.
+PARTITIONS_PER_TICK = 1000
 MAX_RUNS_PER_TICK = 10
 # A segment finished this recently may be waiting for its own copy run's remote_log_index step.
 FINISHED_GRACE_MS = 10 * 60 * 1000
@@ -114,8 +118,8 @@ def _named(keys: list[str]) -> str:
     description=(
         "Requests index_rebuild_job runs for partitions whose remote log index is missing, damaged or behind the "
         "metadata store, or whose closed local segments in an owned log dir lack a whole .index / .timeindex; "
-        "reports (never writes) missing or torn local indexes in broker-owned log dirs; looks at up to 500 partitions "
-        "a tick in turn."
+        "reports (never writes) missing or torn local indexes in broker-owned log dirs; looks at the partitions in "
+        f"turn, as many a tick as {WORK_BUDGET_S:g} s of checking allows."
     ),
 )
 def index_rebuild_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaLogDirsResource,
@@ -128,7 +132,8 @@ def index_rebuild_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Ka
     except ValueError as e:
         context.log.warning(f"{e}; starting the round over")
         position, reported = 0, {}
-    reported = {k: v for k, v in reported.items() if k in set(known)}
+    known_set = set(known)
+    reported = {k: v for k, v in reported.items() if k in known_set}
     start = position % len(known)
     window = (known[start:] + known[:start])[:PARTITIONS_PER_TICK]
     store = metadata_store.store()
@@ -138,7 +143,10 @@ def index_rebuild_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Ka
     to_rebuild: list[str] = []  # owned local indexes or remote log indexes kts rebuilds
     newly_reported: list[str] = []  # broker-owned local indexes: a run evaluates the check once
     broker_owned: dict[str, str] = {}  # key → its problem and the repair, for the message
-    for key, view in partition_views(located, store):
+    position_of = {key: i for i, key in enumerate(window)}
+    looked_at, checked = len(window), 0  # the round moves on past the last partition looked at
+    for key, view in within_budget(partition_views(located, store)):
+        looked_at, checked = position_of[key] + 1, checked + 1
         loc = located[key]
         try:
             problems = index_problems(view, home, now_ms) if not isinstance(view, Exception) else view
@@ -162,12 +170,15 @@ def index_rebuild_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: Ka
             context.log.info(f"{key}: remote log index to rebuild: {_first_and_more(problems.remote)}")
         if problems.remote or (local and loc.owned):
             to_rebuild.append(key)
+    if checked == len(located):
+        looked_at = len(window)  # every one in the window (those in no log dir too)
     batches = batch_key_ranges(known, [*to_rebuild, *newly_reported], max_partitions_per_run=MAX_PARTITIONS_PER_RUN)[:MAX_RUNS_PER_TICK]
     # The config rides on each request: a run over a key range takes no partitioned config.
     requests = [range_run_request(b, tags={"kts/trigger": "index_rebuild"}, run_config=REBUILD_CONFIG) for b in batches]
-    cursor = state_cursor(context.instance, SENSOR_NAME, _encode((start + len(window)) % len(known), reported),
-                          previous=context.cursor, next=(start + len(window)) % len(known), reported=len(reported))
-    looked = f"looked at {len(window)} of {counted(len(known), 'known partition')}"
+    next_position = (start + looked_at) % len(known)
+    cursor = state_cursor(context.instance, SENSOR_NAME, _encode(next_position, reported),
+                          previous=context.cursor, next=next_position, reported=len(reported))
+    looked = f"looked at {looked_at} of {counted(len(known), 'known partition')}"
     if broker_owned:
         keys = sorted(broker_owned)
         first = keys[0]

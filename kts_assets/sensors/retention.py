@@ -23,6 +23,7 @@ import dagster as dg
 from kts_assets.batching import MAX_PARTITIONS_PER_RUN, batch_key_ranges, range_run_request
 from kts_assets.jobs import EXPIRY_JOB_NAME
 from kts_assets.partitions import NO_PARTITIONS_YET, topic_partitions
+from kts_assets.sensors.budget import WORK_BUDGET_S, within_budget
 from kts_assets.sensors.cursor import sensor_state, state_cursor
 from kts_assets.sizes import counted
 from kts_resources.tiering.batch_plans import retention_plans
@@ -34,11 +35,12 @@ MAX_EVENTS_PER_TICK = 50_000
 # Re-read this many event ids before the cursor: ids can commit out of order under concurrent writers.
 EVENT_OVERLAP = 100
 MAX_RUNS_PER_TICK = 10
-# Partitions planned per tick at most (each plan is a few store queries): the first tick over
-# 4,000 partitions, or a broker-wide change that makes them all due, would otherwise outlast
-# Dagster's 60 s tick budget and never finish. The rest stay due and are planned on the next
-# ticks, those waiting longest first (bench/scale_bench.py).
-MAX_PLANS_PER_TICK = 500
+# Partitions planned per tick at most. A tick plans, those waiting longest first, until its work
+# budget is spent (``sensors.budget``: a millisecond or a few a partition, so some hundreds a tick
+# on this machine); the first tick over 4,000 partitions, or a broker-wide change that makes them
+# all due, would otherwise outlast it. The rest stay due and are planned on the next ticks
+# (bench/scale_bench.py). The budget binds first; this bounds what a tick locates beforehand.
+MAX_PLANS_PER_TICK = 1000
 
 
 SENSOR_NAME = "retention_sensor"
@@ -119,17 +121,17 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
     came_due = sum(1 for at in due.values() if at <= now_ms)
     wanted, newest, seen = partitions_to_plan(store, known, last_event, due, seen, now_ms)
     wanted_count = len(wanted)
-    # Those due longest first (never planned: first of all); the rest stay due for the next ticks.
-    by_wait = sorted(wanted, key=lambda k: (due.get(k, -1), k))
-    wanted, deferred = set(by_wait[:MAX_PLANS_PER_TICK]), by_wait[MAX_PLANS_PER_TICK:]
-    for key in deferred:
-        due[key] = min(due.get(key, now_ms), now_ms)
-    located, _missing = locate_partitions(kafka_log_dirs.paths(), sorted(wanted), owned_log_dirs=kafka_log_dirs.owned_paths())
-    for key in wanted - set(located):
+    # Those due longest first (never planned: first of all), as many as the tick's budget allows
+    # (``sensors.budget``); the rest stay due for the next ticks.
+    by_wait = sorted(wanted, key=lambda k: (due.get(k, -1), k))[:MAX_PLANS_PER_TICK]
+    located, _missing = locate_partitions(kafka_log_dirs.paths(), by_wait, owned_log_dirs=kafka_log_dirs.owned_paths())
+    planned = set(by_wait) - set(located)
+    for key in planned:
         due.pop(key, None)  # in no log dir: nothing here to plan
 
     with_work: list[str] = []
-    for key, plan in retention_plans(located, store, now_ms=now_ms):
+    for key, plan in within_budget(retention_plans(located, store, now_ms=now_ms)):
+        planned.add(key)
         if isinstance(plan, Exception):  # one partition's failure is logged; the others go on
             context.log.warning(f"{key}: retention not planned: {plan}")
             continue
@@ -143,6 +145,10 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
             due[key] = plan.remote.oldest_retained_timestamp + retention_ms
         else:
             due.pop(key, None)
+    out_of_time = len(planned) < len(by_wait)
+    deferred = sorted(wanted - planned)
+    for key in deferred:
+        due[key] = min(due.get(key, now_ms), now_ms)
     batches = batch_key_ranges(known, with_work, max_partitions_per_run=MAX_PARTITIONS_PER_RUN)
     requests = [range_run_request(b, tags={"kts/trigger": "retention"}) for b in batches[:MAX_RUNS_PER_TICK]]
     # Partitions left for the next tick stay due now.
@@ -154,13 +160,14 @@ def retention_sensor(context: dg.SensorEvaluationContext, kafka_log_dirs: KafkaL
     if last_event < 0 and not deferred:
         why = f"first tick: planned all {counted(len(known), 'known partition')}"
     elif last_event < 0:
-        why = f"first tick: planned {len(wanted)} of {counted(len(known), 'known partition')}"
+        why = f"first tick: planned {len(planned)} of {counted(len(known), 'known partition')}"
     else:
         events = "no new store event" if newest == last_event else f"the store events after {last_event} up to {newest}"
-        why = (f"planned {len(wanted)} of {counted(len(known), 'known partition')}"
+        why = (f"planned {len(planned)} of {counted(len(known), 'known partition')}"
                f" (those named by {events}, and {came_due} whose oldest remote segment passed retention.ms)")
     if deferred:
-        why += f" ({len(deferred)} of the {wanted_count} to plan wait for the next ticks: {MAX_PLANS_PER_TICK} a tick)"
+        share = f"{WORK_BUDGET_S:g} s of planning a tick" if out_of_time else f"{MAX_PLANS_PER_TICK} a tick"
+        why += f" ({len(deferred)} of the {wanted_count} to plan wait for the next ticks: {share})"
     if requests:
         context.log.info(f"{why}; {counted(len(with_work), 'partition')} with something to expire → "
                          f"{counted(len(requests), 'run')}")

@@ -25,8 +25,9 @@ from kts_resources.tiering.tiers import LocatedPartition
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
 
-# Partitions whose store rows are read in one query (and held at once).
-PARTITIONS_PER_QUERY = 1000
+# Partitions whose store rows are read in one query (and held at once): a sensor tick works
+# through a few hundred partitions in its time budget, and rows read past it are wasted.
+PARTITIONS_PER_QUERY = 250
 
 
 def partition_views(located: Mapping[str, LocatedPartition], store: "RemoteLogMetadataStore", *,
