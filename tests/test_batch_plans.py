@@ -15,30 +15,15 @@ from kts_assets.partitions import topic_partitions
 from kts_assets.sensors.index_rebuild import index_rebuild_sensor
 from kts_assets.sensors.retention import retention_sensor
 from kts_resources.kafka.logdir import LogDir
-from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
 from kts_resources.remote_log import RemoteLogSegmentState
-from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 from kts_resources.tiering.batch_plans import partition_views, retention_plans
-from kts_resources.tiering.copier import copy_partition
 from kts_resources.tiering.expiry import plan_partition
 from kts_resources.tiering.partition_view import partition_view
 from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
+from tests.simulated_copies import copied_world
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-
-
-def _copied_world(tmp_path, store, topics: tuple[str, ...], partitions: int, copy_topics: tuple[str, ...],
-                  bytes_per_partition: int = 12 * 1024):
-    """A simulated log dir; the partitions of ``copy_topics`` copied to a directory tier."""
-    log_dir = tmp_path / "logs"
-    simulate(log_dir, SimulationConfig(seed=5, topics=topics, partitions=partitions, total_bytes=bytes_per_partition * len(topics) * partitions,
-                                       segment_bytes=4 * 1024))
-    storage = remote_storage_from_uri((tmp_path / "remote").as_uri())
-    for partition in LogDir(log_dir).partitions():
-        if partition.topic in copy_topics:
-            assert copy_partition(partition, LogDir(log_dir), store, storage).copied
-    return log_dir
 
 
 def _one_by_one(located, store, now_ms):
@@ -59,7 +44,7 @@ def _comparable(outcome):
 
 def test_batched_retention_plans_equal_the_per_partition_plans_over_a_mixed_set_of_partitions(tmp_path, metadata_store):
     store = metadata_store
-    log_dir = _copied_world(tmp_path, store, ("orders", "audit", "fresh", "legacy", "broken"), 2,
+    log_dir = copied_world(tmp_path, store, ("orders", "audit", "fresh", "legacy", "broken"), 2,
                             copy_topics=("orders", "audit", "legacy", "broken"))
     store.set_topic_config("orders", "retention.ms", 1)  # every closed segment past retention: work to do
     store.set_topic_config("audit", "retention.ms", -1)  # nothing ever due
@@ -83,7 +68,7 @@ def test_batched_retention_plans_equal_the_per_partition_plans_over_a_mixed_set_
 
 def test_batched_views_hold_each_partitions_own_store_rows(tmp_path, metadata_store):
     store = metadata_store
-    log_dir = _copied_world(tmp_path, store, ("orders", "fresh"), 3, copy_topics=("orders",))
+    log_dir = copied_world(tmp_path, store, ("orders", "fresh"), 3, copy_topics=("orders",))
     keys = sorted(p.topic_partition.dir_name for p in LogDir(log_dir).partitions())
     located, _ = locate_partitions([log_dir], keys)
     views = dict(partition_views(located, store, chunk=2))
@@ -123,7 +108,7 @@ def test_a_ticks_store_statements_do_not_grow_with_the_partitions_it_plans(tmp_p
     counts: dict[str, dict[int, int]] = {retention_sensor.name: {}, index_rebuild_sensor.name: {}}
     for partitions in (2, 8):
         topic = f"t{partitions}"
-        log_dir = _copied_world(tmp_path / topic, store, (topic,), partitions, copy_topics=(topic,))
+        log_dir = copied_world(tmp_path / topic, store, (topic,), partitions, copy_topics=(topic,))
         store.set_topic_config(topic, "retention.ms", -1)  # nothing to request: the tick says what it planned
         resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(log_dir)), "metadata_store": MetadataStoreResource(database_url=pg_url)}
         with dg.instance_for_test() as instance:

@@ -15,7 +15,7 @@ from kts_assets.sensors.budget import within_budget
 from kts_assets.sensors.cursor import sensor_state
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
-from tests.test_batch_plans import _copied_world
+from tests.simulated_copies import copied_world
 
 DAY_MS = 86_400_000
 
@@ -38,7 +38,7 @@ def _out_of_time_after_one(monkeypatch, module):
 
 def test_a_tick_out_of_time_leaves_the_rest_for_the_next_tick(tmp_path, pg_url, monkeypatch):
     store = MetadataStoreResource(database_url=pg_url).store()
-    log_dir = _copied_world(tmp_path, store, ("orders",), 3, copy_topics=("orders",))
+    log_dir = copied_world(tmp_path, store, ("orders",), 3, copy_topics=("orders",))
     store.set_topic_config("orders", "retention.ms", 3650 * DAY_MS)
     store.close()
     resources = {"kafka_log_dirs": KafkaLogDirsResource(log_dirs=str(log_dir)), "metadata_store": MetadataStoreResource(database_url=pg_url)}
