@@ -32,6 +32,18 @@ def test_within_budget_gives_at_least_its_floor_then_stops_once_the_time_is_spen
     assert 1 <= len(taken) < 100 and taken == list(range(len(taken)))
 
 
+def test_within_budget_never_asks_for_an_item_it_has_no_time_for():
+    asked = []
+
+    def partitions():  # asking for the next may cost a store query: it must not be asked in vain
+        for i in range(10):
+            asked.append(i)
+            yield i
+
+    assert list(within_budget(partitions(), seconds=0, at_least=3)) == [0, 1, 2]
+    assert asked == [0, 1, 2]
+
+
 def _out_of_time_after_one(monkeypatch, module):
     monkeypatch.setattr(module, "within_budget", functools.partial(within_budget, seconds=0, at_least=1))
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
+_END = object()
 
 # Seconds of per-partition work a tick spends at most (with its fixed costs the tick stays
 # under 0.6 s, 1 % of the 60 s budget: bench/scale_bench.py).
@@ -26,7 +27,13 @@ def within_budget(items: Iterable[T], *, seconds: float = WORK_BUDGET_S, at_leas
     """``items`` (each one's work done by the caller before it asks for the next) until
     ``seconds`` have passed since the first was asked for; the first ``at_least`` always."""
     started = time.monotonic()
-    for n, item in enumerate(items):
-        if n >= at_least and time.monotonic() - started > seconds:
+    taken = 0
+    found = iter(items)
+    while taken < at_least or time.monotonic() - started <= seconds:
+        # The clock first, then the next item: one the tick has no time for is never asked for
+        # (asking may read the next batch of partitions' rows).
+        item = next(found, _END)
+        if item is _END:
             return
         yield item
+        taken += 1
