@@ -239,6 +239,51 @@ class PassReport:
     unreadable: dict[str, str]  # partition key → one line, for a partition whose files could not be read
 
 
+class _Unchanged:
+    """The partitions a pass may leave out, and their fingerprints recorded after it (sync_skip)."""
+
+    def __init__(self, instance: dg.DagsterInstance, store: RemoteLogMetadataStore, keys: list[str]):
+        import time
+
+        from kts_assets import sync_skip
+
+        self.instance, self.store, self.keys = instance, store, keys
+        self.before = sync_skip.recorded(instance)
+        self.now = self._fingerprints() if self.before else {}  # nothing recorded: every partition is taken
+        self.now_ms = int(time.time() * 1000)
+
+    def _fingerprints(self) -> dict:
+        from kts_assets import sync_skip
+        from kts_resources import settings
+        from kts_resources.kafka.errors import KafkaFormatError
+        from kts_resources.tiering.leadership import broker_replicas
+        from kts_resources.tiering.pass_fingerprint import pass_fingerprints
+
+        try:
+            role = broker_replicas(settings.log_dirs(), settings.metadata_log_dir()).role
+        except (KafkaFormatError, ValueError):
+            return {}  # who leads is unknown: every partition is taken (and its copy says why)
+        return pass_fingerprints(settings.log_dirs(), self.store, settings.kts_home(), owned_log_dirs=settings.owned_log_dirs(),
+                                 role=role, salt=sync_skip.code_salt())
+
+    def partitions(self, storage: RemoteStorageManager) -> set[str]:
+        """The keys to leave out: unchanged, nothing planned since, nothing due, their tier whole."""
+        from kts_assets import sync_skip
+
+        same = sync_skip.unchanged(self.keys, self.now, sync_skip.last_planned(self.instance, self.keys), self.before,
+                                   self.now_ms)
+        return sync_skip.tier_intact(same, self.now, self.store, storage) if same else set()
+
+    def record(self, ran: list[str], failed: Mapping[str, list[str]], left_out: set[str]) -> None:
+        """After the runs: the fingerprints of the partitions they took cleanly, as the runs left them."""
+        from kts_assets import sync_skip
+
+        clean = [key for key in ran if key not in failed]
+        after = self._fingerprints() if clean else {}
+        sync_skip.record(self.instance, clean, after, sync_skip.last_planned(self.instance, clean) if clean else {},
+                         keep={key: self.before[key] for key in left_out})
+
+
 def _quiet_dagster_warnings() -> None:
     """Dagster's notices about the beta/preview APIs kts uses on purpose are not the user's business."""
     import warnings
@@ -251,10 +296,11 @@ def run_pass(keys: list[str], open_store: Callable[[], RemoteLogMetadataStore], 
              say: Callable[[str], None] = say_to_stderr) -> PassReport:
     """One full pass through Dagster, in-process, over the partitions ``keys``: release runs that
     died, register new partitions, run copy_job (inventory with Spark, copy under the quota) over
-    every partition in as few runs as batching allows, move the roll sensor's cursor for what was
-    copied, delete the remote data of topics gone from every log dir for the grace period, then
-    total the tiers (``open_store`` and ``open_storage``, called once the runs are done, open the
-    metadata store and the remote tier for that). The environment is checked by the caller first."""
+    every partition where something changed since its last clean pass (kts_assets.sync_skip) in as
+    few runs as batching allows, move the roll sensor's cursor for what was copied, delete the
+    remote data of topics gone from every log dir for the grace period, then total the tiers
+    (``open_store`` and ``open_storage`` open the metadata store and the remote tier for what the
+    pass reads itself). The environment is checked by the caller first."""
     import logging
 
     _quiet_dagster_warnings()
@@ -287,19 +333,27 @@ def run_pass(keys: list[str], open_store: Callable[[], RemoteLogMetadataStore], 
     # What the roll sensor would ask for now; taken before the runs, so a roll during them is still
     # requested by the sensor later.
     eligible = survey_log_dirs(settings.log_dirs(), keys).eligible
-    for batch in batch_key_ranges(ordered, keys):
-        say(f"copy_job over {batch.start} .. {batch.end} ({batch.span} partitions)")
-        run_batch(job, instance, batch, run_config, outcome, say)
-    # The roll sensor need not ask again for what this pass copied (failed partitions it still will).
-    advance_roll_cursor(instance, {key: offset for key, offset in eligible.items() if key not in outcome.failed})
-    # Topics no kts has seen in a log dir for the grace period lose their remote data, as a deletion
-    # would: the topic deletion job's function (the daemon's road), its partitions reported to the UI.
     from kts_assets.sensors.topic_deletion import delete_gone_topics_and_report
     from kts_resources.tiering.status import status_rows_and_lost
 
     store = open_store()
     storage = open_storage()
     try:
+        # Partitions where nothing changed since their last clean pass have nothing to report again
+        # (kts_assets.sync_skip): the runs take the others.
+        skip = _Unchanged(instance, store, keys)
+        left_out = skip.partitions(storage)
+        if left_out:
+            say(f"{len(left_out)} of {len(keys)} partitions unchanged since their last pass: not run")
+        wanted = [key for key in keys if key not in left_out]
+        for batch in batch_key_ranges(ordered, wanted):
+            say(f"copy_job over {batch.start} .. {batch.end} ({batch.span} partitions)")
+            run_batch(job, instance, batch, run_config, outcome, say)
+        skip.record(wanted, outcome.failed, left_out)
+        # The roll sensor need not ask again for what this pass copied (failed partitions it still will).
+        advance_roll_cursor(instance, {key: offset for key, offset in eligible.items() if key not in outcome.failed})
+        # Topics no kts has seen in a log dir for the grace period lose their remote data, as a deletion
+        # would: the topic deletion job's function (the daemon's road), its partitions reported to the UI.
         deleted = delete_gone_topics_and_report(store, storage, settings.log_dirs(), settings.owned_log_dirs(),
                                                 instance.report_runless_asset_event, changed_by="kts sync")
         # The totals are what `kts status` reports now, computed by the same function.

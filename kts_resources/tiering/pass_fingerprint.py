@@ -1,0 +1,130 @@
+"""What a pass over a partition would start from, as one digest per partition, read for every
+partition at once: ``kts sync`` compares it with the digest recorded after the partition's last
+pass, and leaves out partitions where nothing changed (kts_assets.sync).
+
+A partition's digest covers everything its steps read and report:
+
+- its directory's files (name, size, modification time: a roll, an append, a deleted or rewritten
+  segment or index, a new partition.metadata);
+- its log dir's checkpoints' entries for it (high watermark, recovery point, log start offset);
+- the store's rows of it (``store.partition_change_marks``: partition row, remote segments with
+  their states, damage and manifests, lost ranges) and its topic's configs, the broker's configs;
+- its remote log index cache and its inventory on this machine (``KTS_HOME``);
+- this broker's replica role, whether its log dir is kts's own, and ``salt`` (the caller's: what
+  kts code reported it).
+
+Time changes a partition too: ``due_ms`` is the earliest time retention.ms or local.retention.ms
+could take a segment of it — the oldest remote segment's largest timestamp plus the shorter of
+the two (a copied local segment's records are in a remote segment no older, so no segment is
+due earlier). A topic that does not copy gets no digest: its local retention reads timestamps
+only the segments have. Plain files and the store in, no Dagster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kts_resources.kafka.errors import KafkaFormatError
+from kts_resources.kafka.partition import TopicPartition
+from kts_resources.reading.remote_index_cache import cache_directory
+from kts_resources.remote_log import TopicIdPartition
+from kts_resources.spark.inventory import inventory_path
+from kts_resources.tiering.retention import RetentionConfig
+from kts_resources.tiering.tiers import FINISHED, log_dir_partitions
+
+if TYPE_CHECKING:
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A partition's digest, and when time alone makes a pass over it do something (None: never)."""
+
+    tip: TopicIdPartition
+    digest: str
+    due_ms: int | None
+
+
+def _listing(path: Path) -> list[tuple[str, int, int]]:
+    """(name, size, modification time ns) of each entry of ``path``, sorted; [] when absent."""
+    try:
+        with os.scandir(path) as entries:
+            out = []
+            for entry in entries:
+                st = entry.stat()
+                out.append((entry.name, st.st_size, st.st_mtime_ns))
+    except FileNotFoundError:
+        return []
+    return sorted(out)
+
+
+def _tree(path: Path) -> list[tuple[str, int, int]]:
+    """``_listing`` of a directory and its subdirectories (relative names)."""
+    out = []
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            p = Path(root) / name
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                continue
+            out.append((str(p.relative_to(path)), st.st_size, st.st_mtime_ns))
+    return sorted(out)
+
+
+def due_ms(finished_max_timestamps: Iterable[int], config: RetentionConfig) -> int | None:
+    """The earliest time retention.ms or local.retention.ms could take a segment of a partition
+    whose finished remote segments have these largest timestamps (None: never, by time)."""
+    limits = [ms for ms in (config.retention_ms, config.local_retention_ms) if ms >= 0]
+    oldest = min(finished_max_timestamps, default=None)
+    if oldest is None or not limits:
+        return None
+    return oldest + min(limits)
+
+
+def pass_fingerprints(log_dirs: Iterable[Path], store: "RemoteLogMetadataStore", home: Path, *,
+                      owned_log_dirs: Iterable[Path] = (), role: Callable[[TopicPartition], str] = lambda tp: "",
+                      salt: str = "") -> dict[str, Fingerprint]:
+    """Each partition's fingerprint (key ``topic-partition``), for every partition in the log dirs
+    that can have one: a partition whose files or checkpoints cannot be read, of a topic kts does
+    not know or does not copy, or in two log dirs is absent — a pass always takes it."""
+    topics = store.topics()
+    configs = store.topic_configs_by_name()
+    broker = store.broker_configs()
+    marks = store.partition_change_marks()
+    finished = store.remote_log_segments_by_partition(states={FINISHED})
+    common = repr((salt, sorted(broker.items()))).encode()
+    out: dict[str, Fingerprint] = {}
+    seen: set[str] = set()
+    for loc in log_dir_partitions(log_dirs, owned_log_dirs=owned_log_dirs):
+        key, partition, tp = loc.key, loc.partition, loc.partition.topic_partition
+        if key in seen:  # in two log dirs: the pass says which one it reads
+            out.pop(key, None)
+            continue
+        seen.add(key)
+        config = configs.get(tp.topic)
+        if config is None or not config.copy_enabled(tp.topic):
+            continue
+        try:
+            files = _listing(partition.path)
+            metadata = partition.metadata()
+            checkpoints = (loc.log_dir.high_watermark(tp), loc.log_dir.recovery_point(tp), loc.log_dir.log_start_offset(tp))
+        except (OSError, KafkaFormatError):
+            continue
+        topic_id = metadata.topic_id if metadata is not None else topics.get(tp.topic)
+        if topic_id is None:
+            continue
+        tip = TopicIdPartition(topic_id, tp)
+        digest = hashlib.sha256(common)
+        digest.update(repr((files, checkpoints, loc.owned, role(tp), str(topic_id), marks.get((topic_id, tp.partition)),
+                            sorted(config.overrides.items()), _tree(cache_directory(home, tip)),
+                            _tree(inventory_path(key)))).encode())
+        retention = RetentionConfig.from_topic_config(config, tp.topic, broker)
+        out[key] = Fingerprint(tip, digest.hexdigest(), due_ms((md.max_timestamp_ms for md in finished.get(tip, [])), retention))
+    return out
+
