@@ -323,10 +323,12 @@ def partitions_page_query(repeats: int) -> dict:
 
 
 def one_size(partitions: int, segments: int, tmp: Path, dbs: Databases, spark_home: Path, cli_home: Path | None,
-             ticks: list[str], full: bool, ticks_only: bool = False) -> dict:
+             ticks: list[str], full: bool, ticks_only: bool = False, sync_only: bool = False) -> dict:
     """Every measurement on one world of ``partitions``; not ``full``: the first sync, ``kts status``,
     the sensor ticks and the partitions page only (no further passes: each costs minutes there);
-    ``ticks_only``: the first sync (untimed) and the sensor ticks alone."""
+    ``ticks_only``: the first sync (untimed) and the sensor ticks alone; ``sync_only``: the syncs'
+    rows only (first sync, status, no-op sync, copy alone and the sync of the new segments), no
+    ticks, retention pass or partitions page."""
     progress(f"--- {partitions} partitions ---")
     base = tmp / f"world-{partitions}"
     root = base / "logs"
@@ -367,9 +369,11 @@ def one_size(partitions: int, segments: int, tmp: Path, dbs: Databases, spark_ho
     progress("one new rolled segment in every partition")
     append_rolled_segments(root, partitions, 1, first_ts + segments * HOUR_MS)
     clone = clone_database(dbs, url) if full else None  # the copy alone's store: the world's copied state
-    with world_environment(env):
-        progress("sensor ticks with that work waiting")
-        out["ticks"] = sensor_ticks(ticks)
+    out["ticks"] = {}
+    if not sync_only:
+        with world_environment(env):
+            progress("sensor ticks with that work waiting")
+            out["ticks"] = sensor_ticks(ticks)
 
     if not full:
         set_broker_retention_ms(url, int(time.time() * 1000) - (first_ts + HOUR_MS // 2))
@@ -389,6 +393,8 @@ def one_size(partitions: int, segments: int, tmp: Path, dbs: Databases, spark_ho
     out["copy_alone"] = {"seconds": copy_s, "segments": copied}
     out["sync"] = {**sync, "ratio_vs_copy_alone": copy_s / sync["seconds"]}
     progress(f"  kts sync {sync['seconds']:.2f} s: {copy_s / sync['seconds']:.2f} of the copy alone")
+    if sync_only:
+        return out
 
     progress("retention: every partition's oldest segment due")
     # The oldest segments' records are stamped first_ts, the next ones an hour later.
@@ -433,7 +439,8 @@ def run(args: argparse.Namespace) -> dict:
             spark_connect.ensure_running(spark_home)
             for n in sizes:
                 results.append(one_size(n, args.segments, Path(tmp), dbs, spark_home, cli_home, ticks,
-                                        full=args.full_up_to is None or n <= args.full_up_to, ticks_only=args.ticks_only))
+                                        full=args.sync_only or args.full_up_to is None or n <= args.full_up_to,
+                                        ticks_only=args.ticks_only, sync_only=args.sync_only))
                 write_json(args.json, {"partial": True, "sizes": results})  # a later size may take hours
         finally:
             if cli_home is not None and cli_server.stop(cli_home):
@@ -446,7 +453,7 @@ def run(args: argparse.Namespace) -> dict:
         if "partitions_page" in r:
             r["partitions_page"]["ratio_vs_smallest"] = r["partitions_page"]["seconds"] / smallest["partitions_page"]["seconds"]
     return {"params": {"partitions": sizes, "segments": args.segments, "quick": bool(args.quick), "cli_server": args.cli_server,
-                       "ticks_only": bool(args.ticks_only),
+                       "ticks_only": bool(args.ticks_only), "sync_only": bool(args.sync_only),
                        "database": dbs.info, **versions(), "git": git, "cpus": os.cpu_count(), "machine": platform.machine(),
                        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}},
             "goals": GOALS, "sizes": results, "runtime_seconds": time.perf_counter() - started}
@@ -494,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="sizes above this get the first sync, status, ticks and the partitions page only")
     parser.add_argument("--ticks-only", action="store_true",
                         help="every size gets its first sync (untimed) and the sensor ticks alone")
+    parser.add_argument("--sync-only", action="store_true",
+                        help="the syncs' rows only at every size: first sync, status, no-op sync, copy alone, sync of one new segment a partition")
     add_json_argument(parser, "scale")
     args = parser.parse_args(argv)
     result = run(args)

@@ -5,7 +5,8 @@ pass, and leaves out partitions where nothing changed (kts_assets.sync).
 A partition's digest covers everything its steps read and report:
 
 - its directory's files (name, size, modification time: a roll, an append, a deleted or rewritten
-  segment or index, a new partition.metadata);
+  segment or index; the leader-epoch checkpoint and partition.metadata by content, which a broker
+  rewrites unchanged when it opens the partition);
 - its log dir's checkpoints' entries for it (high watermark, recovery point, log start offset);
 - the store's rows of it (``store.partition_change_marks``: partition row, remote segments with
   their states, damage and manifests, lost ranges) and its topic's configs, the broker's configs;
@@ -50,21 +51,34 @@ class Fingerprint:
     due_ms: int | None
 
 
-def _listing(path: Path) -> list[tuple[str, int, int]]:
-    """(name, size, modification time ns) of each entry of ``path``, sorted; [] when absent."""
-    try:
-        with os.scandir(path) as entries:
-            out = []
-            for entry in entries:
+# Small files a broker rewrites whole, unchanged, when it opens a partition (a restart): their
+# content is what counts, not their modification time.
+_READ_WHOLE = {"leader-epoch-checkpoint", "partition.metadata"}
+_INDEX_SUFFIXES = (".index", ".timeindex")
+
+
+def _partition_files(path: Path) -> list[tuple]:
+    """Each file of a partition dir as (name, size, modification time ns), sorted — a broker's
+    rewritten-whole files as (name, their bytes' digest), and the active segment's preallocated
+    indexes left out (the broker rewrites them on opening; what the active segment holds is its
+    .log, and no check reads its indexes)."""
+    entries = []
+    with os.scandir(path) as found:
+        for entry in found:
+            if entry.name in _READ_WHOLE:
+                entries.append((entry.name, hashlib.sha256(Path(entry.path).read_bytes()).hexdigest()))
+            else:
                 st = entry.stat()
-                out.append((entry.name, st.st_size, st.st_mtime_ns))
-    except FileNotFoundError:
-        return []
-    return sorted(out)
+                entries.append((entry.name, st.st_size, st.st_mtime_ns))
+    logs = [e[0] for e in entries if e[0].endswith(".log")]
+    if logs:
+        active = max(logs)[: -len(".log")]  # offsets are zero-padded: the highest name is the highest offset
+        entries = [e for e in entries if not (e[0].startswith(active) and e[0].endswith(_INDEX_SUFFIXES))]
+    return sorted(entries)
 
 
 def _tree(path: Path) -> list[tuple[str, int, int]]:
-    """``_listing`` of a directory and its subdirectories (relative names)."""
+    """(relative name, size, modification time ns) of each file under ``path``, sorted; [] when absent."""
     out = []
     for root, _dirs, files in os.walk(path):
         for name in files:
@@ -111,7 +125,7 @@ def pass_fingerprints(log_dirs: Iterable[Path], store: "RemoteLogMetadataStore",
         if config is None or not config.copy_enabled(tp.topic):
             continue
         try:
-            files = _listing(partition.path)
+            files = _partition_files(partition.path)
             metadata = partition.metadata()
             checkpoints = (loc.log_dir.high_watermark(tp), loc.log_dir.recovery_point(tp), loc.log_dir.log_start_offset(tp))
         except (OSError, KafkaFormatError):
