@@ -42,6 +42,10 @@ if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
 
 
+# Bumped when what goes into a digest changes: digests recorded before then no longer match.
+FINGERPRINT_VERSION = "1"
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """A partition's digest, and when time alone makes a pass over it do something (None: never)."""
@@ -112,7 +116,7 @@ def pass_fingerprints(log_dirs: Iterable[Path], store: "RemoteLogMetadataStore",
     broker = store.broker_configs()
     marks = store.partition_change_marks()
     finished = store.remote_log_segments_by_partition(states={FINISHED})
-    common = repr((salt, sorted(broker.items()))).encode()
+    common = repr((FINGERPRINT_VERSION, salt, sorted(broker.items()))).encode()
     out: dict[str, Fingerprint] = {}
     seen: set[str] = set()
     for loc in log_dir_partitions(log_dirs, owned_log_dirs=owned_log_dirs):
