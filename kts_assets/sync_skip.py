@@ -87,10 +87,9 @@ def tier_intact(keys: Iterable[str], fingerprints: Mapping[str, Fingerprint], st
     """Those of ``keys`` whose finished segments' objects are all in the tier with their recorded
     sizes and checksums and their manifests there (as ``remote_segments_in_bucket`` judges)."""
     from kts_resources.maintenance.remote_integrity import inspect_finished_segments
-    from kts_resources.tiering.tiers import FINISHED
 
     keys = list(keys)
-    finished = store.remote_log_segments_by_partition(states={FINISHED})
+    finished = store.finished_segments_of(fingerprints[key].tip for key in keys)
 
     def intact(key: str) -> bool:
         tip = fingerprints[key].tip

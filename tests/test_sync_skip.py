@@ -1,7 +1,7 @@
 """A ``kts sync`` pass leaves out the partitions where nothing changed since their last clean pass
 (kts_assets.sync_skip): a no-op pass runs nothing and the UI's numbers stay those of `kts status`;
 one new rolled segment in one partition of many runs exactly that partition. What decides it —
-each partition's fingerprint, its due time under retention, the store's batch reads it is made
+each partition's fingerprint, its due time under retention, the store's change marks it is made
 from — is specified here too."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 SMALL = SimulationConfig(seed=11, topics=("orders", "payments"), partitions=2, segment_bytes=24 * 1024, total_bytes=160 * 1024)
 
 
-# --- the store's batch reads: the same rows as the per-partition reads ---------------------------
+# --- the store's change marks ---------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -46,18 +46,6 @@ def copied(tmp_path, metadata_store):
     copy_each_partition(LogDir(log_dir), metadata_store, remote_storage_from_uri((tmp_path / "remote").as_uri()))
     tips = [topic_id_partition(p, metadata_store) for p in LogDir(log_dir).partitions()]
     return log_dir, metadata_store, tips
-
-
-def test_the_batch_reads_return_each_partitions_rows_as_its_own_reads_do(copied):
-    _log_dir, store, tips = copied
-    for states in (None, {FINISHED}):
-        every = store.remote_log_segments_by_partition(states=states)
-        assert set(every) == set(tips)
-        for tip in tips:
-            assert every[tip] == store.list_remote_log_segments(tip, states=states)
-    configs = store.topic_configs_by_name()
-    assert set(configs) == {"orders", "payments"}
-    assert all(configs[name] == store.topic_configs(name) for name in configs)
 
 
 def test_a_partitions_change_mark_moves_with_its_store_rows_and_only_its_own(copied):

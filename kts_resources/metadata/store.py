@@ -797,31 +797,6 @@ class RemoteLogMetadataStore:
         rows = self._tx(lambda conn, _: conn.execute(stmt).all())
         return [_to_metadata(row, tip) for row in rows]
 
-    def remote_log_segments_by_partition(
-        self, states: Iterable[RemoteLogSegmentState] | None = None,
-    ) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
-        """Every partition's segments in ``states``, in one query: for each partition what
-        ``list_remote_log_segments(tip, states=states)`` returns (partitions with none are absent).
-        For a pass over many partitions, where a query each would be most of its cost."""
-        wanted = LISTED_STATES if states is None else frozenset(states)
-        stmt = (
-            sa.select(SEGMENTS, PARTITIONS.c.topic)
-            .join(PARTITIONS, sa.and_(PARTITIONS.c.topic_id == SEGMENTS.c.topic_id, PARTITIONS.c.partition == SEGMENTS.c.partition))
-            .where(SEGMENTS.c.state.in_(sorted(s.name for s in wanted)))
-            .order_by(SEGMENTS.c.topic_id, SEGMENTS.c.partition, SEGMENTS.c.start_offset, SEGMENTS.c.created_at,
-                      SEGMENTS.c.segment_id)
-        )
-        out: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]] = {}
-        for row in self._tx(lambda conn, _: conn.execute(stmt).all()):
-            tip = _row_tip(row)
-            out.setdefault(tip, []).append(_to_metadata(row, tip))
-        return out
-
-    def topic_configs_by_name(self) -> dict[str, TopicConfig]:
-        """Every known topic's configs, in one query: ``topic_configs(name)`` for each."""
-        rows = self._tx(lambda conn, _: conn.execute(sa.select(TOPICS.c.name, TOPICS.c.configs)).all())
-        return {row.name: TopicConfig(row.configs) for row in rows}
-
     def partition_change_marks(self) -> dict[tuple[uuid.UUID, int], str]:
         """Per recorded partition (topic id, partition), a digest of everything the store keeps of
         it — its partition row, every remote segment row (state, damage, manifest, …) and every

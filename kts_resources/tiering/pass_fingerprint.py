@@ -36,7 +36,7 @@ from kts_resources.reading.remote_index_cache import cache_directory
 from kts_resources.remote_log import TopicIdPartition
 from kts_resources.spark.inventory import inventory_path
 from kts_resources.tiering.retention import RetentionConfig
-from kts_resources.tiering.tiers import FINISHED, log_dir_partitions
+from kts_resources.tiering.tiers import log_dir_partitions
 
 if TYPE_CHECKING:
     from kts_resources.metadata.store import RemoteLogMetadataStore
@@ -112,17 +112,16 @@ def pass_fingerprints(log_dirs: Iterable[Path], store: "RemoteLogMetadataStore",
     that can have one: a partition whose files or checkpoints cannot be read, of a topic kts does
     not know or does not copy, or in two log dirs is absent — a pass always takes it."""
     topics = store.topics()
-    configs = store.topic_configs_by_name()
+    configs = store.all_topic_configs()
     broker = store.broker_configs()
     marks = store.partition_change_marks()
-    finished = store.remote_log_segments_by_partition(states={FINISHED})
     common = repr((FINGERPRINT_VERSION, salt, sorted(broker.items()))).encode()
-    out: dict[str, Fingerprint] = {}
+    made: dict[str, tuple] = {}  # key → (tip, digest, retention config)
     seen: set[str] = set()
     for loc in log_dir_partitions(log_dirs, owned_log_dirs=owned_log_dirs):
         key, partition, tp = loc.key, loc.partition, loc.partition.topic_partition
         if key in seen:  # in two log dirs: the pass says which one it reads
-            out.pop(key, None)
+            made.pop(key, None)
             continue
         seen.add(key)
         config = configs.get(tp.topic)
@@ -142,7 +141,10 @@ def pass_fingerprints(log_dirs: Iterable[Path], store: "RemoteLogMetadataStore",
         digest.update(repr((files, checkpoints, loc.owned, role(tp), str(topic_id), marks.get((topic_id, tp.partition)),
                             sorted(config.overrides.items()), _tree(cache_directory(home, tip)),
                             _tree(inventory_path(key)))).encode())
-        retention = RetentionConfig.from_topic_config(config, tp.topic, broker)
-        out[key] = Fingerprint(tip, digest.hexdigest(), due_ms((md.max_timestamp_ms for md in finished.get(tip, [])), retention))
+        made[key] = (tip, digest.hexdigest(), RetentionConfig.from_topic_config(config, tp.topic, broker))
+    finished = store.finished_segments_of(tip for tip, _, _ in made.values())
+    out: dict[str, Fingerprint] = {}
+    for key, (tip, digest, retention) in made.items():
+        out[key] = Fingerprint(tip, digest, due_ms((md.max_timestamp_ms for md in finished.get(tip, [])), retention))
     return out
 
