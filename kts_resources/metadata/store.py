@@ -602,6 +602,43 @@ class RemoteLogMetadataStore:
 
         return self._tx(work)
 
+    def finish_segment_deletes(self, segment_ids: Iterable[uuid.UUID], event_timestamp_ms: int) -> None:
+        """DELETE_SEGMENT_STARTED → DELETE_SEGMENT_FINISHED for many segments in one transaction,
+        as ``update_remote_log_segments_delete_state(…, DELETE_SEGMENT_FINISHED, …)`` does (the
+        same events, all or nothing, a segment already FINISHED left as it is, the same errors),
+        but without reading the rows back: the delete procedure has them in hand from the STARTED
+        step, so only the ids and states travel."""
+        sids = list(dict.fromkeys(segment_ids))
+        if not sids:
+            return
+
+        def work(conn: Connection, _attempt: int) -> None:
+            # Row locks in segment-id order, as every batched transition takes them.
+            states = dict(conn.execute(
+                sa.select(SEGMENTS.c.segment_id, SEGMENTS.c.state).where(SEGMENTS.c.segment_id == sa.any_(_uuid_array(sids)))
+                .order_by(SEGMENTS.c.segment_id).with_for_update()).all())
+            missing = [s for s in sids if s not in states]
+            if missing:
+                raise RemoteResourceNotFoundError(f"no remote log segment metadata found for {missing[0]}"
+                                                  + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+            moving = [s for s in sids if states[s] != S.DELETE_SEGMENT_FINISHED.name]
+            for s in moving:
+                check_segment_transition(S[states[s]], S.DELETE_SEGMENT_FINISHED)
+            if not moving:
+                return
+            # One statement: the rows move and their events are written from what the UPDATE returns.
+            moved = (SEGMENTS.update().where(SEGMENTS.c.segment_id == sa.any_(_uuid_array(moving)))
+                     .values(state=S.DELETE_SEGMENT_FINISHED.name, event_timestamp_ms=event_timestamp_ms, updated_at=sa.func.now())
+                     .returning(SEGMENTS.c.topic_id, SEGMENTS.c.partition, SEGMENTS.c.segment_id).cte("moved"))
+            conn.execute(EVENTS.insert().from_select(
+                ["topic_id", "partition", "segment_id", "kind", "old_state", "new_state", "details"],
+                sa.select(moved.c.topic_id, moved.c.partition, moved.c.segment_id, sa.literal(EventKind.SEGMENT_STATE_CHANGED),
+                          sa.literal(S.DELETE_SEGMENT_STARTED.name), sa.literal(S.DELETE_SEGMENT_FINISHED.name),
+                          sa.literal({"event_timestamp_ms": event_timestamp_ms}, EVENTS.c.details.type))
+                .order_by(moved.c.segment_id)))
+
+        self._tx(work)
+
     @staticmethod
     def _reference_epochs(conn: Connection, md: RemoteLogSegmentMetadata) -> set[uuid.UUID]:
         """Put a finished segment into each of its epochs' offset maps, as

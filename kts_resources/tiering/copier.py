@@ -15,7 +15,7 @@ import logging
 import os
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -101,41 +101,71 @@ def delete_remote_log_segments(
     metadatas: Sequence[RemoteLogSegmentMetadata],
     clock: Clock,
     *,
-    batch: int = DELETE_BATCH_SEGMENTS,
+    batch: int | None = None,
 ) -> list[RemoteLogSegmentMetadata]:
-    """Delete remote segments as Kafka's RemoteLogManager.deleteRemoteLogSegment does, a batch at a
-    time: DELETE_SEGMENT_STARTED for the batch (one store transaction) → every object of those
-    segments (log, indexes, snapshot, epochs; the manifests first), in the tier's batched deletes →
-    DELETE_SEGMENT_FINISHED (one transaction) for the segments whose objects are all gone.
-    Returns every segment's final metadata, in the order given.
+    """Delete remote segments as Kafka's RemoteLogManager.deleteRemoteLogSegment does, a batch
+    (``DELETE_BATCH_SEGMENTS`` when None) at a time: DELETE_SEGMENT_STARTED for the batch (one
+    store transaction) → every object of those segments (log, indexes, snapshot, epochs; the
+    manifests first), in the tier's batched deletes → DELETE_SEGMENT_FINISHED (one transaction)
+    for the segments whose objects are all gone. Returns every segment's final metadata, in the
+    order given.
+
+    The batches overlap: while one batch's objects are being deleted (in a worker thread), the
+    store records the previous batch's FINISHED and the next batch's STARTED, so a pass costs
+    about its deletes, not its deletes plus two transactions a batch. The order per segment stays
+    STARTED (committed) → objects → FINISHED: no object is deleted before its segment is STARTED,
+    no segment is FINISHED before all of its objects are gone.
 
     The one procedure every remote delete goes through: the copy's clean-up and repair, expiry,
     scrub and the deletion of a topic's partitions (``partition_admin``).
     Idempotent, so an interrupted delete is finished by calling it again: the state is the store's
     (not ``metadatas``', which may be stale), a segment already in DELETE_SEGMENT_STARTED continues,
     one already DELETE_SEGMENT_FINISHED is left as it is, and objects already gone are fine. A kill
-    anywhere leaves each segment of the batch either as it was, or STARTED (unreadable, its objects
-    partly or wholly gone): never FINISHED with an object left. A segment some of whose objects the
-    tier would not delete stays STARTED, the rest of its batch is finished, and RemoteStorageError
-    names it (the next pass deletes it again). The caller holds the partition lock.
+    anywhere leaves each segment either as it was, or STARTED (unreadable, its objects partly or
+    wholly gone): never FINISHED with an object left. A segment some of whose objects the tier
+    would not delete stays STARTED, the rest of its batch (and of the batch already under way) is
+    finished, no further batch is started, and RemoteStorageError names it (the next pass deletes
+    it again). The caller holds the partition lock.
     RemoteResourceNotFoundError when the store has no such segment.
     """
+    size = batch or DELETE_BATCH_SEGMENTS
+    batches = [metadatas[i : i + size] for i in range(0, len(metadatas), size)]
     done: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
-    for i in range(0, len(metadatas), batch):
-        ids = [md.segment_id.id for md in metadatas[i : i + batch]]
-        started = store.update_remote_log_segments_delete_state(ids, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
-        # The store's current rows (custom metadata, state), not the caller's copies; finished ones are left.
-        pending = [md for md in started if md.state is RemoteLogSegmentState.DELETE_SEGMENT_STARTED]
-        done.update((md.segment_id.id, md) for md in started)
-        failed = storage.delete_segments_data(pending) if pending else {}
-        gone = [md.segment_id.id for md in pending if md.segment_id.id not in failed]
+    failed: dict[uuid.UUID, str] = {}
+
+    def finish(pending: list[RemoteLogSegmentMetadata], deleting: Future) -> None:
+        failed.update(deleting.result())
+        gone = [md for md in pending if md.segment_id.id not in failed]
         if gone:
-            done.update((md.segment_id.id, md) for md in store.update_remote_log_segments_delete_state(
-                gone, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, clock.now_ms()))
-        if failed:
-            first = next(iter(failed.values()))
-            raise RemoteStorageError(first + (f" (and {len(failed) - 1} more segments left in DELETE_SEGMENT_STARTED)"
-                                              if len(failed) > 1 else " (the segment stays in DELETE_SEGMENT_STARTED)"))
+            now = clock.now_ms()
+            # The rows were read by the STARTED step: only their ids go to the store.
+            store.finish_segment_deletes([md.segment_id.id for md in gone], now)
+            done.update((md.segment_id.id, replace(md, state=RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, event_timestamp_ms=now))
+                        for md in gone)
+
+    if batches:
+        # One worker: the batches' deletes go one after another; leaving the with-block waits for
+        # the one under way, so nothing is still deleting when this returns or raises.
+        with ThreadPoolExecutor(1, thread_name_prefix="kts-delete-batch") as tier:
+            under_way: tuple[list[RemoteLogSegmentMetadata], Future] | None = None
+            for metadata_batch in batches:
+                started = store.update_remote_log_segments_delete_state(
+                    [md.segment_id.id for md in metadata_batch], RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
+                # The store's current rows (custom metadata, state), not the caller's copies; finished ones are left.
+                pending = [md for md in started if md.state is RemoteLogSegmentState.DELETE_SEGMENT_STARTED]
+                done.update((md.segment_id.id, md) for md in started)
+                submitted = (pending, tier.submit(storage.delete_segments_data, pending)) if pending else None
+                if under_way is not None:
+                    finish(*under_way)
+                under_way = submitted
+                if failed:
+                    break
+            if under_way is not None:
+                finish(*under_way)
+    if failed:
+        first = next(iter(failed.values()))
+        raise RemoteStorageError(first + (f" (and {len(failed) - 1} more segments left in DELETE_SEGMENT_STARTED)"
+                                          if len(failed) > 1 else " (the segment stays in DELETE_SEGMENT_STARTED)"))
     return [done[md.segment_id.id] for md in metadatas]
 
 
