@@ -22,10 +22,10 @@ from xml.etree import ElementTree
 import pytest
 
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.remote_log import (InvalidStateTransition, RemoteLogSegmentMetadata, RemoteLogSegmentState,
+from kts_resources.remote_log import (InvalidStateTransition, RemoteLogSegmentMetadata, RemoteLogSegmentState, RemoteResourceNotFoundError,
                                       RemoteStorageError, TopicIdPartition)
 from kts_resources.remote_storage.filesystem import FileSystemRemoteStorage
-from kts_resources.tiering.copier import DELETE_BATCH_SEGMENTS
+from kts_resources.tiering.copier import DELETE_BATCH_SEGMENTS, delete_remote_log_segments
 from kts_resources.tiering.expiry import expire_partition, plan_partition
 from kts_resources.tiering.quotas import ManualClock
 
@@ -232,3 +232,44 @@ def test_a_batch_transition_is_all_or_nothing(metadata_store):
     assert list(states(metadata_store, segments).values()) == [S.DELETE_SEGMENT_STARTED] * 2 + [S.COPY_SEGMENT_FINISHED]
     events = [e for e in metadata_store.events(tip) if e.new_state == S.DELETE_SEGMENT_STARTED.name]
     assert sorted(e.segment_id for e in events) == sorted(md.segment_id.id for md in segments[:2])
+
+
+def test_finishing_a_batch_of_deletes_is_all_or_nothing_and_writes_an_event_per_segment(metadata_store):
+    tip, segments = finished_segments(metadata_store, 3)
+    ids = [md.segment_id.id for md in segments]
+    metadata_store.update_remote_log_segments_delete_state(ids[:2], S.DELETE_SEGMENT_STARTED, NOW)
+    # The third is still COPY_SEGMENT_FINISHED: no transition to FINISHED, so the first two stay STARTED too.
+    with pytest.raises(InvalidStateTransition, match="COPY_SEGMENT_FINISHED to DELETE_SEGMENT_FINISHED"):
+        metadata_store.finish_segment_deletes(ids, NOW + 1)
+    assert list(states(metadata_store, segments).values()) == [S.DELETE_SEGMENT_STARTED] * 2 + [S.COPY_SEGMENT_FINISHED]
+
+    metadata_store.finish_segment_deletes(ids[:2], NOW + 1)
+    metadata_store.finish_segment_deletes(ids[:1], NOW + 2)  # already FINISHED: left as it is, no second event
+    assert list(states(metadata_store, segments).values()) == [S.DELETE_SEGMENT_FINISHED] * 2 + [S.COPY_SEGMENT_FINISHED]
+    assert metadata_store.segment(segments[0].segment_id).event_timestamp_ms == NOW + 1
+    events = [e for e in metadata_store.events(tip) if e.new_state == S.DELETE_SEGMENT_FINISHED.name]
+    assert sorted(e.segment_id for e in events) == sorted(ids[:2])
+    assert {(e.old_state, e.details["event_timestamp_ms"]) for e in events} == {(S.DELETE_SEGMENT_STARTED.name, NOW + 1)}
+    with pytest.raises(RemoteResourceNotFoundError):
+        metadata_store.finish_segment_deletes([uuid.uuid4()], NOW)
+
+
+def test_a_refused_key_stops_the_batches_after_the_one_already_under_way(metadata_store, s3_tier):
+    """Batches overlap (the next batch is STARTED while this one's objects go): a key the tier
+    refuses in one batch lets the batch under way finish, and starts no further batch."""
+    tier, storage = s3_tier
+    tip, segments = finished_segments(metadata_store, 6)
+    for md in segments:
+        put_objects(storage, md)
+    stuck = segments[0]
+    tier.refused.add(storage.keys.manifest_key(stuck.segment_id, stuck.start_offset))
+
+    with pytest.raises(RemoteStorageError, match="AccessDenied"):
+        delete_remote_log_segments(metadata_store, storage, segments, ManualClock(NOW), batch=2)
+
+    assert list(states(metadata_store, segments).values()) == [
+        S.DELETE_SEGMENT_STARTED, *[S.DELETE_SEGMENT_FINISHED] * 3, *[S.COPY_SEGMENT_FINISHED] * 2]
+    tier.refused.clear()
+    deleted = delete_remote_log_segments(metadata_store, storage, segments, ManualClock(NOW), batch=2)
+    assert [md.state for md in deleted] == [S.DELETE_SEGMENT_FINISHED] * 6
+    assert list(storage.list_objects()) == []

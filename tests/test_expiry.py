@@ -5,6 +5,7 @@ local segments (only those safely remote), broker-owned ones are only reported o
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -225,7 +226,12 @@ def test_roll_and_offload_copies_each_rolled_segment_and_serves_it_after_local_d
     assert remote + local == reader.partition(TOPIC, 0).high_watermark
 
 
-@pytest.mark.parametrize("crash_at", ["after-log-start", "after-started", "mid-manifests", "mid-objects", "mid-local"])
+def objects_per_segment(storage) -> Counter:
+    return Counter(parsed.segment_id for o in storage.list_objects() if (parsed := storage.keys.parse(o.key)))
+
+
+@pytest.mark.parametrize("crash_at", ["after-log-start", "after-started", "mid-manifests", "mid-objects", "after-second-started",
+                                      "after-first-finished", "mid-second-objects", "mid-local"])
 def test_a_sigkill_at_any_step_of_expiry_is_finished_by_the_next_pass(tiered, metadata_store, pg_url, tmp_path, crash_at):
     """Killed at any step, the expiry leaves a state a rerun converges from: what it meant to delete
     is gone from both tiers, nothing it meant to keep is lost, nothing is orphaned."""
@@ -244,9 +250,18 @@ def test_a_sigkill_at_any_step_of_expiry_is_finished_by_the_next_pass(tiered, me
         return subprocess.run([sys.executable, "-m", "tests.expiry_driver", str(root), TOPIC, str(now), *extra],
                               cwd=repo, env=env, capture_output=True, text=True, timeout=120)
 
+    before = objects_per_segment(storage)
     crashed = driver(crash_at)
     assert crashed.returncode == -9, crashed.stderr
     assert metadata_store.partition_state(tip).log_start_offset == finished[2].start_offset  # recorded first, always
+    # Where the kill left it: a segment with an object gone is STARTED or FINISHED, a FINISHED one has none left.
+    after = objects_per_segment(storage)
+    state = {md.segment_id.id: metadata_store.segment(md.segment_id).state for md in finished}
+    for md in finished:
+        if state[md.segment_id.id] is RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+            assert after[md.segment_id.id] == 0, f"segment {md.start_offset} FINISHED with objects left"
+        elif after[md.segment_id.id] < before[md.segment_id.id]:
+            assert state[md.segment_id.id] is RemoteLogSegmentState.DELETE_SEGMENT_STARTED, f"segment {md.start_offset}: objects gone while {state[md.segment_id.id].name}"
     rerun = driver()
     assert rerun.returncode == 0, rerun.stderr
     assert [m.start_offset for m in metadata_store.list_remote_log_segments(tip, states={FINISHED})] == \
