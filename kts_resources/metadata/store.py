@@ -912,6 +912,15 @@ class RemoteLogMetadataStore:
             return None
         return _to_metadata(row, TopicIdPartition(row.topic_id, TopicPartition(row.topic, row.partition)))
 
+    def segment_states(self, segment_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, RemoteLogSegmentState]:
+        """The current state of each of ``segment_ids`` the store has (an unknown id is absent):
+        one primary-key lookup, no row read whole (expiry's re-check of a plan under the lock)."""
+        sids = list(dict.fromkeys(segment_ids))
+        if not sids:
+            return {}
+        stmt = sa.select(SEGMENTS.c.segment_id, SEGMENTS.c.state).where(SEGMENTS.c.segment_id == sa.any_(_uuid_array(sids)))
+        return {sid: S[state] for sid, state in self._tx(lambda conn, _: conn.execute(stmt).all())}
+
     # -- partitions -------------------------------------------------------------------------------
 
     def partition_state(self, tip: TopicIdPartition) -> PartitionState:

@@ -98,7 +98,7 @@ DELETE_BATCH_SEGMENTS = 500
 def delete_remote_log_segments(
     store: RemoteLogMetadataStore,
     storage: RemoteStorageManager,
-    metadatas: Sequence[RemoteLogSegmentMetadata],
+    metadatas: Sequence[RemoteLogSegmentMetadata | uuid.UUID],
     clock: Clock,
     *,
     batch: int | None = None,
@@ -108,7 +108,7 @@ def delete_remote_log_segments(
     store transaction) → every object of those segments (log, indexes, snapshot, epochs; the
     manifests first), in the tier's batched deletes → DELETE_SEGMENT_FINISHED (one transaction)
     for the segments whose objects are all gone. Returns every segment's final metadata, in the
-    order given.
+    order given. Segment ids do as well as metadata: each segment's row is read by its STARTED step.
 
     The batches overlap: while one batch's objects are being deleted (in a worker thread), the
     store records the previous batch's FINISHED and the next batch's STARTED, so a pass costs
@@ -129,7 +129,8 @@ def delete_remote_log_segments(
     RemoteResourceNotFoundError when the store has no such segment.
     """
     size = batch or DELETE_BATCH_SEGMENTS
-    batches = [metadatas[i : i + size] for i in range(0, len(metadatas), size)]
+    ids = [md if isinstance(md, uuid.UUID) else md.segment_id.id for md in metadatas]
+    batches = [ids[i : i + size] for i in range(0, len(ids), size)]
     done: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
     failed: dict[uuid.UUID, str] = {}
 
@@ -148,9 +149,9 @@ def delete_remote_log_segments(
         # the one under way, so nothing is still deleting when this returns or raises.
         with ThreadPoolExecutor(1, thread_name_prefix="kts-delete-batch") as tier:
             under_way: tuple[list[RemoteLogSegmentMetadata], Future] | None = None
-            for metadata_batch in batches:
+            for id_batch in batches:
                 started = store.update_remote_log_segments_delete_state(
-                    [md.segment_id.id for md in metadata_batch], RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
+                    id_batch, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, clock.now_ms())
                 # The store's current rows (custom metadata, state), not the caller's copies; finished ones are left.
                 pending = [md for md in started if md.state is RemoteLogSegmentState.DELETE_SEGMENT_STARTED]
                 done.update((md.segment_id.id, md) for md in started)
@@ -166,7 +167,7 @@ def delete_remote_log_segments(
         first = next(iter(failed.values()))
         raise RemoteStorageError(first + (f" (and {len(failed) - 1} more segments left in DELETE_SEGMENT_STARTED)"
                                           if len(failed) > 1 else " (the segment stays in DELETE_SEGMENT_STARTED)"))
-    return [done[md.segment_id.id] for md in metadatas]
+    return [done[sid] for sid in ids]
 
 
 # --- manifests ------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from kts_resources.kafka.logdir import SegmentFiles
 from kts_resources.tiering.lineage import diverges_at, last_epoch, readable_spans
 from kts_resources.tiering.lost_ranges import uncovered
 from kts_resources.kafka.partition import TopicPartition
-from kts_resources.remote_log import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.manifest import put_log_start_offset
 from kts_resources.tiering.retention import (
     Expired,
@@ -228,14 +228,14 @@ def expire_partition(
         # segment, topic deletion took it) is not deleted or counted again; a partition whose remote
         # data was deleted since gets no log start offset or manifest written into the emptied tier.
         # Local deletion re-checks its own safety rule under the lock (``_apply_local``).
-        still: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         # The view was read under the lock: its store rows are the ones this pass acts on.
         if not remote or held.view.state.delete_state is not None:
             plan = dataclasses.replace(plan, remote=RemotePlan(log_start_offset=plan.log_start_offset))
         elif plan.remote.expired:
-            still = {md.segment_id.id: md for md in held.view.finished}
+            # Only the planned segments' states: their rows are read once, by the delete's STARTED step.
+            states_now = store.segment_states(e.segment_id for e in plan.remote.expired)
             plan = dataclasses.replace(plan, remote=dataclasses.replace(
-                plan.remote, expired=[e for e in plan.remote.expired if e.segment_id in still]))
+                plan.remote, expired=[e for e in plan.remote.expired if states_now.get(e.segment_id) is FINISHED]))
         result = ExpiryResult(tip, plan.new_log_start_offset)
         if plan.new_log_start_offset > plan.log_start_offset or plan.remote.expired:
             # First: the data below it is unreadable from now on, whatever happens next; the tier
@@ -244,7 +244,7 @@ def expire_partition(
             if result.log_start_offset > 0:
                 put_log_start_offset(storage, tip, result.log_start_offset)
         # Then the expired segments, a batch at a time through the delete states (copier's procedure).
-        delete_remote_log_segments(store, storage, [still[e.segment_id] for e in plan.remote.expired], clock)
+        delete_remote_log_segments(store, storage, [e.segment_id for e in plan.remote.expired], clock)
         result.remote_deleted.extend(e.start_offset for e in plan.remote.expired)
         result.remote_bytes_deleted += sum(e.size_bytes for e in plan.remote.expired)
         if located is not None and located.owned:
