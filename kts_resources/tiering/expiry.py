@@ -11,7 +11,8 @@ carried out as it is; it serialises itself for the trip back from Spark.
 Carrying it out (Kafka's RemoteLogManager expiration and UnifiedLog.deleteOldSegments), under the
 partition lock: the new log start offset is recorded first (so the data is unreadable at once), then the expired remote segments go through the one delete
 procedure in batches (DELETE_SEGMENT_STARTED for a batch in one store transaction → their objects in the
-tier's batched deletes → DELETE_SEGMENT_FINISHED for the batch). In owned log dirs kts
+tier's batched deletes → DELETE_SEGMENT_FINISHED for the batch; one batch's objects go while the
+store records the batches either side of it). In owned log dirs kts
 applies local retention itself, as a broker does: only segments a finished remote segment covers
 (or all of them by policy when copying is disabled), never the active one, renamed to ``.deleted``
 and then removed, with their producer snapshots; the log-start-offset-checkpoint follows a moved
