@@ -23,11 +23,11 @@ from kts_resources.reading.reader import TieredLogReader
 from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.remote_storage.factory import remote_storage_from_uri
 from kts_resources.tiering.tiers import locate_partitions
+from .expiry_driver import CRASH_POINTS
 from .partition_steps import copy_each_partition, plan_and_expire
 
 T0 = 1_700_000_000_000
 OPERATIONS = ("produce", "copy", "expire", "local_retention", "delete_records", "killed_expiry", "sigkill_expiry")
-CRASH_POINTS = ("after-log-start", "after-started", "mid-objects", "mid-local")
 
 
 class Scenario:
