@@ -235,6 +235,11 @@ class ReadSide:
         (open_partitions.py), else a fresh one, kept for the next fetch."""
         kept = self.open_partitions.reader_for(topic, partition, offset)
         if kept is not None:
+            if self.open_partitions.due(topic, partition):
+                try:
+                    self.pool.submit(self._renew, topic, partition)
+                except RuntimeError:  # the pool is shut down: the server is stopping
+                    self.open_partitions.forget(topic, partition)
             out = self._fetch_from(kept, topic, partition, offset, max_bytes, isolation, retry=True)
             if out is not None:
                 return out
@@ -248,6 +253,15 @@ class ReadSide:
             return PartitionFetch(p.KAFKA_STORAGE_ERROR)
         self.open_partitions.keep(topic, partition, reader)
         return self._fetch_from(reader, topic, partition, offset, max_bytes, isolation)
+
+    def _renew(self, topic: str, partition: int) -> None:
+        """A fresh reader for the partition, kept for its next fetches (open_partitions.py)."""
+        try:
+            reader = self.reader.partition(topic, partition)
+        except (ReadError, RemoteStorageError, OSError):
+            self.open_partitions.forget(topic, partition)  # the next fetch opens it and says why
+            return
+        self.open_partitions.keep(topic, partition, reader)
 
     def _fetch_from(self, reader, topic: str, partition: int, offset: int, max_bytes: int, isolation: str,
                     retry: bool = False) -> PartitionFetch | None:

@@ -8,6 +8,10 @@ so it is used only while it is young (``MAX_AGE_S``) and only for an offset insi
 (from its log start offset to its high watermark): a consumer at the end, waiting for new records,
 always gets a fresh look, and a log start offset moved or a segment expired shows within a second.
 A fetch that fails on an open reader is tried once more on a fresh one (its view may be what failed).
+
+A consumer reading on does not wait for the fresh look either: once a reader is ``RENEW_AFTER_S``
+old, its next fetch has a fresh one opened in the background (``due``), which replaces it when
+ready, so the fetches stay on a young reader without paying the ~35 ms of opening one.
 """
 
 from __future__ import annotations
@@ -18,15 +22,17 @@ import time
 from kts_resources.reading.reader import PartitionReader
 
 MAX_AGE_S = 1.0
+RENEW_AFTER_S = 0.5
 # Partitions kept at most; past it the oldest go (a server with this many consumers at once
 # re-opens some of them now and then, no worse than without the cache).
 MAX_OPEN = 1024
 
 
 class OpenPartitions:
-    def __init__(self, max_age_s: float = MAX_AGE_S, max_open: int = MAX_OPEN) -> None:
-        self.max_age_s, self.max_open = max_age_s, max_open
+    def __init__(self, max_age_s: float = MAX_AGE_S, max_open: int = MAX_OPEN, renew_after_s: float = RENEW_AFTER_S) -> None:
+        self.max_age_s, self.max_open, self.renew_after_s = max_age_s, max_open, renew_after_s
         self._open: dict[tuple[str, int], tuple[float, PartitionReader]] = {}
+        self._renewing: set[tuple[str, int]] = set()
         self._lock = threading.Lock()  # fetches run in the server's thread pool
 
     def reader_for(self, topic: str, partition: int, offset: int) -> PartitionReader | None:
@@ -40,8 +46,20 @@ class OpenPartitions:
             return None
         return reader
 
+    def due(self, topic: str, partition: int) -> bool:
+        """True once when the partition's open reader is old enough to be renewed in the background
+        (the caller opens a fresh one and ``keep``s it, or calls ``forget``)."""
+        key = (topic, partition)
+        with self._lock:
+            entry = self._open.get(key)
+            if entry is None or key in self._renewing or time.monotonic() - entry[0] < self.renew_after_s:
+                return False
+            self._renewing.add(key)
+            return True
+
     def keep(self, topic: str, partition: int, reader: PartitionReader) -> None:
         with self._lock:
+            self._renewing.discard((topic, partition))
             self._open[(topic, partition)] = (time.monotonic(), reader)
             if len(self._open) > self.max_open:
                 for key, _entry in sorted(self._open.items(), key=lambda item: item[1][0])[:len(self._open) - self.max_open]:
@@ -49,4 +67,5 @@ class OpenPartitions:
 
     def forget(self, topic: str, partition: int) -> None:
         with self._lock:
+            self._renewing.discard((topic, partition))
             self._open.pop((topic, partition), None)

@@ -2,23 +2,27 @@
 ``PartitionReader.replay`` prefetches its next chunks.
 
 After a fetch the remote tier answered, the partition's next fetch most likely asks the same max
-bytes from the offset this one ended at. That read is started at once in the server's pool, on
-the same kept reader (the one read path: the remote log index, one ranged read or the chunk
-cache, every batch CRC-checked, the chunk cache filled), while the response goes out and the
-client works on it. Measured on a loaded two-core machine: a cold 1 MiB remote fetch costs
-~10–25 ms in the server, most of it writing the chunk to the chunk cache; with it read ahead the
-consumer's next fetch finds it done or under way (README, "Over the Kafka protocol").
+bytes from the offset this one ended at, and the one after that from where that read ends. So up
+to ``DEPTH`` reads are kept ahead of the consumer, one after the other: each started in the
+server's pool when the one before it is done (its end is the next one's offset), on the same kept
+reader (the one read path: the remote log index, one ranged read or the chunk cache, every batch
+CRC-checked, the fetch quota asked and charged), while the responses go out and the client works on
+them. Measured on a loaded two-core machine: a cold 1 MiB remote fetch costs ~10–25 ms in the
+server, librdkafka comes back for the next in a few; one read ahead was not enough to keep up
+(README, "Over the Kafka protocol").
 
-The next fetch takes it only if it asks exactly that (the same reader, offset, max bytes and
-isolation); anything else drops it. Bounded: one read ahead per partition, and at most
-``MAX_BYTES`` asked by all of them at once (past it none is started). A read ahead not started
-yet when its fetch arrives is cancelled and the fetch reads for itself (no thread waits for a
-queued task); one that failed or was throttled is dropped, and the fetch reads again, so an
-error is always the fetch's own.
+A fetch takes the first read ahead only if it asks exactly that (the same reader, offset, max
+bytes and isolation); anything else drops them all. Bounded: ``DEPTH`` per partition, and at most
+``MAX_BYTES`` asked by all of them at once (past it none is started). A read ahead not started yet
+when its fetch arrives is cancelled and the fetch reads for itself (no thread waits for a queued
+task); one that failed or was throttled is dropped with those after it, and the fetch reads again,
+so an error is always the fetch's own. A read that reaches the end of what is fetchable, or that
+the remote tier did not answer, is the last one ahead.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from kts_resources.reading.reader import FetchResult, PartitionReader
 
 MAX_BYTES = 32 * 1024 * 1024
+DEPTH = 4
 
 
 @dataclass
@@ -36,39 +41,48 @@ class _Ahead:
     isolation: str
     future: Future
 
+    def asks(self, reader: PartitionReader, offset: int, max_bytes: int, isolation: str) -> bool:
+        return self.reader is reader and (self.offset, self.max_bytes, self.isolation) == (offset, max_bytes, isolation)
+
 
 class ReadAhead:
-    def __init__(self, pool: Executor, max_bytes: int = MAX_BYTES) -> None:
-        self.pool, self.max_bytes = pool, max_bytes
+    def __init__(self, pool: Executor, max_bytes: int = MAX_BYTES, depth: int = DEPTH) -> None:
+        self.pool, self.max_bytes, self.depth = pool, max_bytes, depth
         self.taken = 0  # fetches answered by a read ahead (for tests and the bench)
+        self.started = 0  # reads ahead started
         self._held = 0
-        self._ahead: dict[tuple[str, int], _Ahead] = {}
-        self._lock = threading.Lock()  # fetches run in the server's thread pool
+        self._ahead: dict[tuple[str, int], collections.deque[_Ahead]] = {}
+        # Re-entrant: a read done before its callback is added runs the callback at once, lock held.
+        self._lock = threading.RLock()
 
     def start(self, topic: str, partition: int, reader: PartitionReader, offset: int, max_bytes: int, isolation: str) -> None:
-        """Read ``reader.fetch(offset, max_bytes, isolation)`` in the background for the partition's next fetch."""
+        """Read ``reader.fetch(offset, max_bytes, isolation)`` and what follows it in the background
+        for the partition's next fetches (nothing new when that is already what is read ahead)."""
+        key = (topic, partition)
         with self._lock:
-            self._drop(self._ahead.pop((topic, partition), None), cancel=True)
-            if self._held + max_bytes > self.max_bytes:
+            chain = self._ahead.get(key)
+            if chain and chain[0].asks(reader, offset, max_bytes, isolation):
+                self._extend(key)
                 return
-            try:
-                future = self.pool.submit(reader.fetch, offset, max_bytes, isolation)
-            except RuntimeError:  # the pool is shut down: the server is stopping
-                return
-            self._held += max_bytes
-            self._ahead[(topic, partition)] = _Ahead(reader, offset, max_bytes, isolation, future)
+            self._drop(key)
+            self._submit(key, reader, offset, max_bytes, isolation)
 
     def take(self, topic: str, partition: int, reader: PartitionReader, offset: int, max_bytes: int,
              isolation: str) -> FetchResult | None:
         """The read ahead for exactly this fetch, else None (the fetch reads for itself)."""
+        key = (topic, partition)
         with self._lock:
-            ahead = self._ahead.pop((topic, partition), None)
-            self._drop(ahead)
-        if ahead is None:
-            return None
-        if ahead.reader is not reader or (ahead.offset, ahead.max_bytes, ahead.isolation) != (offset, max_bytes, isolation):
-            ahead.future.cancel()
-            return None
+            chain = self._ahead.get(key)
+            if not chain:
+                return None
+            ahead = chain[0]
+            if not ahead.asks(reader, offset, max_bytes, isolation):
+                self._drop(key)
+                return None
+            chain.popleft()
+            self._held -= ahead.max_bytes
+            if not chain:
+                del self._ahead[key]
         if ahead.future.cancel():
             return None  # still queued: reading here is sooner than waiting for a pool thread
         try:
@@ -79,11 +93,50 @@ class ReadAhead:
             return None
         with self._lock:
             self.taken += 1
+            self._extend(key)
         return result
 
-    def _drop(self, ahead: _Ahead | None, cancel: bool = False) -> None:
-        """Release what ``ahead`` holds of MAX_BYTES (the lock held); with ``cancel``, cancel it if still queued."""
-        if ahead is not None:
+    def pending(self, topic: str, partition: int) -> list[int]:
+        """The offsets read ahead for the partition, in order (for tests)."""
+        with self._lock:
+            return [ahead.offset for ahead in self._ahead.get((topic, partition), ())]
+
+    # --- with the lock held ---
+
+    def _submit(self, key: tuple[str, int], reader: PartitionReader, offset: int, max_bytes: int, isolation: str) -> None:
+        if self._held + max_bytes > self.max_bytes:
+            return
+        try:
+            future = self.pool.submit(reader.fetch, offset, max_bytes, isolation)
+        except RuntimeError:  # the pool is shut down: the server is stopping
+            return
+        ahead = _Ahead(reader, offset, max_bytes, isolation, future)
+        self._held += max_bytes
+        self.started += 1
+        self._ahead.setdefault(key, collections.deque()).append(ahead)
+        future.add_done_callback(lambda _f: self._done(key, ahead))
+
+    def _done(self, key: tuple[str, int], ahead: _Ahead) -> None:
+        with self._lock:
+            chain = self._ahead.get(key)
+            if chain and chain[-1] is ahead:
+                self._extend(key)
+
+    def _extend(self, key: tuple[str, int]) -> None:
+        """One more read after the last of the partition's, once it is done, while fewer than DEPTH are ahead."""
+        chain = self._ahead.get(key)
+        if not chain or len(chain) >= self.depth:
+            return
+        last = chain[-1]
+        if not last.future.done() or last.future.cancelled() or last.future.exception() is not None:
+            return
+        result = last.future.result()
+        if result.throttled or not result.remote_bytes or result.next_offset >= last.reader.fetch_limit(last.isolation):
+            return  # the end of what is fetchable, or the local log (read at once): nothing more ahead
+        self._submit(key, last.reader, result.next_offset, last.max_bytes, last.isolation)
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        """Forget the partition's reads ahead, cancelling those still queued."""
+        for ahead in self._ahead.pop(key, ()):
             self._held -= ahead.max_bytes
-            if cancel:
-                ahead.future.cancel()
+            ahead.future.cancel()

@@ -56,6 +56,9 @@ WRITE_STALL_CONTENDED_S = 2.0
 STALL_CHECK_S = 0.5
 TLS_HANDSHAKE_S = 10.0
 FETCH_KEY = 1
+QUOTA_SAMPLES_EVERY_MS = 100
+# Chunks read from the tier and not yet written to the chunk cache, at most (past it they go uncached).
+CHUNK_WRITE_BEHIND_BYTES = 64 * 1024 * 1024
 
 
 class _Close(Exception):
@@ -92,6 +95,14 @@ class KafkaReadServer:
         if advertised[1] == 0:
             advertised = (advertised[0], port)
         self.side = ReadSide(self.reader, self.pool, advertised=advertised, draining=self.draining)
+        # The fetch quota's samples written to the store in batches, not a transaction per remote
+        # read (which cost more than the read): tiering/quotas.py's BufferedSamples.
+        quota = self.reader.fetch_quota
+        samples = quota.record_in_batches(QUOTA_SAMPLES_EVERY_MS) if quota is not None else None
+        # Remote chunks written to the chunk cache behind the fetch that read them (chunk_cache.py).
+        cache = self.reader.chunk_cache
+        if cache is not None:
+            cache.write_behind(CHUNK_WRITE_BEHIND_BYTES)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
@@ -107,6 +118,13 @@ class KafkaReadServer:
             if self.side is not None:
                 self.side.groups.close(DRAIN_S)  # the groups' last commits into the tier too
             self.pool.shutdown(wait=False, cancel_futures=True)
+            if cache is not None:
+                await asyncio.get_running_loop().run_in_executor(None, cache.close)
+            if samples is not None:
+                try:
+                    await asyncio.get_running_loop().run_in_executor(None, samples.close)
+                except Exception as e:  # noqa: BLE001 — stopping: the last bytes recorded are lost, said once
+                    log.warning("the fetch quota's last samples were not written: %s", e)
 
     def stop(self) -> None:
         self._stop.set()

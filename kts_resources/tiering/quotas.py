@@ -40,6 +40,7 @@ quota -- so keep the allowance above the segment size (Kafka behaves the same).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import threading
 import time
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # Kafka's RLM waits on its copy-quota condition for at most this long before checking again, so a
 # waiting copier notices other copiers' records and expired windows.
@@ -267,6 +269,91 @@ class PostgresSamples:
                 sa.text("SELECT pg_advisory_xact_lock(hashtext('kts.quota'), hashtext(:q))"), {"q": self.quota_name}
             )
             yield _PgTransactionView(self._ops, conn)
+
+
+class BufferedSamples:
+    """A SampleStore that gathers this process's ``add``s in memory and writes them to ``inner`` (the
+    shared store) in one transaction every ``interval_ms``, on a thread of its own: for a process
+    that records a remote read per fetch (`kts serve`), where a store transaction per fetch cost more
+    than the read itself. This process's own reads count at once (``live`` adds what is not written
+    yet); other processes see them at most ``interval_ms`` (plus one transaction) later, so the
+    quota's bound across processes loosens by what this one reads in that time. A failed write keeps
+    its bytes for the next; ``close`` writes what is left."""
+
+    def __init__(self, inner: SampleStore, interval_ms: int = 100) -> None:
+        self.inner, self.interval_s = inner, interval_ms / 1000
+        self._pending: dict[int, int] = {}
+        self._purge_before: int | None = None
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # one write at a time, in order
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, window_start_ms: int, value: int) -> None:
+        with self._lock:
+            self._pending[window_start_ms] = self._pending.get(window_start_ms, 0) + value
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._run, name="kts-quota-samples", daemon=True)
+                self._thread.start()
+
+    def live(self, first_window_ms: int, now_ms: int) -> tuple[int, int | None]:
+        total, oldest = self.inner.live(first_window_ms, now_ms)
+        with self._lock:
+            mine = [(s, v) for s, v in self._pending.items() if first_window_ms <= s <= now_ms]
+        starts = [s for s, _v in mine] + ([] if oldest is None else [oldest])
+        return total + sum(v for _s, v in mine), min(starts, default=None)
+
+    def purge(self, before_ms: int) -> None:
+        with self._lock:  # done with the next write, in its transaction
+            self._purge_before = max(before_ms, self._purge_before or before_ms)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[SampleStore]:
+        self.flush()
+        with self.inner.exclusive() as view:
+            yield view
+
+    def flush(self) -> None:
+        """Write what this process recorded since the last write (one transaction)."""
+        with self._flushing:
+            with self._lock:
+                pending, self._pending = self._pending, {}
+                purge, self._purge_before = self._purge_before, None
+            if not pending and purge is None:
+                return
+            try:
+                with self.inner.exclusive() as view:
+                    for start, value in sorted(pending.items()):
+                        view.add(start, value)
+                    if purge is not None:
+                        view.purge(purge)
+            except Exception:
+                with self._lock:  # written on the next try
+                    for start, value in pending.items():
+                        self._pending[start] = self._pending.get(start, 0) + value
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        self._wake.set()
+        if thread is not None:
+            thread.join()
+        self.flush()
+
+    def _run(self) -> None:
+        failed = False
+        while not self._closed:
+            self._wake.wait(self.interval_s)
+            try:
+                self.flush()
+                failed = False
+            except Exception as e:  # noqa: BLE001 — the bytes stay pending; said once until it works again
+                if not failed:
+                    log.warning("fetch quota samples not written yet (kept for the next try): %s", e)
+                failed = True
 
 
 # ------------------------------------------------------------------------------------ the rate itself
@@ -590,6 +677,13 @@ class FetchQuotaManager:
 
     def record(self, value: int) -> None:
         self.manager.record(value)
+
+    def record_in_batches(self, interval_ms: int = 100) -> BufferedSamples:
+        """Record into a ``BufferedSamples`` over the shared store from now on (``close`` it when done)."""
+        samples = self.manager.rate.samples
+        if not isinstance(samples, BufferedSamples):
+            samples = self.manager.rate.samples = BufferedSamples(samples, interval_ms)
+        return samples
 
     def throttle_time_ms(self) -> int:
         return self.manager.throttle_time_ms()
