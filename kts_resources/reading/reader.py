@@ -328,6 +328,34 @@ class PartitionReader:
             self._lso = self._compute_last_stable_offset()
         return self._lso
 
+    @property
+    def last_stable_offset_known(self) -> bool:
+        """Whether ``last_stable_offset`` is already read (asking it then does no I/O)."""
+        return self._lso is not None
+
+    def reads_alike(self, other: "PartitionReader", start: int, end: int) -> bool:
+        """Whether ``other`` (the same partition's reader, opened at another time) reads ``[start,
+        end)`` from the same records as this one: both see every offset of it in the same remote
+        segments of the same lineage, and ``other`` still holds it (a remote segment's records never
+        change; a lineage, a log start offset or an expired segment may)."""
+        if not other.log_start_offset <= start <= end <= other.high_watermark:
+            return False
+        mine = self._spans_over(start, end)
+        return mine is not None and mine == other._spans_over(start, end)
+
+    def _spans_over(self, start: int, end: int) -> list[tuple] | None:
+        """(segment id, first, last offset) of the spans serving ``[start, end)``, None where one is missing."""
+        out = []
+        i = bisect.bisect_right(self._span_starts, start) - 1
+        position = start
+        while position < end:
+            if not 0 <= i < len(self.spans) or not self.spans[i].start_offset <= position <= self.spans[i].end_offset:
+                return None
+            span = self.spans[i]
+            out.append((span.segment.segment_id, span.start_offset, span.end_offset))
+            position, i = span.end_offset + 1, i + 1
+        return out
+
     def _compute_last_stable_offset(self) -> int:
         hw = self.high_watermark
         if not self.segments:

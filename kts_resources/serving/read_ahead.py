@@ -11,8 +11,10 @@ them. Measured on a loaded two-core machine: a cold 1 MiB remote fetch costs ~10
 server, librdkafka comes back for the next in a few; one read ahead was not enough to keep up
 (README, "Over the Kafka protocol").
 
-A fetch takes the first read ahead only if it asks exactly that (the same reader, offset, max
-bytes and isolation); anything else drops them all. Bounded: ``DEPTH`` per partition, and at most
+A fetch takes the first read ahead only if it asks exactly that (the same offset, max bytes and
+isolation) and its reader reads those offsets alike (``PartitionReader.reads_alike``: the kept
+reader is renewed every half second, open_partitions.py, and the reads ahead go on across it);
+anything else drops them all. Bounded: ``DEPTH`` per partition, and at most
 ``MAX_BYTES`` asked by all of them at once (past it none is started). A read ahead not started yet
 when its fetch arrives is cancelled and the fetch reads for itself (no thread waits for a queued
 task); one that failed or was throttled is dropped with those after it, and the fetch reads again,
@@ -41,8 +43,8 @@ class _Ahead:
     isolation: str
     future: Future
 
-    def asks(self, reader: PartitionReader, offset: int, max_bytes: int, isolation: str) -> bool:
-        return self.reader is reader and (self.offset, self.max_bytes, self.isolation) == (offset, max_bytes, isolation)
+    def asks(self, offset: int, max_bytes: int, isolation: str) -> bool:
+        return (self.offset, self.max_bytes, self.isolation) == (offset, max_bytes, isolation)
 
 
 class ReadAhead:
@@ -61,7 +63,7 @@ class ReadAhead:
         key = (topic, partition)
         with self._lock:
             chain = self._ahead.get(key)
-            if chain and chain[0].asks(reader, offset, max_bytes, isolation):
+            if chain and chain[0].asks(offset, max_bytes, isolation):
                 self._extend(key)
                 return
             self._drop(key)
@@ -76,7 +78,7 @@ class ReadAhead:
             if not chain:
                 return None
             ahead = chain[0]
-            if not ahead.asks(reader, offset, max_bytes, isolation):
+            if not ahead.asks(offset, max_bytes, isolation):
                 self._drop(key)
                 return None
             chain.popleft()
@@ -91,10 +93,24 @@ class ReadAhead:
             return None
         if result.throttled:
             return None
+        if ahead.reader is not reader and not ahead.reader.reads_alike(reader, offset, result.next_offset):
+            with self._lock:
+                self._drop(key)  # read on an older view that no longer holds: read again on this one
+            return None
         with self._lock:
             self.taken += 1
             self._extend(key)
         return result
+
+    def waiting(self, topic: str, partition: int, reader: PartitionReader, offset: int, max_bytes: int,
+                isolation: str) -> Future | None:
+        """The read ahead this fetch would take (done or not), for the server's loop to await
+        instead of a pool thread; None when there is none."""
+        with self._lock:
+            chain = self._ahead.get((topic, partition))
+            if chain and chain[0].asks(offset, max_bytes, isolation):
+                return chain[0].future
+        return None
 
     def pending(self, topic: str, partition: int) -> list[int]:
         """The offsets read ahead for the partition, in order (for tests)."""
