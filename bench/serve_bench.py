@@ -60,6 +60,7 @@ MiB = 1024 * 1024
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 ONE, MULTI, S3_TOPIC = "serve-one", "serve-multi", "serve-s3"
 PARTITION_EOF = -191  # librdkafka's _PARTITION_EOF
+CONSUME_TIMEOUT_S = 0.1
 
 
 # --- the tiered partitions ------------------------------------------------------------------------
@@ -96,7 +97,9 @@ def consume(bootstrap: str, topic: str, partitions: list[int], max_bytes: int | 
     read = {p: 0 for p in partitions}
     messages = 0
     while len(done) < len(partitions):
-        for m in consumer.consume(10_000, 1.0):
+        # A short timeout: consume() returns a partial batch only when it runs out, so a second's
+        # timeout held the last records (and the EOF) up to a second past their arrival.
+        for m in consumer.consume(10_000, CONSUME_TIMEOUT_S):
             if m.error():
                 if m.error().code() == PARTITION_EOF:
                     done.add(m.partition())

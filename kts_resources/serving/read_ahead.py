@@ -25,6 +25,7 @@ the remote tier did not answer, is the last one ahead.
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
@@ -130,12 +131,14 @@ class ReadAhead:
         self._held += max_bytes
         self.started += 1
         self._ahead.setdefault(key, collections.deque()).append(ahead)
-        future.add_done_callback(lambda _f: self._done(key, ahead))
+        # Not a closure over ``ahead``: a future keeps its callbacks, and future → callback → ahead
+        # → future would be a cycle holding each read's chunk until the cyclic GC got round to it.
+        future.add_done_callback(functools.partial(self._done, key))
 
-    def _done(self, key: tuple[str, int], ahead: _Ahead) -> None:
+    def _done(self, key: tuple[str, int], future: Future) -> None:
         with self._lock:
             chain = self._ahead.get(key)
-            if chain and chain[-1] is ahead:
+            if chain and chain[-1].future is future:
                 self._extend(key)
 
     def _extend(self, key: tuple[str, int]) -> None:
