@@ -67,7 +67,7 @@ class PartitionFetch:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | memoryview = b""
     aborted: list | None = None
     throttle_time_ms: int = 0
     remote_bytes: int = 0
@@ -301,7 +301,7 @@ class ReadSide:
         if result.throttled:
             quota = self.reader.fetch_quota
             out.throttle_time_ms = max(1, quota.throttle_time_ms()) if quota is not None else 1
-        out.records = b"".join(memoryview(b.buffer)[b.position:b.position + b.size] for b in result.batches)
+        out.records = records_of(result.batches)
         out.remote_bytes = sum(b.size for b in result.batches if b.remote)
         if isolation == READ_COMMITTED:
             out.aborted = result.aborted
@@ -309,6 +309,18 @@ class ReadSide:
             # A consumer reading the remote tier in order asks for the next chunk next (read_ahead.py).
             self.read_ahead.start(topic, partition, reader, result.next_offset, max_bytes, isolation)
         return out
+
+
+def records_of(batches) -> bytes | memoryview:
+    """The batches' bytes as one records field: a view of their chunk when they lie end to end in
+    one (a remote fetch's always do), else a copy joining them; the response's encoding copies them once more."""
+    if not batches:
+        return b""
+    first, last = batches[0], batches[-1]
+    buffer = first.buffer
+    if all(b.buffer is buffer for b in batches) and last.position + last.size - first.position == sum(b.size for b in batches):
+        return memoryview(buffer)[first.position:last.position + last.size]
+    return b"".join(memoryview(b.buffer)[b.position:b.position + b.size] for b in batches)
 
 
 def fetch_error_code(e: Exception) -> int:

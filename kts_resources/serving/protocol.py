@@ -128,14 +128,15 @@ def supported_versions() -> list:
             for api in sorted(APIS.values(), key=lambda a: a.key)]
 
 
-def api_versions_fallback(correlation_id: int) -> bytes:
+def api_versions_fallback(correlation_id: int) -> bytearray:
     """KIP-511: an ApiVersions request of a version not served gets a v0 answer with
     UNSUPPORTED_VERSION and the supported ranges, so the client retries with one of them."""
     response = ApiVersionsResponse[0](error_code=UNSUPPORTED_VERSION, api_keys=supported_versions())
     return frame_response(response, correlation_id)
 
 
-def frame_response(response, correlation_id: int) -> bytes:
-    """``response`` with its header (the version its schema says), size-prefixed."""
+def frame_response(response, correlation_id: int) -> bytearray:
+    """``response`` with its header (the version its schema says), size-prefixed (the encoder's own
+    buffer: a copy of a fetch's megabytes into bytes would be one more)."""
     response.with_header(correlation_id=correlation_id)
-    return bytes(response.encode(header=True, framed=True))
+    return response.encode(header=True, framed=True)

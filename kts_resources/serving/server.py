@@ -226,7 +226,7 @@ class KafkaReadServer:
                     writer.transport.abort()  # drops what it holds unsent
                     raise _Close from None
 
-    async def _answer(self, frame: bytes, peer: str, session: auth.SaslSession) -> tuple[bytes | None, int]:
+    async def _answer(self, frame: bytes, peer: str, session: auth.SaslSession) -> tuple[bytearray | None, int]:
         """The response frame to ``frame`` and the fetch budget it holds (to release once sent)."""
         try:
             request = protocol.decode_request(frame)
