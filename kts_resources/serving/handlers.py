@@ -241,7 +241,7 @@ class ReadSide:
                 if not ahead.done():
                     await asyncio.wait([asyncio.wrap_future(ahead)])  # cancelled elsewhere: the checks below say so
                 if not ahead.cancelled() and ahead.exception() is None and not ahead.result().throttled:
-                    out = self._fetch_from(kept, topic, partition, offset, max_bytes, isolation, retry=True)
+                    out = self._fetch_from(kept, topic, partition, offset, max_bytes, isolation, retry=True, on_loop=True)
                     if out is not None:
                         return out
         return await self._blocking(self._fetch_partition, topic, partition, offset, max_bytes, isolation)
@@ -276,8 +276,9 @@ class ReadSide:
         self.open_partitions.keep(topic, partition, reader)
 
     def _fetch_from(self, reader, topic: str, partition: int, offset: int, max_bytes: int, isolation: str,
-                    retry: bool = False) -> PartitionFetch | None:
-        """One partition's fetch on ``reader``; with ``retry``, None instead of an error (unlogged)."""
+                    retry: bool = False, on_loop: bool = False) -> PartitionFetch | None:
+        """One partition's fetch on ``reader``; with ``retry``, None instead of an error (unlogged).
+        ``on_loop``: only from a read ahead that is done (the loop never reads), else None."""
         if self.open_partitions.due(topic, partition):
             try:
                 self.pool.submit(self._renew, topic, partition)
@@ -288,8 +289,10 @@ class ReadSide:
             out.last_stable_offset = reader.last_stable_offset
             if max_bytes <= 0:
                 return out
-            result = self.read_ahead.take(topic, partition, reader, offset, max_bytes, isolation)
+            result = self.read_ahead.take(topic, partition, reader, offset, max_bytes, isolation, wait=not on_loop)
             if result is None:
+                if on_loop:
+                    return None
                 result = reader.fetch(offset, max_bytes, isolation)
         except (ReadError, RemoteStorageError, OSError) as e:
             if retry:

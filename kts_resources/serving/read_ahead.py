@@ -71,8 +71,9 @@ class ReadAhead:
             self._submit(key, reader, offset, max_bytes, isolation)
 
     def take(self, topic: str, partition: int, reader: PartitionReader, offset: int, max_bytes: int,
-             isolation: str) -> FetchResult | None:
-        """The read ahead for exactly this fetch, else None (the fetch reads for itself)."""
+             isolation: str, *, wait: bool = True) -> FetchResult | None:
+        """The read ahead for exactly this fetch, else None (the fetch reads for itself). With
+        ``wait=False`` (on the server's loop), None as well while it is still being read."""
         key = (topic, partition)
         with self._lock:
             chain = self._ahead.get(key)
@@ -81,6 +82,8 @@ class ReadAhead:
             ahead = chain[0]
             if not ahead.asks(offset, max_bytes, isolation):
                 self._drop(key)
+                return None
+            if not wait and not ahead.future.done():
                 return None
             chain.popleft()
             self._held -= ahead.max_bytes
