@@ -5,9 +5,10 @@ reader would take half of, and its cut-short temporary files go at a later evict
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -56,27 +57,32 @@ def test_past_the_bound_a_chunk_goes_uncached_and_the_put_does_not_wait(tmp_path
     assert fresh.get("obj", 0, CHUNK) == chunk(0) and fresh.get("obj", CHUNK, CHUNK) is None
 
 
-def _write_behind_then_wait(directory: str, ready) -> None:
-    cache = ChunkCache(directory)
-    cache.write_behind(256 * CHUNK)
-    for i in range(200):
-        cache.put("obj", i * CHUNK, CHUNK, chunk(i))
-    ready.set()
-    time.sleep(600)  # killed before
+# A process that queues 200 chunks to be written behind, says so, and waits to be killed.
+WRITER = """
+import sys, time
+from kts_resources.reading.chunk_cache import ChunkCache
+chunk = int(sys.argv[2])
+cache = ChunkCache(sys.argv[1])
+cache.write_behind(256 * chunk)
+for i in range(200):
+    cache.put("obj", i * chunk, chunk, bytes([i % 251]) * chunk)
+print("queued", flush=True)
+time.sleep(600)
+"""
 
 
 def test_a_process_killed_while_writing_behind_leaves_only_whole_chunks(tmp_path):
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Event()
-    writer = ctx.Process(target=_write_behind_then_wait, args=(str(tmp_path), ready))
-    writer.start()
-    assert ready.wait(60)
-    deadline = time.monotonic() + 30
-    while not any(p.is_file() and not p.name.startswith(".") for p in tmp_path.rglob("*")):
-        assert time.monotonic() < deadline, "nothing written"
-        time.sleep(0.005)
-    os.kill(writer.pid, signal.SIGKILL)  # mid-queue, most likely mid-write
-    writer.join()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(CHUNK)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "queued"
+        deadline = time.monotonic() + 30
+        while not any(p.is_file() and not p.name.startswith(".") for p in tmp_path.rglob("*")):
+            assert time.monotonic() < deadline, "nothing written"
+            time.sleep(0.005)
+        os.kill(writer.pid, signal.SIGKILL)  # mid-queue, most likely mid-write
+    finally:
+        writer.kill()
+        writer.wait()
     cache = ChunkCache(tmp_path)
     found = [cache.get("obj", i * CHUNK, CHUNK) for i in range(200)]
     assert any(found)
