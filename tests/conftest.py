@@ -90,6 +90,7 @@ def pytest_sessionfinish(session: pytest.Session):
         return
     basetemp = session.config._tmp_path_factory.getbasetemp()
     _end_classic_spark_gateway()
+    _end_resource_tracker()
     servers, processes = _leftovers(basetemp, os.environ[RUN_MARKER])
     if not servers and not processes:
         return
@@ -128,6 +129,19 @@ def _end_classic_spark_gateway() -> None:
     if proc is not None and proc.stdin is not None:
         proc.stdin.close()  # PythonGatewayServer exits on end of input
         proc.wait(timeout=LEFTOVER_GRACE_S)
+
+
+def _end_resource_tracker() -> None:
+    """multiprocessing's resource tracker, started by a test's spawn-context child in a run without
+    xdist workers, lives until this process ends (it carries the run's mark). The run ends it here,
+    as the process's end would, so it does not count as left behind."""
+    import sys
+
+    if "multiprocessing.resource_tracker" not in sys.modules:
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker._resource_tracker._stop()  # a no-op when it never started
 
 
 def _leftovers(basetemp: Path, marker: str) -> tuple[list, list[tuple[int, list[str]]]]:
