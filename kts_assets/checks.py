@@ -19,6 +19,7 @@ check specs from here.
 """
 
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
@@ -36,6 +37,7 @@ from kts_resources.reading.remote_index_check import check_partition_index
 from kts_resources.remote_log import RemoteStorageError
 from kts_resources.maintenance.local_indexes import repair_hint, segments_to_reindex
 from kts_resources.maintenance.remote_integrity import inspect_finished_segments
+from kts_resources.metadata.topic_config import TopicConfig
 from kts_resources.tiering.lost_ranges import describe, detect_lost_ranges
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
 from kts_resources.tiering.tiers import (
@@ -45,9 +47,11 @@ from kts_resources.tiering.tiers import (
     locate_partitions,
     topic_id_partition,
 )
-from kts_resources.tiering.partition_view import partition_tiers
+from kts_resources.tiering.batch_plans import PARTITIONS_PER_QUERY, partition_views
+from kts_resources.tiering.partition_view import PartitionView, partition_view, tiers_of
 
 Verdict = tuple[bool, dict[str, object], str]  # passed, metadata, description
+T = TypeVar("T")  # what a judge is handed: a located partition, or its key
 # Partitions judged at once by a check: within the metadata store's connection pool (5).
 JUDGES = 4
 
@@ -121,9 +125,34 @@ class _Located:
         self.partitions, self.missing = locate_partitions(self.log_dirs, keys, owned_log_dirs=kafka_log_dirs.owned_paths())
 
     def verdicts(self, judge: Callable[[LocatedPartition], Verdict]) -> dict[str, Verdict]:
+        return self._with_missing(self._judged(list(self.partitions), lambda key: judge(self.partitions[key])))
+
+    def verdicts_with_views(self, store, judge: Callable[[LocatedPartition, PartitionView], Verdict]) -> dict[str, Verdict]:
+        """``verdicts`` of a judge that also takes the partition's view holding its store rows
+        (partition row, finished segments), read when the check starts a chunk of partitions per
+        query (``batch_plans.partition_views``) rather than a few reads per partition; a
+        partition.metadata that cannot be read is that partition's judge's exception."""
+        verdicts: dict[str, Verdict] = {}
+        keys = list(self.partitions)
+        for first in range(0, len(keys), PARTITIONS_PER_QUERY):
+            chunk = {key: self.partitions[key] for key in keys[first:first + PARTITIONS_PER_QUERY]}
+            views = dict(partition_views(chunk, store))
+
+            def judged(key: str) -> Verdict:
+                view = views[key]
+                if isinstance(view, Exception):
+                    raise view
+                return judge(chunk[key], view)
+
+            verdicts.update(self._judged(list(chunk), judged))
+        return self._with_missing(verdicts)
+
+    def _judged(self, keys: list[str], judge: Callable[[str], Verdict]) -> dict[str, Verdict]:
         # Side by side: a judge mostly waits on the metadata store, the remote tier or the disk.
-        with ThreadPoolExecutor(max_workers=max(1, min(JUDGES, len(self.partitions))), thread_name_prefix="kts-check") as pool:
-            verdicts = dict(zip(self.partitions, pool.map(_unreadable_fails(judge), self.partitions.values())))
+        with ThreadPoolExecutor(max_workers=max(1, min(JUDGES, len(keys))), thread_name_prefix="kts-check") as pool:
+            return dict(zip(keys, pool.map(_unreadable_fails(judge), keys)))
+
+    def _with_missing(self, verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
         for key in self.missing:
             # A wrong KTS_LOG_DIRS (or a partition deleted since it was registered) is a finding, not a pass.
             verdicts[key] = (False, {"missing": True},
@@ -131,14 +160,14 @@ class _Located:
         return verdicts
 
 
-def _unreadable_fails(judge: Callable[[LocatedPartition], Verdict]) -> Callable[[LocatedPartition], Verdict]:
+def _unreadable_fails(judge: Callable[[T], Verdict]) -> Callable[[T], Verdict]:
     """``judge``, but a partition whose files cannot be read (a damaged segment or index, a file
     gone mid-read, its objects in an unreachable tier) fails the check with the reason, instead of
     stopping the check for every one (whose causes would then all name this partition's objects)."""
 
-    def judged(loc: LocatedPartition) -> Verdict:
+    def judged(partition: T) -> Verdict:
         try:
-            return judge(loc)
+            return judge(partition)
         except (OSError, KafkaFormatError, RemoteStorageError) as e:
             return False, {"unreadable": True}, f"could not be judged: {one_line(str(e))}"
 
@@ -180,12 +209,14 @@ def _unhealthy_inventory_rows(path) -> tuple[int, list[dict]]:
 # Judged once the inventory and the copy are reported; every partition is located and its latest
 # materialisation read once for all of them.
 
-def _offset_invariants(loc: LocatedPartition, store, follower_role: str | None = None) -> Verdict:
+def _offset_invariants(loc: LocatedPartition, view: PartitionView, follower_role: str | None = None) -> Verdict:
     """Lx ≤ Ly ≤ Lz and Rx ≤ Ry ≤ Ly. On a replica that does not copy (``follower_role``: its role,
     e.g. "follower of broker 2") the leader's kts copied up to the leader's high watermark, which
     this replica's may trail: Ry ≤ Ly is the leader's invariant, not this replica's."""
     segments = loc.partition.segments()
-    o = partition_tiers(loc, store, segments=segments, log_end_offset=active_log_end_offset(segments))
+    # The view's store rows with this listing and exact Lz (not a bound).
+    o = tiers_of(partition_view(loc, view.store, tip=view.tip, state=view.state, finished=view.finished, segments=segments,
+                                log_end_offset=active_log_end_offset(segments)), exact_log_end_offset=False)
     rx, ry = o.remote_log_start_offset, o.remote_log_end_offset
     problems = []
     if o.high_watermark < 0:
@@ -200,9 +231,10 @@ def _offset_invariants(loc: LocatedPartition, store, follower_role: str | None =
     return not problems, metadata, "; ".join(problems) or in_order
 
 
-def _remote_segments_in_bucket(loc: LocatedPartition, store, storage) -> Verdict:
-    tip = topic_id_partition(loc.partition, store)
-    finished = finished_segments(tip, store)
+def _remote_segments_in_bucket(loc: LocatedPartition, store, storage, view: PartitionView | None = None) -> Verdict:
+    """``view``: the partition's store rows if the caller read them (many partitions' at once)."""
+    tip = topic_id_partition(loc.partition, store) if view is None else view.tip
+    finished = finished_segments(tip, store) if view is None else view.finished
     if tip is None or not finished:
         return True, {"remote_segments": 0, "objects_checked": 0, "damaged_segments": 0}, "nothing remote"
     found = inspect_finished_segments(storage, tip, finished)
@@ -224,14 +256,16 @@ def _remote_segments_in_bucket(loc: LocatedPartition, store, storage) -> Verdict
     return True, metadata, f"{found.objects_checked} objects present and intact"
 
 
-def _no_uncopied_segment_lost(loc: LocatedPartition, store) -> Verdict:
+def _no_uncopied_segment_lost(loc: LocatedPartition, store, topic_configs: dict[str, TopicConfig] | None = None) -> Verdict:
+    """``topic_configs``: every topic's, if the caller read them (once for many partitions)."""
     tip = topic_id_partition(loc.partition, store)
     if tip is None:
         return True, {"lost_offsets": 0, "lost_ranges": 0, "owned_log_dir": loc.owned}, "nothing copied yet"
     # Look now rather than wait for the next copy pass, but only while no copy runs: one that
     # finishes between the two reads would look like loss, and a recorded loss never goes away.
     # With copying off (remote.log.copy.disable), what the local retention deletes is expired, not lost.
-    copying = store.topic_configs(tip.topic).copy_enabled(tip.topic)
+    config = topic_configs.get(tip.topic) if topic_configs is not None else None
+    copying = (config if config is not None else store.topic_configs(tip.topic)).copy_enabled(tip.topic)
     with store.try_partition_lock(tip) as lock:
         if lock is not None and copying:
             detect_lost_ranges(store, tip, loc.partition.segments(), how_found="no_uncopied_segment_lost check")
@@ -317,14 +351,17 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
     if OFFSET_INVARIANTS in selected:
         follower_role = _follower_roles(kafka_log_dirs)
         yield from _report(context, REMOTE_SEGMENTS, OFFSET_INVARIANTS.name,
-                           located.verdicts(lambda loc: _offset_invariants(loc, store, follower_role(loc))), records=records)
+                           located.verdicts_with_views(store, lambda loc, view: _offset_invariants(loc, view, follower_role(loc))),
+                           records=records)
     if REMOTE_SEGMENTS_IN_BUCKET in selected:
         storage = remote_tier.storage()
         yield from _report(context, REMOTE_SEGMENTS, REMOTE_SEGMENTS_IN_BUCKET.name,
-                           located.verdicts(lambda loc: _remote_segments_in_bucket(loc, store, storage)), records=records)
+                           located.verdicts_with_views(store, lambda loc, view: _remote_segments_in_bucket(loc, store, storage, view)),
+                           records=records)
     if NO_UNCOPIED_SEGMENT_LOST in selected:
+        topic_configs = store.all_topic_configs()
         yield from _report(context, REMOTE_SEGMENTS, NO_UNCOPIED_SEGMENT_LOST.name,
-                           located.verdicts(lambda loc: _no_uncopied_segment_lost(loc, store)), records=records)
+                           located.verdicts(lambda loc: _no_uncopied_segment_lost(loc, store, topic_configs)), records=records)
     if COPY_COMPLETED in selected:
         verdicts = located.verdicts(_pass_completed(records, flag="copy_failed", error="copy_error", what="copy"))
         yield from _report(context, REMOTE_SEGMENTS, COPY_COMPLETED.name, verdicts, records=records)
@@ -408,9 +445,8 @@ def remote_index_checks(context: dg.AssetExecutionContext, kafka_log_dirs: Kafka
     store = metadata_store.store()
     home = settings.kts_home()
 
-    def judge(loc: LocatedPartition) -> Verdict:
-        tip = topic_id_partition(loc.partition, store)
-        finished = finished_segments(tip, store)
+    def judge(loc: LocatedPartition, view: PartitionView) -> Verdict:
+        tip, finished = view.tip, view.finished
         if tip is None or not finished:
             return True, {"indexed_segments": 0}, "nothing remote"
         problems, entries = check_partition_index(index_cache.cache_directory(home, tip), finished)
@@ -418,7 +454,7 @@ def remote_index_checks(context: dg.AssetExecutionContext, kafka_log_dirs: Kafka
         return not problems, metadata, "; ".join(problems[:5]) or f"{counted(len(finished), 'segment')} covered by {counted(entries, 'entry', 'entries')}"
 
     yield from _report(context, REMOTE_LOG_INDEX, REMOTE_INDEX_COVERS.name,
-                       _per_partition(kafka_log_dirs, _partition_keys(context), judge))
+                       _Located(kafka_log_dirs, _partition_keys(context)).verdicts_with_views(store, judge))
 
 
 def retention_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogDirsResource) -> Iterator:

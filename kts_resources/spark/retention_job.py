@@ -1,4 +1,5 @@
-"""Spark's part of retention: each task plans some partitions (``expiry.plan_partition``: the
+"""Spark's part of retention: each task plans some partitions (``expiry.plan_partition`` over
+``batch_plans.retention_plans``, a few store queries per task: the
 topic's configs, the store's finished segments, the local segments' sizes and largest timestamps)
 and returns the plans (``PartitionRetention``, as its own JSON), so planning thousands of
 partitions runs side by side and the driver carries out exactly what was planned.
@@ -74,12 +75,45 @@ def plan_partitions(spark: Callable[[], "SparkSession"], store: "RemoteLogMetada
                     spark_min_partitions: int = SPARK_PLAN_MIN_PARTITIONS) -> dict[str, PlanOutcome]:
     """partition key → its plan's outcome: a Spark job (``spark()`` gives the session) from
     ``spark_min_partitions`` partitions on, else on the driver with the driver's ``store``; the
-    same ``_plan_one`` either way."""
+    same ``_plan_many`` either way."""
     if len(keys) >= spark_min_partitions:
         return plan_partitions_job(spark(), keys, log_dirs=log_dirs, owned_log_dirs=owned_log_dirs,
                                    database_url=database_url, now_ms=now_ms)
     cache = {"store": store}
-    return {key: _parsed(*_plan_one(key, log_dirs, owned_log_dirs, database_url, now_ms, cache)) for key in keys}
+    return {key: _parsed(plan, error) for key, plan, error in _plan_many(keys, log_dirs, owned_log_dirs, database_url, now_ms, cache)}
+
+
+def _plan_many(keys: list[str], log_dirs: list[str], owned: list[str], database_url: str, now_ms: int,
+               store_cache: dict) -> list[tuple[str, str | None, str | None]]:
+    """(key, plan, error) of each of ``keys``, as ``_plan_one`` gives them: the partitions found in
+    a log dir planned from a few store queries for all of them (``batch_plans.retention_plans``),
+    not a few per partition; one in no log dir on its own (its topic id by name)."""
+    from pathlib import Path
+
+    from kts_resources.kafka.errors import error_line
+    from kts_resources.metadata.store import RemoteLogMetadataStore
+    from kts_resources.tiering.batch_plans import retention_plans
+    from kts_resources.tiering.tiers import locate_partitions
+
+    try:
+        store = store_cache.get("store")
+        if store is None:
+            store = store_cache["store"] = RemoteLogMetadataStore.from_url(database_url, migrate=False)
+        located, _missing = locate_partitions([Path(p) for p in log_dirs], keys, owned_log_dirs=[Path(p) for p in owned])
+        outcomes = dict(retention_plans(located, store, now_ms=now_ms))
+    except Exception as e:  # noqa: BLE001 - the store is away: every partition's row says so
+        return [(key, None, error_line(e)) for key in keys]
+    planned: list[tuple[str, str | None, str | None]] = []
+    for key in keys:
+        if key not in located:
+            planned.append((key, *_plan_one(key, log_dirs, owned, database_url, now_ms, store_cache)))
+            continue
+        outcome = outcomes[key]
+        if isinstance(outcome, Exception):
+            planned.append((key, None, error_line(outcome)))
+        else:
+            planned.append((key, None if outcome is None else outcome.to_json(), None))
+    return planned
 
 
 def _parsed(plan: str | None, error: str | None) -> PlanOutcome:
@@ -98,10 +132,9 @@ def plan_partitions_job(spark: "SparkSession", keys: list[str], *, log_dirs: lis
         cache: dict = {}
         try:
             for batch in batches:
-                rows = []
-                for i in batch.column(0).to_pylist():
-                    plan, error = _plan_one(keys[i], log_dirs, owned_log_dirs, database_url, now_ms, cache)
-                    rows.append({"partition_key": keys[i], "plan": plan, "error": error})
+                batch_keys = [keys[i] for i in batch.column(0).to_pylist()]
+                rows = [{"partition_key": key, "plan": plan, "error": error}
+                        for key, plan, error in _plan_many(batch_keys, log_dirs, owned_log_dirs, database_url, now_ms, cache)]
                 if rows:
                     yield pa.RecordBatch.from_pylist(rows, schema=pa.schema(
                         [("partition_key", pa.string(), False), ("plan", pa.string()), ("error", pa.string())]))
