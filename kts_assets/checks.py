@@ -48,7 +48,7 @@ from kts_resources.tiering.tiers import (
     topic_id_partition,
 )
 from kts_resources.tiering.batch_plans import PARTITIONS_PER_QUERY, partition_views
-from kts_resources.tiering.partition_view import PartitionView, partition_view, tiers_of
+from kts_resources.tiering.partition_view import PartitionView, tiers_of, with_listing
 
 Verdict = tuple[bool, dict[str, object], str]  # passed, metadata, description
 T = TypeVar("T")  # what a judge is handed: a located partition, or its key
@@ -214,9 +214,7 @@ def _offset_invariants(loc: LocatedPartition, view: PartitionView, follower_role
     e.g. "follower of broker 2") the leader's kts copied up to the leader's high watermark, which
     this replica's may trail: Ry ≤ Ly is the leader's invariant, not this replica's."""
     segments = loc.partition.segments()
-    # The view's store rows with this listing and exact Lz (not a bound).
-    o = tiers_of(partition_view(loc, view.store, tip=view.tip, state=view.state, finished=view.finished, segments=segments,
-                                log_end_offset=active_log_end_offset(segments)), exact_log_end_offset=False)
+    o = tiers_of(with_listing(view, segments, active_log_end_offset(segments)), exact_log_end_offset=False)
     rx, ry = o.remote_log_start_offset, o.remote_log_end_offset
     problems = []
     if o.high_watermark < 0:

@@ -29,7 +29,8 @@ from kts_resources import settings
 from kts_resources.remote_log import RemoteStorageError
 from kts_resources.remote_storage.base import stored_objects
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource, RemoteTierResource
-from kts_resources.tiering.tiers import finished_segments, locate_partitions, topic_id_partition
+from kts_resources.tiering.batch_plans import partition_views
+from kts_resources.tiering.tiers import locate_partitions
 
 # Bumped when the index files' layout, the RDI or where the tier keeps them change meaning
 # (2: versioned file sets named by a pointer).
@@ -95,9 +96,12 @@ def remote_log_index(
     work = {}
     tasks: list[EntriesTask] = []
     owner: list[str] = []
-    for key, loc in located.items():
-        tip = topic_id_partition(loc.partition, store)
-        finished = finished_segments(tip, store)
+    # Each partition's topic id and finished segments, a chunk of partitions per store query; the
+    # lock's re-read in ``publish`` still sees a segment finished since.
+    for key, view in partition_views(located, store):
+        if isinstance(view, Exception):
+            raise view  # an unreadable partition.metadata, as reading it here would have raised
+        loc, tip, finished = located[key], view.tip, view.finished
         if tip is None:
             add_partition_metadata(context, {"index_entries": 0, "indexed_segments": 0, "index_failed": 0,
                                              "note": "nothing copied yet"}, asset_key=None, partition_key=key)

@@ -99,13 +99,14 @@ def retention_state(
         raise dg.Failure(f"who leads each partition is unknown: {e}; nothing was expired") from None
     totals = {"remote_segments_deleted": 0, "remote_bytes_deleted": 0, "local_segments_deleted": 0}
     changed_by = f"retention_state run {context.run.run_id}"  # on the partitions it reports again
+    topic_configs = store.all_topic_configs()  # once for the run's partitions: the step changes none
 
     def take(key: str, outcome: PlanOutcome) -> _Taken:
         if outcome.error is not None:
             raise PartitionFailed(f"retention not planned: {outcome.error}", one_line(outcome.error))
         loc = located.get(key)
         tip = topic_id_partition(loc.partition, store) if loc is not None else None
-        if tip is not None and not config.dry_run and delete_on_disable_applies(store, tip.topic):
+        if tip is not None and not config.dry_run and delete_on_disable_applies(store, tip.topic, topic_configs=topic_configs):
             # remote.storage.enable=false with remote.log.delete.on.disable=true: the remote data goes.
             try:
                 return _Taken(deleted_on_disable=delete_partition_remote_data(tip, store, storage, clock=clock,

@@ -19,7 +19,8 @@ from kts_resources.kafka.errors import shown
 from kts_resources.resources import KafkaLogDirsResource, KtsPySparkResource, MetadataStoreResource
 from kts_resources.spark.session import inventory_schema
 from kts_resources.tiering.partition_numbers import partition_numbers
-from kts_resources.tiering.partition_view import partition_view
+from kts_resources.tiering.batch_plans import partition_views
+from kts_resources.tiering.partition_view import partition_view, with_listing
 from kts_resources.tiering.tiers import locate_partitions
 
 
@@ -139,14 +140,20 @@ def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, res
     by_key: dict[str, list] = {key: [] for key in plan.located}
     for row in result.rows:
         by_key.setdefault(row.partition_key, []).append(row)
-    for key, loc in plan.located.items():
+    # Every partition's store rows a chunk of partitions per query, read now: after the copy beside
+    # the scan changed them. Without a store, the local log's numbers alone.
+    views = partition_views(plan.located, store) if store is not None else (
+        (key, partition_view(loc, None)) for key, loc in plan.located.items())
+    for key, view in views:
+        loc = plan.located[key]
+        if isinstance(view, Exception):
+            raise view  # an unreadable partition.metadata, as reading it here would have raised
         seg_rows = sorted(by_key.get(key, []), key=lambda r: r.base_offset)
         staged = staging / f"partition_digest={key_digest(key)}"
         if staged.is_dir():
             publish(staged, inventory_path(key))
         segments = plan.listed[key]
-        numbers = partition_numbers(partition_view(loc, store, segments=segments,
-                                                   log_end_offset=seg_rows[-1].next_offset if seg_rows else None),
+        numbers = partition_numbers(with_listing(view, segments, seg_rows[-1].next_offset if seg_rows else None),
                                     exact_log_end_offset=False)
         crc_failures = sum(r.crc_failures for r in seg_rows)
         unhealthy = [r for r in seg_rows if r.health != "ok"]

@@ -31,7 +31,10 @@ from kts_resources.tiering.partition_view import PartitionView, locked_partition
 from kts_resources.tiering.tiers import LocatedPartition, truncate_from_start
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from kts_resources.metadata.store import RemoteLogMetadataStore
+    from kts_resources.metadata.topic_config import TopicConfig
     from kts_resources.tiering.quotas import Clock
     from kts_resources.remote_storage.base import RemoteStorageManager
 
@@ -160,10 +163,13 @@ def delete_topic_remote_data(topic: str, store: "RemoteLogMetadataStore", storag
             for tip in store.partitions() if tip.topic_id == topic_id]
 
 
-def delete_on_disable_applies(store: "RemoteLogMetadataStore", topic: str) -> bool:
+def delete_on_disable_applies(store: "RemoteLogMetadataStore", topic: str, *,
+                              topic_configs: Mapping[str, TopicConfig] | None = None) -> bool:
     """``remote.storage.enable=false`` with ``remote.log.delete.on.disable=true``: the topic's
-    remote data is to be deleted (Kafka's tiering switch-off with deletion)."""
-    config = store.topic_configs(topic)
+    remote data is to be deleted (Kafka's tiering switch-off with deletion). ``topic_configs``:
+    every topic's, if the caller read them (once for many partitions); a topic not in them is read."""
+    known = topic_configs.get(topic) if topic_configs is not None else None
+    config = known if known is not None else store.topic_configs(topic)
     return config.is_set("remote.storage.enable") and not config.remote_storage_enable and config.remote_log_delete_on_disable
 
 

@@ -258,6 +258,14 @@ def tiers_of(view: PartitionView, *, exact_log_end_offset: bool = True) -> Parti
     )
 
 
+def with_listing(view: PartitionView, segments: Sequence[SegmentFiles], log_end_offset: int | None) -> PartitionView:
+    """``view`` with the caller's listing of the local segments and exact Lz, keeping the store
+    rows it holds (read for many partitions at once: ``batch_plans.partition_views``)."""
+    known = view.tip is not None
+    return PartitionView(view.topic_partition, view.located, view.store, view.tip, segments, log_end_offset,
+                         view.state if known else None, view.finished if known else None)
+
+
 def partition_tiers(
     located: LocatedPartition,
     store: "RemoteLogMetadataStore | None" = None,
