@@ -19,8 +19,8 @@ check specs from here.
 """
 
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import dagster as dg
 

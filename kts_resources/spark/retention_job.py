@@ -1,6 +1,6 @@
-"""Spark's part of retention: each task plans some partitions (``expiry.plan_partition`` over
-``batch_plans.retention_plans``, a few store queries per task: the
-topic's configs, the store's finished segments, the local segments' sizes and largest timestamps)
+"""Spark's part of retention: each task plans some partitions (``expiry.plan_partition``: the
+topic's configs, the store's finished segments, the local segments' sizes and largest timestamps;
+the store's rows read a few queries a task, not a few a partition: ``batch_plans.retention_plans``)
 and returns the plans (``PartitionRetention``, as its own JSON), so planning thousands of
 partitions runs side by side and the driver carries out exactly what was planned.
 DataFrame APIs only (``range`` + ``mapInArrow``): it runs on Spark Connect as on a classic session.
