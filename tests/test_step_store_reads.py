@@ -1,5 +1,5 @@
 """A step reads its partitions' store rows a chunk of partitions per query, not a few reads per
-partition (issue 33: at 400 partitions the sync's store reads were ~50 statements a partition): the
+partition (issue 33: a pass made ~50 store statements a partition, counted in-process): the
 copy step's offset and bucket checks, the remote index check and the retention step (its plans on
 the driver, its delete-on-disable test) send as many statements to the metadata store for 8
 partitions as for 2. What a step still does per partition by design (the copy under its partition
