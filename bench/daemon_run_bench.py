@@ -134,7 +134,8 @@ class StandingDaemon:
         """A fresh store, tier and KTS_HOME behind the same names (the daemon's environment)."""
         self.dbs.empty_store(self.url)  # the daemon's instance lives in the same database
         shutil.rmtree(self.env.remote)
-        self.env.remote.mkdir()
+        # The daemon's sensors tick on this world meanwhile, and opening the tier creates its root.
+        self.env.remote.mkdir(exist_ok=True)
         for d in self.env.kts_home.iterdir():
             if d != self.spark_home:  # the standing server stays; kts's data goes
                 shutil.rmtree(d) if d.is_dir() else d.unlink()
