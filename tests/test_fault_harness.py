@@ -211,8 +211,8 @@ def assert_recovered(scenario: Scenario, outcome: Outcome, what: str, *, lost: b
     assert not problems, f"{what}: after the recovering pass\n" + "\n".join(problems)
 
 
-# Progress lines kts sync prints on stderr as it goes (not errors).
-NOTICES = ("sync: copy_job over", "copy_job over", "kts recover:", "kts restore:", "kts scrub:", "sync: released", "released run")
+# Progress lines kts sync prints on stderr as it goes (not errors: those start "kts: ").
+NOTICES = ("sync: ", "copy_job over", "kts recover:", "kts restore:", "kts scrub:", "sync: released", "released run")
 
 
 def assert_failed_in_a_line(outcome: Outcome, what: str, *, partitions: int = 2,
