@@ -31,6 +31,7 @@ to bench/results/daemon_run.json by default.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -104,6 +105,36 @@ class Daemon:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        self._stop_its_dagster_processes()
+
+    def _stop_its_dagster_processes(self) -> None:
+        """The code server the daemon starts for the workspace (and a run worker) lives in a session
+        of its own: a daemon that ended before stopping it leaves it behind (one outlived a failed
+        bench by 38 minutes, its heartbeat timeout notwithstanding). Found by this world's
+        DAGSTER_HOME in its environment and a dagster command line, and ended."""
+        import signal
+
+        from kts_resources.servers.local_processes import alive, command_line, pids
+
+        mark = f"DAGSTER_HOME={self.environ['DAGSTER_HOME']}".encode()
+        left = []
+        for pid in pids():
+            try:
+                environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if pid != os.getpid() and mark in environment and any("dagster" in arg for arg in command_line(pid)):
+                left.append(pid)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + 10
+            while any(alive(pid) for pid in left) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            left = [pid for pid in left if alive(pid)]
+            if not left:
+                return
 
 
 class StandingDaemon:
