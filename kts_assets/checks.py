@@ -246,7 +246,7 @@ def _remote_segments_in_bucket(loc: LocatedPartition, store, storage, view: Part
     metadata = {"remote_segments": len(finished), "objects_checked": found.objects_checked,
                 "damaged_segments": len(found.damaged), "problems": len(found.problems),
                 "manifests_lost": len(found.manifests_lost)}
-    if found.damaged or found.manifests_lost:
+    if not found.intact:
         lines = found.problems + [problem for _, problem in found.manifests_lost]
         return False, metadata, ("; ".join(lines[:10])
                                  + "; damaged segments are re-copied by the next copy pass while their local segments exist, "

@@ -97,7 +97,7 @@ def tier_intact(keys: Iterable[str], fingerprints: Mapping[str, Fingerprint], st
             found = inspect_finished_segments(storage, tip, finished.get(tip, []))
         except Exception:  # noqa: BLE001 - the pass's check says what; here it only means "take it"
             return False
-        return not (found.none_present or found.damaged or found.manifests_lost)
+        return found.intact
 
     with ThreadPoolExecutor(max_workers=max(1, min(INSPECTORS, len(keys))), thread_name_prefix="kts-tier-inspect") as pool:
         return {key for key, ok in zip(keys, pool.map(intact, keys)) if ok}

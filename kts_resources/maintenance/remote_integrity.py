@@ -57,6 +57,11 @@ class TierInspection:
         theirs, so nothing is recorded (issue 34)."""
         return self.objects_missing > 0 and self.objects_missing == self.objects_checked
 
+    @property
+    def intact(self) -> bool:
+        """Every object present and whole, every manifest as recorded: what the bucket check passes."""
+        return not (self.none_present or self.damaged or self.manifests_lost)
+
     def clear_whole(self, store, tip: TopicIdPartition, finished: Sequence[RemoteLogSegmentMetadata], why: str) -> int:
         """Forget damage recorded on segments of ``finished`` this look found whole (seen in
         another tier, or their objects are back); how many were cleared. Only after a look that
