@@ -83,18 +83,18 @@ def unchanged(keys: Iterable[str], now: Mapping[str, Fingerprint], planned: Mapp
     return out
 
 
-def tier_intact(keys: Iterable[str], fingerprints: Mapping[str, Fingerprint], store, storage) -> set[str]:
-    """Those of ``keys`` whose finished segments' objects are all in the tier with their recorded
-    sizes and checksums and their manifests there (as ``remote_segments_in_bucket`` judges)."""
+def tier_intact(keys: Iterable[str], fingerprints: Mapping[str, Fingerprint], storage) -> set[str]:
+    """Those of ``keys`` whose finished segments (as their fingerprints read them) have their
+    objects all in the tier with their recorded sizes and checksums and their manifests there (as
+    ``remote_segments_in_bucket`` judges)."""
     from kts_resources.maintenance.remote_integrity import inspect_finished_segments
 
     keys = list(keys)
-    finished = store.finished_segments_of(fingerprints[key].tip for key in keys)
 
     def intact(key: str) -> bool:
-        tip = fingerprints[key].tip
+        fingerprint = fingerprints[key]
         try:
-            found = inspect_finished_segments(storage, tip, finished.get(tip, []))
+            found = inspect_finished_segments(storage, fingerprint.tip, list(fingerprint.finished))
         except Exception:  # noqa: BLE001 - the pass's check says what; here it only means "take it"
             return False
         return found.intact

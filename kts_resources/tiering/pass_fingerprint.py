@@ -26,14 +26,14 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.reading.remote_index_cache import cache_directory
-from kts_resources.remote_log import TopicIdPartition
+from kts_resources.remote_log import RemoteLogSegmentMetadata, TopicIdPartition
 from kts_resources.spark.inventory import inventory_path
 from kts_resources.tiering.retention import RetentionConfig
 from kts_resources.tiering.tiers import log_dir_partitions
@@ -53,6 +53,8 @@ class Fingerprint:
     tip: TopicIdPartition
     digest: str
     due_ms: int | None
+    # Its finished remote segments as read for ``due_ms``: what the tier inspection then looks at.
+    finished: tuple[RemoteLogSegmentMetadata, ...] = field(default=(), compare=False)
 
 
 # Small files a broker rewrites whole, unchanged, when it opens a partition (a restart): their
@@ -145,6 +147,7 @@ def pass_fingerprints(log_dirs: Iterable[Path], store: "RemoteLogMetadataStore",
     finished = store.finished_segments_of(tip for tip, _, _ in made.values())
     out: dict[str, Fingerprint] = {}
     for key, (tip, digest, retention) in made.items():
-        out[key] = Fingerprint(tip, digest, due_ms((md.max_timestamp_ms for md in finished.get(tip, [])), retention))
+        segments = tuple(finished.get(tip, ()))
+        out[key] = Fingerprint(tip, digest, due_ms((md.max_timestamp_ms for md in segments), retention), segments)
     return out
 
