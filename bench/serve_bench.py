@@ -88,13 +88,17 @@ def tier_topic(logs: Path, home: Path, store: RemoteLogMetadataStore, storage, t
 # --- consumers ------------------------------------------------------------------------------------
 
 
-def consume(bootstrap: str, topic: str, partitions: list[int], max_bytes: int | None = None, **config) -> dict:
+def consume(bootstrap: str, topic: str, partitions: list[int], max_bytes: int | None = None, start=None, **config) -> dict:
     """A confluent-kafka consumer reading ``partitions`` from their beginning to their ends (or
-    ``max_bytes`` of values each): messages, value bytes, wall and CPU seconds, wall-clock start and end."""
+    ``max_bytes`` of values each): messages, value bytes, wall and CPU seconds, wall-clock start and end.
+    ``start``: a barrier the consumer waits at once made, so consumers in several processes read
+    from the same moment (not one while the next process is still starting)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "serve-bench", "enable.auto.commit": False,
                          "enable.partition.eof": True, **config})
+    if start is not None:
+        start.wait()
     cpu, start = time.process_time(), time.time()
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     done: set[int] = set()
@@ -123,14 +127,15 @@ def consume(bootstrap: str, topic: str, partitions: list[int], max_bytes: int | 
 def consume_in_processes(bootstrap: str, topic: str, groups: list[list[int]], **config) -> dict:
     """One consumer process per group of partitions, all at once: wall time from the first start to the last end."""
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(len(groups)) as pool:
-        results = pool.starmap(consume_with, [(bootstrap, topic, group, config) for group in groups])
+    with ctx.Manager() as manager, ctx.Pool(len(groups)) as pool:
+        start = manager.Barrier(len(groups))
+        results = pool.starmap(consume_with, [(bootstrap, topic, group, config, start) for group in groups])
     return {"messages": sum(r["messages"] for r in results), "bytes": sum(r["bytes"] for r in results),
             "wall_s": max(r["end"] for r in results) - min(r["start"] for r in results), "each": results}
 
 
-def consume_with(bootstrap: str, topic: str, partitions: list[int], config: dict) -> dict:
-    return consume(bootstrap, topic, partitions, **config)
+def consume_with(bootstrap: str, topic: str, partitions: list[int], config: dict, start) -> dict:
+    return consume(bootstrap, topic, partitions, start=start, **config)
 
 
 def raw_fetch_loop(port: int, topic: str, end: int, partition_max_bytes: int = MiB) -> dict:

@@ -116,3 +116,19 @@ def fsync_directory(directory: str | os.PathLike) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_tree(path: str | os.PathLike) -> list[tuple[str, int, int]]:
+    """(relative name, size, modification time ns) of each file under ``path``, sorted; [] when
+    absent: a cheap look at whether anything under it changed (what a digest or a re-read needs)."""
+    root_path = Path(path)
+    out = []
+    for root, _dirs, files in os.walk(root_path):
+        for name in files:
+            p = Path(root) / name
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                continue
+            out.append((str(p.relative_to(root_path)), st.st_size, st.st_mtime_ns))
+    return sorted(out)

@@ -136,6 +136,16 @@ class PartitionState:
 # Each leader epoch's first offset in the partition's offset maps ("referenced" rows are finished
 # segments' epochs): walk the distinct epochs one index probe at a time, then one probe for each
 # epoch's lowest start offset, both on the partial "_lookup" index.
+# A partition's store rows as one digest (partition_change_marks): equal, nothing of it changed.
+_CHANGE_MARK_SQL = """
+    SELECT p.topic_id, p.partition, md5(
+        row(p.*)::text
+        || coalesce((SELECT string_agg(row(s.*)::text, ',' ORDER BY s.segment_id) FROM remote_segments s
+                     WHERE s.topic_id = p.topic_id AND s.partition = p.partition), '')
+        || coalesce((SELECT string_agg(row(l.*)::text, ',' ORDER BY l.id) FROM lost_ranges l
+                     WHERE l.topic_id = p.topic_id AND l.partition = p.partition), '')) AS mark
+    FROM partitions p"""
+
 _EPOCH_STARTS_SQL = """
 WITH RECURSIVE e(epoch) AS (
     SELECT min(leader_epoch) FROM remote_segment_leader_epochs WHERE topic_id = :t AND partition = :p AND referenced
@@ -839,16 +849,16 @@ class RemoteLogMetadataStore:
         it — its partition row, every remote segment row (state, damage, manifest, …) and every
         lost range (acknowledged or not) — in one query: equal digests, nothing of the partition
         changed in the store between the two reads."""
-        sql = sa.text("""
-            SELECT p.topic_id, p.partition, md5(
-                row(p.*)::text
-                || coalesce((SELECT string_agg(row(s.*)::text, ',' ORDER BY s.segment_id) FROM remote_segments s
-                             WHERE s.topic_id = p.topic_id AND s.partition = p.partition), '')
-                || coalesce((SELECT string_agg(row(l.*)::text, ',' ORDER BY l.id) FROM lost_ranges l
-                             WHERE l.topic_id = p.topic_id AND l.partition = p.partition), '')) AS mark
-            FROM partitions p""")
+        sql = sa.text(_CHANGE_MARK_SQL)
         rows = self._tx(lambda conn, _: conn.execute(sql).all())
         return {(row.topic_id, row.partition): row.mark for row in rows}
+
+    def partition_change_mark(self, tip: TopicIdPartition) -> str | None:
+        """``partition_change_marks`` of one partition (None: never recorded), in one query: what
+        `kts serve` compares to keep a partition's reader rather than open it again."""
+        sql = sa.text(_CHANGE_MARK_SQL + " WHERE p.topic_id = :t AND p.partition = :p")
+        row = self._tx(lambda conn, _: conn.execute(sql, {"t": tip.topic_id, "p": tip.partition}).first())
+        return None if row is None else row.mark
 
     def finished_summary(self, tip: TopicIdPartition) -> "FinishedSummary":
         """Aggregates over the partition's COPY_SEGMENT_FINISHED segments without shipping their

@@ -38,7 +38,7 @@ from kts_resources.reading import remote_index_cache as index_cache
 from kts_resources.reading import remote_index_tier as index_tier
 from kts_resources.kafka.checkpoints import EpochEntry, epoch_for_offset
 from kts_resources.kafka.errors import KafkaFormatError
-from kts_resources.kafka.files import keep_large_buffers_in_the_heap
+from kts_resources.kafka.files import file_tree, keep_large_buffers_in_the_heap
 from kts_resources.kafka.indexes import OffsetPosition, decode_offset_index, lookup_offset, read_offset_index
 from kts_resources.kafka.logdir import SegmentFiles
 from kts_resources.kafka.partition import TopicPartition
@@ -317,6 +317,8 @@ class PartitionReader:
         self._lso: int | None = None
         self._lineage: list[EpochEntry] | None = None
         self._lost: list[tuple[int, int]] | None = None  # recorded lost ranges, read at the first fetch
+        # What it read, as TieredLogReader.partition compares it (None: not taken; it is then opened again).
+        self.signature: tuple | None = None
 
     # --- offsets ---
 
@@ -1208,8 +1210,11 @@ class TieredLogReader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def partition(self, topic: str, partition: int) -> PartitionReader:
-        """A reader of one partition as of now."""
+    def partition(self, topic: str, partition: int, *, previous: PartitionReader | None = None) -> PartitionReader:
+        """A reader of one partition as of now. ``previous``: this partition's reader from an
+        earlier call, returned again when nothing it read has changed since it was opened (its
+        ``signature``) — a look at a few files' sizes and times and one store query, where opening
+        a reader reads both tiers and scans the local log for the last stable offset."""
         from kts_resources.kafka.partition import topic_name_problem
 
         problem = topic_name_problem(topic)
@@ -1219,12 +1224,37 @@ class TieredLogReader:
             raise ReadError(f"partition {partition} is negative")
         key = TopicPartition(topic, partition).dir_name
         located, _missing = locate_partitions(self.log_dirs, [key])
+        signature = None
+        if previous is not None and previous.tip is not None and (previous.topic, previous.partition) == (topic, partition):
+            # Taken before the reader's own reads: a change after it shows as a changed signature next time.
+            signature = self._signature(located.get(key), previous.tip)
+            if signature is not None and signature == previous.signature:
+                return previous
         reader = PartitionReader(topic, partition, located=located.get(key), store=self.store, rsm=self.rsm,
                                  index_dir=None, fetch_quota=self.fetch_quota, chunk_cache=self.chunk_cache)
+        if signature is not None and reader.tip == previous.tip:
+            reader.signature = signature
         if reader.tip is not None and self.home is not None:
             # Refreshed from the tier when a read finds it lacking (PartitionReader._refresh_index).
             reader.index_dir = index_cache.cache_directory(self.home, reader.tip)
         return reader
+
+    def _signature(self, located: LocatedPartition | None, tip) -> tuple | None:
+        """Everything a reader of the partition reads, as cheaply as it can be compared: its
+        directory's files (names, sizes, times: segments, indexes, snapshots, the leader-epoch
+        checkpoint, partition.metadata), its checkpoint entries, the store's rows of it (one
+        digest) and its remote index cache. None when any of it cannot be read (a full open says why)."""
+        try:
+            local = None
+            if located is not None:
+                tp, log_dir = located.partition.topic_partition, located.log_dir
+                local = (str(located.partition.path), file_tree(located.partition.path), log_dir.high_watermark(tp),
+                         log_dir.recovery_point(tp), log_dir.log_start_offset(tp))
+            mark = self.store.partition_change_mark(tip) if self.store is not None else None
+            index = file_tree(index_cache.cache_directory(self.home, tip)) if self.home is not None else None
+        except (OSError, KafkaFormatError):
+            return None
+        return local, mark, index
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = DEFAULT_MAX_BYTES,
               isolation: str = READ_UNCOMMITTED) -> FetchResult:

@@ -256,7 +256,7 @@ class ReadSide:
                 return out
             self.open_partitions.forget(topic, partition)  # its view may be what failed: a fresh look
         try:
-            reader = self.reader.partition(topic, partition)
+            reader = self.reader.partition(topic, partition, previous=self.open_partitions.last(topic, partition))
         except ReadError:  # unknown, or a name no topic can have
             return PartitionFetch(p.UNKNOWN_TOPIC_OR_PARTITION)
         except (RemoteStorageError, OSError) as e:
@@ -268,7 +268,7 @@ class ReadSide:
     def _renew(self, topic: str, partition: int) -> None:
         """A fresh reader for the partition, kept for its next fetches (open_partitions.py)."""
         try:
-            reader = self.reader.partition(topic, partition)
+            reader = self.reader.partition(topic, partition, previous=self.open_partitions.last(topic, partition))
             reader.last_stable_offset  # noqa: B018 — read here, not by a fetch on the loop
         except (ReadError, RemoteStorageError, OSError):
             self.open_partitions.forget(topic, partition)  # the next fetch opens it and says why

@@ -187,8 +187,9 @@ class KafkaReadServer:
                     finally:
                         self._connections[task] = False
                     if response is not None:
-                        writer.write(response)
-                        del response  # the transport holds its own copy of what it has not sent yet
+                        for piece in response:  # one by one: writelines joins them into one copy
+                            writer.write(piece)
+                        response = piece = None  # the transport holds its own copy of what it has not sent yet
                         await self._drained(writer, peer)
                 finally:
                     if held:
@@ -226,8 +227,9 @@ class KafkaReadServer:
                     writer.transport.abort()  # drops what it holds unsent
                     raise _Close from None
 
-    async def _answer(self, frame: bytes, peer: str, session: auth.SaslSession) -> tuple[bytearray | None, int]:
-        """The response frame to ``frame`` and the fetch budget it holds (to release once sent)."""
+    async def _answer(self, frame: bytes, peer: str, session: auth.SaslSession) -> tuple[list | None, int]:
+        """The response frame to ``frame``, as pieces to write in order, and the fetch budget it
+        holds (to release once sent)."""
         try:
             request = protocol.decode_request(frame)
         except protocol.UnsupportedRequest as e:
@@ -236,7 +238,7 @@ class KafkaReadServer:
             self.side.stats.error(protocol.api_name(header.request_api_key))
             if header.request_api_key == 18:  # KIP-511: the supported ranges, at v0
                 log.info("%s (client %s): %s: answered with the supported versions", peer, header.client_id, e)
-                return protocol.api_versions_fallback(header.correlation_id), 0
+                return [protocol.api_versions_fallback(header.correlation_id)], 0
             log.warning("%s (client %s): %s: closing the connection", peer, header.client_id, e)
             raise _Close from None
         except protocol.MalformedRequest as e:
@@ -247,7 +249,7 @@ class KafkaReadServer:
             raise _Close
         if request.API_KEY in auth.SASL_API_KEYS:
             try:
-                return protocol.frame_response(await session.answer(request), request.header.correlation_id), 0
+                return [protocol.frame_response(await session.answer(request), request.header.correlation_id)], 0
             except auth.CloseConnection as close:
                 raise _Close(protocol.frame_response(close.response, request.header.correlation_id)) from None
         held = 0
@@ -259,9 +261,12 @@ class KafkaReadServer:
             response = await self.side.answer(request)
             if response is None:
                 return None, held
-            framed = protocol.frame_response(response, request.header.correlation_id)
+            if request.API_KEY == FETCH_KEY:
+                framed = protocol.frame_fetch_response(response, request.header.correlation_id)
+            else:
+                framed = [protocol.frame_response(response, request.header.correlation_id)]
             if held:
-                held = self.budget.charge(held, len(framed))
+                held = self.budget.charge(held, sum(len(piece) for piece in framed))
             return framed, held
         except BaseException as e:
             if held:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kts_resources.kafka.errors import KafkaFormatError
+from kts_resources.kafka.files import file_tree
 from kts_resources.kafka.partition import TopicPartition
 from kts_resources.reading.remote_index_cache import cache_directory
 from kts_resources.remote_log import RemoteLogSegmentMetadata, TopicIdPartition
@@ -83,20 +84,6 @@ def _partition_files(path: Path) -> list[tuple]:
     return sorted(entries)
 
 
-def _tree(path: Path) -> list[tuple[str, int, int]]:
-    """(relative name, size, modification time ns) of each file under ``path``, sorted; [] when absent."""
-    out = []
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            p = Path(root) / name
-            try:
-                st = p.stat()
-            except FileNotFoundError:
-                continue
-            out.append((str(p.relative_to(path)), st.st_size, st.st_mtime_ns))
-    return sorted(out)
-
-
 def due_ms(finished_max_timestamps: Iterable[int], config: RetentionConfig) -> int | None:
     """The earliest time retention.ms or local.retention.ms could take a segment of a partition
     whose finished remote segments have these largest timestamps (None: never, by time)."""
@@ -141,8 +128,8 @@ def pass_fingerprints(log_dirs: Iterable[Path], store: "RemoteLogMetadataStore",
         tip = TopicIdPartition(topic_id, tp)
         digest = hashlib.sha256(common)
         digest.update(repr((files, checkpoints, loc.owned, role(tp), str(topic_id), marks.get((topic_id, tp.partition)),
-                            sorted(config.overrides.items()), _tree(cache_directory(home, tip)),
-                            _tree(inventory_path(key)))).encode())
+                            sorted(config.overrides.items()), file_tree(cache_directory(home, tip)),
+                            file_tree(inventory_path(key)))).encode())
         made[key] = (tip, digest.hexdigest(), RetentionConfig.from_topic_config(config, tp.topic, broker))
     finished = store.finished_segments_of(tip for tip, _, _ in made.values())
     out: dict[str, Fingerprint] = {}
