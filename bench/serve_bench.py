@@ -21,7 +21,10 @@ removed locally, so nearly everything is read from the tier.
   ``fetch.wait.max.ms`` (500 ms) wait, as against a broker;
 - 8 partitions (``--multi-mib`` in all) read by 4 consumer processes (2 partitions each) against
   1 consumer process reading all 8 (goal ≥ 1.6 on 2 cores), each time from a fresh start of the
-  consumers, the server kept;
+  consumers, the server kept. The consumers start reading together (a barrier once each has made
+  its consumer, so the later processes' start-up is not counted against the first's reading), and
+  the throughput is to the last record each receives; the time to the end-of-partition, one more
+  ``fetch.wait.max.ms`` at the high watermark that 1 consumer and 4 pay alike, is shown beside it;
 - remote requests per MiB fetched, counted on the S3 client's HTTP layer (botocore's
   ``before-send``, against moto's S3 server), one consumer through a `kts serve` server in this
   process against the sequential 1 MiB fetch loop of `kts fetch` with its remote log index cached
@@ -103,7 +106,7 @@ def consume(bootstrap: str, topic: str, partitions: list[int], max_bytes: int | 
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     done: set[int] = set()
     read = {p: 0 for p in partitions}
-    messages = 0
+    messages, last = 0, None
     while len(done) < len(partitions):
         # A short timeout: consume() returns a partial batch only when it runs out, so a second's
         # timeout held the last records (and the EOF) up to a second past their arrival.
@@ -114,6 +117,7 @@ def consume(bootstrap: str, topic: str, partitions: list[int], max_bytes: int | 
                     continue
                 raise RuntimeError(m.error())
             messages += 1
+            last = time.time()
             read[m.partition()] += len(m.value() or b"")
             if max_bytes is not None and read[m.partition()] >= max_bytes and m.partition() not in done:
                 done.add(m.partition())
@@ -121,7 +125,7 @@ def consume(bootstrap: str, topic: str, partitions: list[int], max_bytes: int | 
     end = time.time()
     consumer.close()
     return {"messages": messages, "bytes": sum(read.values()), "wall_s": end - start, "start": start, "end": end,
-            "cpu_s": time.process_time() - cpu}
+            "last_record": last if last is not None else end, "cpu_s": time.process_time() - cpu}
 
 
 def consume_in_processes(bootstrap: str, topic: str, groups: list[list[int]], **config) -> dict:
@@ -130,8 +134,12 @@ def consume_in_processes(bootstrap: str, topic: str, groups: list[list[int]], **
     with ctx.Manager() as manager, ctx.Pool(len(groups)) as pool:
         start = manager.Barrier(len(groups))
         results = pool.starmap(consume_with, [(bootstrap, topic, group, config, start) for group in groups])
+    start = min(r["start"] for r in results)
     return {"messages": sum(r["messages"] for r in results), "bytes": sum(r["bytes"] for r in results),
-            "wall_s": max(r["end"] for r in results) - min(r["start"] for r in results), "each": results}
+            "wall_s": max(r["end"] for r in results) - start,
+            # Until the last record arrived: the end-of-partition answer after it waits fetch.wait.max.ms
+            # at the high watermark (librdkafka's 500 ms, as a broker holds it), the same for 1 consumer or 4.
+            "records_s": max(r["last_record"] for r in results) - start, "each": results}
 
 
 def consume_with(bootstrap: str, topic: str, partitions: list[int], config: dict, start) -> dict:
@@ -362,7 +370,8 @@ def main() -> None:
         "consumer_cpu_over_wall": one["each"][0]["cpu_s"] / one["each"][0]["wall_s"],
         # The most the consumer could reach were it never waiting for the server: its own work alone.
         "replay_over_consumer_cpu": replay_s / one["each"][0]["cpu_s"],
-        "four_over_one": single["wall_s"] / four["wall_s"],
+        "four_over_one": single["records_s"] / four["records_s"],
+        "four_over_one_to_eof": single["wall_s"] / four["wall_s"],
         "requests_serve_over_fetch": requests["serve_per_mib"] / requests["fetch_per_mib"],
     }
     rows = [("measure", "value"),
@@ -373,7 +382,9 @@ def main() -> None:
             ("  consumer process CPU / wall (1.0: the client was busy all along)", f"{ratios['consumer_cpu_over_wall']:.2f}"),
             ("  replay / the consumer's CPU time (its ceiling: the client's own work, never waiting)",
              f"{ratios['replay_over_consumer_cpu']:.2f}"),
-            ("8 partitions: 4 consumers / 1, throughput (goal ≥ 1.6)", f"{ratios['four_over_one']:.2f}"),
+            ("8 partitions: 4 consumers / 1, throughput to the last record (goal ≥ 1.6)", f"{ratios['four_over_one']:.2f}"),
+            ("  the same to every partition's end-of-partition (+ fetch.wait.max.ms at the high watermark)",
+             f"{ratios['four_over_one_to_eof']:.2f}"),
             ("remote requests per MiB: kts serve / kts fetch (goal ≤ 1.1)",
              f"{ratios['requests_serve_over_fetch']:.2f} ({requests['serve_per_mib']:.3f} / {requests['fetch_per_mib']:.3f})"),
             (f"peak RSS of kts serve, {args.consumers} consumers (goal ≤ 512 MiB)", f"{rss:.0f} MiB"),
@@ -382,7 +393,8 @@ def main() -> None:
     load_after = os.getloadavg()
     print(f"replay {replay_mb_s:.0f} MB/s; consumer {one['wall_s']:.1f} s ({one['messages']} messages, values "
           f"{one_mb_s:.0f} MB/s = {record_bytes_share:.2f} of the batch bytes); raw Fetch {raw['bytes'] / MiB / raw['wall_s']:.0f} MB/s; "
-          f"8 partitions {single['wall_s']:.1f} s with 1 consumer, {four['wall_s']:.1f} s with 4; "
+          f"8 partitions {single['records_s']:.1f} s with 1 consumer, {four['records_s']:.1f} s with 4 "
+          f"({single['wall_s']:.1f} and {four['wall_s']:.1f} s to the end-of-partition); "
           f"RSS {rss_before:.0f} MiB at start, {rss_wall:.1f} s of reading; load average {load_before[0]:.1f} before, "
           f"{load_after[0]:.1f} after, {os.cpu_count()} CPUs; {time.monotonic() - started:.0f} s")
     write_json(args.json, {"params": vars(args) | {"json": str(args.json)}, "ratios": ratios,

@@ -211,11 +211,14 @@ class KafkaReadServer:
         """Once the client has taken what was written (all but the transport's low-water mark);
         _Close when it stalls."""
         unsent, since = writer.transport.get_write_buffer_size(), time.monotonic()
+        if not unsent and not writer.transport.is_closing():
+            return  # the socket took it all: nothing to wait for (wait_for costs a task per response)
         while True:
             try:
-                await asyncio.wait_for(writer.drain(), STALL_CHECK_S)
+                async with asyncio.timeout(STALL_CHECK_S):
+                    await writer.drain()
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 now = writer.transport.get_write_buffer_size()
                 if now < unsent:
                     unsent, since = now, time.monotonic()
