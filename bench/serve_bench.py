@@ -205,6 +205,11 @@ class ServeProcess:
         self.port = int(line.split("listening on ")[1].split(",")[0].rsplit(":", 1)[1])
         self.bootstrap = f"127.0.0.1:{self.port}"
 
+    def cpu_s(self) -> float:
+        """The server's CPU seconds so far (user + system)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def peak_rss_mib(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -334,8 +339,11 @@ def main() -> None:
             progress("the raw Fetch loop through kts serve")
             raw = raw_fetch_loop(server.port, ONE, end)
             progress("8 partitions: 1 consumer, then 4")
+            cpu = server.cpu_s()
             single = consume_in_processes(server.bootstrap, MULTI, [list(range(8))])
+            single["server_cpu_s"], cpu = server.cpu_s() - cpu, server.cpu_s()
             four = consume_in_processes(server.bootstrap, MULTI, [[0, 1], [2, 3], [4, 5], [6, 7]])
+            four["server_cpu_s"] = server.cpu_s() - cpu
         finally:
             server.stop()
 
@@ -372,6 +380,10 @@ def main() -> None:
         "replay_over_consumer_cpu": replay_s / one["each"][0]["cpu_s"],
         "four_over_one": single["records_s"] / four["records_s"],
         "four_over_one_to_eof": single["wall_s"] / four["wall_s"],
+        # The most 4 could reach on this machine's cores, were nothing ever waiting: 1 consumer's
+        # time over the CPU time the 4 and the server spent, spread over every core.
+        "four_over_one_cpu_ceiling": single["records_s"] / (
+            (four["server_cpu_s"] + sum(e["cpu_s"] for e in four["each"])) / (os.cpu_count() or 1)),
         "requests_serve_over_fetch": requests["serve_per_mib"] / requests["fetch_per_mib"],
     }
     rows = [("measure", "value"),
@@ -385,6 +397,8 @@ def main() -> None:
             ("8 partitions: 4 consumers / 1, throughput to the last record (goal ≥ 1.6)", f"{ratios['four_over_one']:.2f}"),
             ("  the same to every partition's end-of-partition (+ fetch.wait.max.ms at the high watermark)",
              f"{ratios['four_over_one_to_eof']:.2f}"),
+            ("  its ceiling: 1 consumer's time / (the 4 consumers' and the server's CPU time / cores)",
+             f"{ratios['four_over_one_cpu_ceiling']:.2f}"),
             ("remote requests per MiB: kts serve / kts fetch (goal ≤ 1.1)",
              f"{ratios['requests_serve_over_fetch']:.2f} ({requests['serve_per_mib']:.3f} / {requests['fetch_per_mib']:.3f})"),
             (f"peak RSS of kts serve, {args.consumers} consumers (goal ≤ 512 MiB)", f"{rss:.0f} MiB"),
@@ -394,7 +408,9 @@ def main() -> None:
     print(f"replay {replay_mb_s:.0f} MB/s; consumer {one['wall_s']:.1f} s ({one['messages']} messages, values "
           f"{one_mb_s:.0f} MB/s = {record_bytes_share:.2f} of the batch bytes); raw Fetch {raw['bytes'] / MiB / raw['wall_s']:.0f} MB/s; "
           f"8 partitions {single['records_s']:.1f} s with 1 consumer, {four['records_s']:.1f} s with 4 "
-          f"({single['wall_s']:.1f} and {four['wall_s']:.1f} s to the end-of-partition); "
+          f"({single['wall_s']:.1f} and {four['wall_s']:.1f} s to the end-of-partition; server CPU {single['server_cpu_s']:.2f} "
+          f"and {four['server_cpu_s']:.2f} s, consumers' {sum(e['cpu_s'] for e in single['each']):.2f} and "
+          f"{sum(e['cpu_s'] for e in four['each']):.2f} s); "
           f"RSS {rss_before:.0f} MiB at start, {rss_wall:.1f} s of reading; load average {load_before[0]:.1f} before, "
           f"{load_after[0]:.1f} after, {os.cpu_count()} CPUs; {time.monotonic() - started:.0f} s")
     write_json(args.json, {"params": vars(args) | {"json": str(args.json)}, "ratios": ratios,
