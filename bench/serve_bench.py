@@ -339,11 +339,11 @@ def main() -> None:
             progress("the raw Fetch loop through kts serve")
             raw = raw_fetch_loop(server.port, ONE, end)
             progress("8 partitions: 1 consumer, then 4")
-            cpu = server.cpu_s()
+            before = server.cpu_s()
             single = consume_in_processes(server.bootstrap, MULTI, [list(range(8))])
-            single["server_cpu_s"], cpu = server.cpu_s() - cpu, server.cpu_s()
+            between = server.cpu_s()
             four = consume_in_processes(server.bootstrap, MULTI, [[0, 1], [2, 3], [4, 5], [6, 7]])
-            four["server_cpu_s"] = server.cpu_s() - cpu
+            single["server_cpu_s"], four["server_cpu_s"] = between - before, server.cpu_s() - between
         finally:
             server.stop()
 

@@ -6,7 +6,8 @@ Opening one reads both tiers' state (the log dirs, three metadata-store transact
 throughput (README, "Over the Kafka protocol"). An open reader is a view as of when it was opened,
 so it is used only while it is young (``MAX_AGE_S``) and only for an offset inside what it saw
 (from its log start offset to its high watermark): a consumer at the end, waiting for new records,
-always gets a fresh look, and a log start offset moved or a segment expired shows within a second.
+gets a fresh look once the reader is ``LOOK_AGAIN_S`` old, and a log start offset moved or a
+segment expired shows within a second.
 A fetch that fails on an open reader is tried once more on a fresh one (its view may be what failed).
 
 A fresh look costs little when nothing changed: the reader compares what it read (its directory's

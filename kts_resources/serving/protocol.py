@@ -157,7 +157,7 @@ def frame_fetch_response(response, correlation_id: int) -> list:
     Encoding the records into the message copied every byte twice (into the encoder's buffer,
     then out of it), a quarter of a busy server's time. Records are opaque bytes to the protocol
     (a length and the bytes: COMPACT_RECORDS from v12, RECORDS before), so what is written is the
-    library's encoding byte for byte (``tests/test_serve.py`` compares them)."""
+    library's encoding byte for byte (``tests/test_serve_fresh_look.py`` compares them)."""
     spliced: list[tuple[bytes, object]] = []  # in encoding order
     swapped: dict[int, tuple[object, bytes, object]] = {}  # id(partition data) → (it, marker, records)
     for topic in response.responses:
