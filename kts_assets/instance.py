@@ -11,6 +11,7 @@ from pathlib import Path
 # A source checkout's root: its dagster.yaml and workspace.yaml (an installed kts has neither).
 REPO_ROOT = Path(__file__).resolve().parent.parent
 INSTANCE_CONFIG = "dagster.yaml"
+EVENT_BATCH_SIZE = 1000
 
 
 def instance_config() -> str:
@@ -26,6 +27,10 @@ def dagster_home() -> Path:
     (set into DAGSTER_HOME for Dagster)."""
     from kts_resources import settings
 
+    # A run's planned materialisations and its step's materialisations (one per partition, 200 a
+    # run) go to the event log as one batch each rather than one transaction apiece (Dagster reads
+    # this variable at every event; 0, its default, turns batching off).
+    os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", str(EVENT_BATCH_SIZE))
     if not os.environ.get("DAGSTER_HOME"):
         home = REPO_ROOT if (REPO_ROOT / INSTANCE_CONFIG).is_file() else settings.kts_home() / "dagster"
         home.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from kts_resources.remote_log import RemoteLogSegmentState
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource
 from kts_resources.tiering.batch_plans import partition_views, retention_plans
 from kts_resources.tiering.expiry import plan_partition
+from kts_resources.tiering.partition_numbers import partition_numbers
 from kts_resources.tiering.partition_view import partition_view
 from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
 from tests.simulated_copies import copied_world
@@ -83,6 +84,37 @@ def test_batched_views_hold_each_partitions_own_store_rows(tmp_path, metadata_st
     assert store.finished_segments_of(tips) == {t: store.list_remote_log_segments(t, states={FINISHED}) for t in tips}
     assert store.partition_states_of(tips) == {t: store.partition_state(t) for t in tips}
     assert store.finished_segments_of([]) == {} and store.partition_states_of([]) == {}
+
+
+def test_views_with_alarms_give_each_partitions_numbers_as_read_alone_in_a_few_queries(tmp_path, metadata_store, pg_url):
+    """The copy step and the inventory report every partition's numbers (lost ranges and damaged
+    segments among them) from views read a chunk of partitions per query: the same numbers as
+    ``kts status`` reads for each alone."""
+    store = metadata_store
+    log_dir = copied_world(tmp_path, store, ("orders", "fresh"), 3, copy_topics=("orders",))
+    keys = sorted(p.topic_partition.dir_name for p in LogDir(log_dir).partitions())
+    located, _ = locate_partitions([log_dir], keys)
+    orders_0, orders_2 = (topic_id_partition(located[k].partition, store) for k in ("orders-0", "orders-2"))
+    store.record_lost_range(orders_0, 3, 5, "test")
+    store.record_lost_range(orders_0, 9, 9, "test")
+    store.record_lost_range(orders_2, 1, 2, "test")
+    store.acknowledge_lost_range(orders_2, 1, 2, by="test")  # acknowledged: no longer reported
+    damaged = store.list_remote_log_segments(orders_2, states={FINISHED})[0]
+    store.record_segment_damage(damaged.segment_id, "a flipped bit")
+
+    def numbers(views):
+        return {key: partition_numbers(view, exact_log_end_offset=False).as_dict() for key, view in views}
+
+    alone = numbers((key, partition_view(loc, store)) for key, loc in located.items())
+    assert alone["orders-0"]["lost_ranges"] == [[3, 5], [9, 9]] and alone["orders-2"]["lost_ranges"] == []
+    assert alone["orders-2"]["damaged_remote_segments"] == 1 and alone["orders-1"]["damaged_remote_segments"] == 0
+    for chunk in (2, 1000):
+        assert numbers(partition_views(located, store, chunk=chunk, alarms=True)) == alone, chunk
+    read = {}
+    for size in (2, 6):  # the same statements for three times the partitions
+        subset = dict(list(located.items())[:size])
+        read[size] = _store_statements(pg_url, lambda subset=subset: numbers(partition_views(subset, store, alarms=True)))
+    assert read[2] == read[6] <= 6, read
 
 
 def _store_statements(pg_url, tick) -> int:

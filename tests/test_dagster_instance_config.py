@@ -41,3 +41,18 @@ def test_an_installed_kts_copies_the_packaged_config_into_its_dagster_home(tmp_p
     assert config["run_monitoring"]["enabled"] and config["run_retries"]["enabled"]
     assert config["concurrency"]["pools"]["default_limit"] == 1
     assert config["storage"]["custom"]["class"] == "KtsDagsterStorage"
+
+
+def test_every_process_of_the_instance_stores_a_steps_materialisations_in_batches(monkeypatch, tmp_path):
+    # A run over 200 partitions stores 200 materialisations per asset: as one batch each, not one
+    # transaction apiece (issue 33). `kts ui`'s webserver, daemon and run workers get it from the
+    # environment kts gives them; an operator's own setting stands.
+    from kts_assets.cli.dagster_ui import _environment
+    from kts_assets.instance import EVENT_BATCH_SIZE
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "")  # recorded, so the test leaves the environment as it was
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE")
+    assert _environment()["DAGSTER_EVENT_BATCH_SIZE"] == str(EVENT_BATCH_SIZE) == os.environ["DAGSTER_EVENT_BATCH_SIZE"]
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "0")
+    assert _environment()["DAGSTER_EVENT_BATCH_SIZE"] == "0"

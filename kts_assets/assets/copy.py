@@ -9,7 +9,7 @@ from kts_assets.dagster_internals import add_partition_metadata
 from kts_assets.assets.segments import local_segments
 from kts_assets.assets.steps import PartitionFailed, PartitionStep, for_each_partition
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
-from kts_assets.sizes import counted, human_bytes
+from kts_assets.sizes import counted, human_bytes, size_first
 from kts_resources import settings
 from kts_resources.tiering.copier import PartitionCopyResult, copy_partition
 from kts_resources.kafka.errors import KafkaFormatError
@@ -21,8 +21,8 @@ from kts_resources.tiering.tiers import (
     log_dir_partitions,
     topic_id_disagreements,
 )
-from kts_resources.tiering.partition_numbers import partition_numbers
-from kts_resources.tiering.partition_view import partition_view
+from kts_resources.tiering.batch_plans import partition_views
+from kts_resources.tiering.partition_numbers import PartitionNumbers, partition_numbers
 
 
 # Bumped when what a copy writes (objects, metadata) changes meaning.
@@ -48,6 +48,27 @@ remote_segments = dg.AssetSpec(
 COPY_STEP = PartitionStep(
     "the copy pass", failed_key="copy_failed", error_key="copy_error", asset_key=remote_segments.key,
     unexpected=lambda e: PartitionFailed(f"copy pass failed: {type(e).__name__}: {e}", str(e)))
+
+
+def copy_metadata(result: PartitionCopyResult, numbers: PartitionNumbers) -> dict[str, object]:
+    """A partition's remote_segments metadata: what its copy did, and both tiers after it."""
+    metadata: dict[str, object] = {
+        "copied_segments": len(result.copied),
+        "copied_bytes": result.copied_bytes,
+        "repaired_segments": len(result.repaired),
+        "recopied_segments": len(result.recopied),  # replacements of damaged remote segments
+        "manifests_backfilled": result.manifests_backfilled,  # for segments copied before manifests existed
+        "throttle_time_ms": result.throttle_ms,
+        "copy_failed": 1 if result.stopped else 0,
+        **remote_metadata(numbers),
+    }
+    metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes']))} remote, {human_bytes(result.copied_bytes)} "
+                        f"copied by this run, {human_bytes(int(metadata['copy_lag_bytes']))} waiting to be copied")
+    if result.stopped:
+        metadata["copy_error"] = result.stopped
+    if result.skipped:
+        metadata["skipped"] = result.skipped
+    return metadata
 
 
 def copy_pass(
@@ -99,7 +120,9 @@ def copy_pass(
     tier_totals = {"copied_bytes": 0, "throttle_time_ms": 0}  # the run's, for remote_tier's plots
     stopped: list[str] = []  # partitions whose pass a segment or an upload stopped (copy_completed fails them)
 
-    def report(key: str, loc: LocatedPartition, result: PartitionCopyResult) -> dict[str, object]:
+    copied: dict[str, PartitionCopyResult] = {}  # each partition's result, reported once every copy is done
+
+    def note(key: str, _loc: LocatedPartition, result: PartitionCopyResult) -> dict[str, object]:
         nonlocal copied_total
         if result.skipped:
             context.log.info(f"{key}: skipped: {result.skipped}")
@@ -111,29 +134,20 @@ def copy_pass(
         copied_total += len(result.copied)
         tier_totals["copied_bytes"] += result.copied_bytes
         tier_totals["throttle_time_ms"] += result.throttle_ms
-        metadata: dict[str, object] = {
-            "copied_segments": len(result.copied),
-            "copied_bytes": result.copied_bytes,
-            "repaired_segments": len(result.repaired),
-            "recopied_segments": len(result.recopied),  # replacements of damaged remote segments
-            "manifests_backfilled": result.manifests_backfilled,  # for segments copied before manifests existed
-            "throttle_time_ms": result.throttle_ms,
-            "copy_failed": 1 if result.stopped else 0,
-            # Both tiers as `kts status` computes them (Lz's bound: the exact one costs a read).
-            **remote_metadata(partition_numbers(partition_view(loc, store), exact_log_end_offset=False)),
-        }
-        metadata["size"] = (f"{human_bytes(int(metadata['remote_bytes']))} remote, {human_bytes(result.copied_bytes)} "
-                            f"copied by this run, {human_bytes(int(metadata['copy_lag_bytes']))} waiting to be copied")
-        if result.stopped:
-            metadata["copy_error"] = result.stopped
-        if result.skipped:
-            metadata["skipped"] = result.skipped
-        return metadata
+        copied[key] = result
+        return {}  # its metadata below, with both tiers' numbers
 
     # Partitions copy side by side (each under its own partition lock); one partition's failure
     # (lock timeout, unreachable bucket, …) must not cost the others their copy.
-    failed = for_each_partition(context, COPY_STEP, located, copy_one, report,
+    failed = for_each_partition(context, COPY_STEP, located, copy_one, note,
                                 threads=max(1, parallel_partitions))
+    # Both tiers as `kts status` computes them (Lz's bound: the exact one costs a read), after every
+    # copy: the store's rows of a chunk of partitions per query, not a few reads per partition.
+    for key, view in partition_views({key: located[key] for key in copied}, store, alarms=True):
+        if isinstance(view, Exception):
+            raise view  # an unreadable partition.metadata, as reading it here would have raised
+        add_partition_metadata(context, size_first(copy_metadata(copied[key], partition_numbers(view, exact_log_end_offset=False))),
+                               asset_key=remote_segments.key, partition_key=key)
     failed_count = len(failed) + len(stopped)
     context.log.info(f"copied {counted(copied_total, 'segment')} over {counted(len(located), 'partition')} ({failed_count} failed)")
     # Run totals go on the run, not on every partition the run materialises; what the run did to the

@@ -142,7 +142,7 @@ def report_inventory(context: dg.AssetExecutionContext, plan: InventoryPlan, res
         by_key.setdefault(row.partition_key, []).append(row)
     # Every partition's store rows a chunk of partitions per query, read now: after the copy beside
     # the scan changed them. Without a store, the local log's numbers alone.
-    views = partition_views(plan.located, store) if store is not None else (
+    views = partition_views(plan.located, store, alarms=True) if store is not None else (
         (key, partition_view(loc, None)) for key, loc in plan.located.items())
     for key, view in views:
         loc = plan.located[key]

@@ -102,7 +102,9 @@ def for_each_partition(
                 raise
             failure = step.unexpected(e)
         else:
-            add_partition_metadata(context, size_first(dict(report(key, item, result))), asset_key=step.asset_key, partition_key=key)
+            metadata = report(key, item, result)
+            if metadata:  # empty: the step reports it later (the copy, with every partition's numbers at once)
+                add_partition_metadata(context, size_first(dict(metadata)), asset_key=step.asset_key, partition_key=key)
             return
         failed.append(key)
         context.log.error(f"{key}: {failure.line}")

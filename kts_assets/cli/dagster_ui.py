@@ -59,7 +59,8 @@ def _environment() -> dict[str, str]:
     resolved as the CLI resolves them, so the code location never falls back to other defaults."""
     from kts_resources import settings
 
-    return {**settings.resolved_environment(), "DAGSTER_HOME": str(dagster_home())}
+    home = dagster_home()  # first: it sets what every process of the instance shares (DAGSTER_EVENT_BATCH_SIZE)
+    return {**settings.resolved_environment(), "DAGSTER_HOME": str(home)}
 
 
 def cmd_ui(args) -> int:

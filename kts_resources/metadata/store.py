@@ -979,6 +979,34 @@ class RemoteLogMetadataStore:
             finished[tip].append(_to_metadata(row, tip))
         return finished
 
+    def lost_ranges_of(self, tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, list[LostOffsetRange]]:
+        """``lost_ranges(tip)`` (the open ones) of each of ``tips``, in one query."""
+        wanted = {(t.topic_id, t.partition): t for t in tips}
+        pairs = _tips_table(list(wanted.values()))
+        stmt = (sa.select(LOST)
+                .join(pairs, sa.and_(LOST.c.topic_id == pairs.c.topic_id, LOST.c.partition == pairs.c.partition))
+                .where(LOST.c.acknowledged_at.is_(None))
+                .order_by(LOST.c.topic_id, LOST.c.partition, LOST.c.start_offset, LOST.c.end_offset))
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all()) if wanted else []
+        lost: dict[TopicIdPartition, list[LostOffsetRange]] = {tip: [] for tip in wanted.values()}
+        for row in rows:
+            tip = wanted[(row.topic_id, row.partition)]
+            lost[tip].append(_lost_range(row, tip))
+        return lost
+
+    def damaged_counts_of(self, tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, int]:
+        """``len(damaged_segments(tip))`` of each of ``tips``, in one query."""
+        wanted = {(t.topic_id, t.partition): t for t in tips}
+        pairs = _tips_table(list(wanted.values()))
+        stmt = (sa.select(SEGMENTS.c.topic_id, SEGMENTS.c.partition, sa.func.count())
+                .join(pairs, sa.and_(SEGMENTS.c.topic_id == pairs.c.topic_id, SEGMENTS.c.partition == pairs.c.partition))
+                .where(SEGMENTS.c.damage.is_not(None), SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name)
+                .group_by(SEGMENTS.c.topic_id, SEGMENTS.c.partition))
+        rows = self._tx(lambda conn, _: conn.execute(stmt).all()) if wanted else []
+        counts = dict.fromkeys(wanted.values(), 0)
+        counts.update({wanted[(topic_id, partition)]: n for topic_id, partition, n in rows})
+        return counts
+
     def all_topic_configs(self) -> dict[str, TopicConfig]:
         """Every known topic's configs by name, in one query (``topic_configs`` of each)."""
         rows = self._tx(lambda conn, _: conn.execute(sa.select(TOPICS.c.name, TOPICS.c.configs)).all())

@@ -31,9 +31,10 @@ PARTITIONS_PER_QUERY = 250
 
 
 def partition_views(located: Mapping[str, LocatedPartition], store: "RemoteLogMetadataStore", *,
-                    chunk: int = PARTITIONS_PER_QUERY) -> Iterator[tuple[str, PartitionView | Exception]]:
+                    chunk: int = PARTITIONS_PER_QUERY, alarms: bool = False) -> Iterator[tuple[str, PartitionView | Exception]]:
     """Each located partition's view, in ``located``'s order, with its store rows (state, finished
-    segments) read a chunk of partitions per query. The topic id is partition.metadata's, else the
+    segments; with ``alarms``, also its open lost ranges and damaged segments, which
+    ``partition_numbers`` reports) read a chunk of partitions per query. The topic id is partition.metadata's, else the
     one the store recorded for the name (``tiers.topic_id_partition``); a view's ``tip`` is None
     when kts has never seen the topic. A partition.metadata that cannot be read is that key's
     exception, in place of its view."""
@@ -57,13 +58,16 @@ def partition_views(located: Mapping[str, LocatedPartition], store: "RemoteLogMe
         known = [tip for tip in tips.values() if isinstance(tip, TopicIdPartition)]
         states = store.partition_states_of(known)
         finished = store.finished_segments_of(known)
+        lost = store.lost_ranges_of(known) if alarms else {}
+        damaged = store.damaged_counts_of(known) if alarms else {}
         for key, tip in tips.items():
             if isinstance(tip, Exception):
                 yield key, tip
             elif tip is None:  # nothing of it can be remote: no store rows to read
                 yield key, partition_view(located[key], None, topic_partition=located[key].partition.topic_partition)
             else:
-                yield key, partition_view(located[key], store, tip=tip, state=states[tip], finished=finished[tip])
+                yield key, partition_view(located[key], store, tip=tip, state=states[tip], finished=finished[tip],
+                                          lost_ranges=lost.get(tip), damaged_remote_segments=damaged.get(tip))
 
 
 def retention_plans(located: Mapping[str, LocatedPartition], store: "RemoteLogMetadataStore", *, now_ms: int,

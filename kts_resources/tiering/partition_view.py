@@ -38,7 +38,7 @@ from kts_resources.tiering.tiers import (
 )
 
 if TYPE_CHECKING:
-    from kts_resources.metadata.store import PartitionLock, PartitionState, RemoteLogMetadataStore
+    from kts_resources.metadata.store import LostOffsetRange, PartitionLock, PartitionState, RemoteLogMetadataStore
 
 
 class PartitionView:
@@ -51,7 +51,8 @@ class PartitionView:
     def __init__(self, topic_partition: TopicPartition, located: LocatedPartition | None,
                  store: "RemoteLogMetadataStore | None", tip: TopicIdPartition | None,
                  segments: Sequence[SegmentFiles] | None, log_end_offset: int | None,
-                 state: "PartitionState | None" = None, finished: Sequence[RemoteLogSegmentMetadata] | None = None) -> None:
+                 state: "PartitionState | None" = None, finished: Sequence[RemoteLogSegmentMetadata] | None = None,
+                 lost_ranges: Sequence["LostOffsetRange"] | None = None, damaged_remote_segments: int | None = None) -> None:
         self.topic_partition = topic_partition
         self.located = located
         self.store = store
@@ -63,6 +64,10 @@ class PartitionView:
             self.state = state
         if finished is not None and tip is not None:
             self.finished = sorted(finished, key=lambda md: md.start_offset)
+        if lost_ranges is not None and tip is not None:
+            self.lost_ranges = tuple(lost_ranges)
+        if damaged_remote_segments is not None and tip is not None:
+            self.damaged_remote_segments = damaged_remote_segments
         self._known_log_end_offset = log_end_offset
 
     # --- the local tier: the broker's files ---
@@ -111,6 +116,16 @@ class PartitionView:
         if self.store is None or self.tip is None:
             return []
         return sorted(self.store.list_remote_log_segments(self.tip, states={FINISHED}), key=lambda md: md.start_offset)
+
+    @cached_property
+    def lost_ranges(self) -> tuple["LostOffsetRange", ...]:
+        """The open lost ranges (offsets the broker deleted before kts copied them), by start offset."""
+        return tuple(self.store.lost_ranges(self.tip)) if self.store is not None and self.tip is not None else ()
+
+    @cached_property
+    def damaged_remote_segments(self) -> int:
+        """How many finished segments are recorded damaged in the tier."""
+        return len(self.store.damaged_segments(self.tip)) if self.store is not None and self.tip is not None else 0
 
     @property
     def recorded_log_start_offset(self) -> int:
@@ -202,12 +217,15 @@ def partition_view(
     log_end_offset: int | None = None,
     state: "PartitionState | None" = None,
     finished: Sequence[RemoteLogSegmentMetadata] | None = None,
+    lost_ranges: Sequence["LostOffsetRange"] | None = None,
+    damaged_remote_segments: int | None = None,
 ) -> PartitionView:
     """The view of the partition at ``located`` (None: in no log dir; then ``topic_partition`` or
     ``tip`` names it). ``tip``: its topic id if the caller has settled it (the copier registers
     one); otherwise partition.metadata's, else the one the store recorded for the topic's name.
     ``segments``, ``log_end_offset``: the caller's listing and exact Lz, if it has them;
-    ``state``, ``finished``: the store's rows of ``tip``, if the caller read them (with ``tip``)."""
+    ``state``, ``finished``, ``lost_ranges``, ``damaged_remote_segments``: the store's rows of
+    ``tip``, if the caller read them (with ``tip``)."""
     if located is not None:
         tp = located.partition.topic_partition
     elif tip is not None:
@@ -222,7 +240,8 @@ def partition_view(
         else:
             topic_id = store.topic_id(tp.topic)
             tip = TopicIdPartition(topic_id, tp) if topic_id is not None else None
-    return PartitionView(tp, located, store, tip, segments, log_end_offset, state, finished)
+    return PartitionView(tp, located, store, tip, segments, log_end_offset, state, finished, lost_ranges,
+                         damaged_remote_segments)
 
 
 def tiers_of(view: PartitionView, *, exact_log_end_offset: bool = True) -> PartitionTiers:
@@ -262,8 +281,10 @@ def with_listing(view: PartitionView, segments: Sequence[SegmentFiles], log_end_
     """``view`` with the caller's listing of the local segments and exact Lz, keeping the store
     rows it holds (read for many partitions at once: ``batch_plans.partition_views``)."""
     known = view.tip is not None
+    read = view.__dict__  # what the view holds already (cached_property keeps it there); the rest stays unread
     return PartitionView(view.topic_partition, view.located, view.store, view.tip, segments, log_end_offset,
-                         view.state if known else None, view.finished if known else None)
+                         view.state if known else None, view.finished if known else None,
+                         read.get("lost_ranges"), read.get("damaged_remote_segments"))
 
 
 def partition_tiers(
