@@ -24,9 +24,11 @@ LOG_LEVEL = "KTS_LOG_LEVEL"
 CLI_SERVER = "KTS_CLI_SERVER"
 DAGSTER_PER_BROKER = "KTS_DAGSTER_PER_BROKER"
 IDLE_CHECK = "KTS_IDLE_CHECK_S"
+STEP_RETRY_DELAY = "KTS_STEP_RETRY_DELAY_S"
 
 DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_IDLE_CHECK_S = 10.0
+DEFAULT_STEP_RETRY_DELAY_S = 5.0
 
 
 def _get(name: str) -> str | None:
@@ -159,6 +161,18 @@ def idle_check_s() -> float:
     except ValueError:
         return DEFAULT_IDLE_CHECK_S
     return value if 0 < value < float("inf") else DEFAULT_IDLE_CHECK_S
+
+
+def step_retry_delay_s() -> float:
+    """``KTS_STEP_RETRY_DELAY_S``: seconds (default 5) before a pipeline step that failed for every
+    partition (the store or the bucket briefly away) runs again; the second retry waits twice as
+    long. Read when the definitions load. A value that is not a number ≥ 0 means the default, as
+    the UI's code location must load whatever the environment says."""
+    try:
+        value = float(_get(STEP_RETRY_DELAY) or DEFAULT_STEP_RETRY_DELAY_S)
+    except ValueError:
+        return DEFAULT_STEP_RETRY_DELAY_S
+    return value if 0 <= value < float("inf") else DEFAULT_STEP_RETRY_DELAY_S
 
 
 def resolved_environment() -> dict[str, str]:

@@ -137,7 +137,7 @@ class CliServer:
 
     def __init__(self, home: Path):
         self.home = home / "cli-server"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KTS_")}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KTS_") or k == "KTS_STEP_RETRY_DELAY_S"}
         self.env["KTS_HOME"] = str(home)
 
     @property
@@ -733,7 +733,8 @@ class Scenario:
         shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home)  # kts's instance: its runs in the scenario's database
         self.no_logs = self.root / "no-logs"  # a remote-only reader's log dir
         self.no_logs.mkdir(exist_ok=True)
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KTS_") or k.startswith("KTS_SPARK_")}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KTS_") or k.startswith("KTS_SPARK_")
+                    or k == "KTS_STEP_RETRY_DELAY_S"}  # the suite's short step retries (conftest)
         self.env.update(KTS_DATABASE_URL=self.postgres.url(self.database), KTS_LOG_DIRS=str(self.log_dir),
                         KTS_HOME=str(self.home), DAGSTER_HOME=str(dagster_home), KTS_CLI_SERVER="off", **self.tier.env)
 

@@ -127,3 +127,11 @@ def test_the_definitions_leave_every_setting_to_settings_py():
     assert resources["kafka_log_dirs"].log_dirs == resources["kafka_log_dirs"].owned_log_dirs == ""
     assert resources["metadata_store"].database_url == ""
     assert resources["remote_tier"].remote_uri == resources["remote_tier"].s3_endpoint_url == ""
+
+
+def test_the_steps_retry_delay_is_five_seconds_unless_set_to_a_number_of_seconds(monkeypatch):
+    monkeypatch.delenv("KTS_STEP_RETRY_DELAY_S", raising=False)
+    assert settings.step_retry_delay_s() == 5.0
+    for value, expected in (("0.5", 0.5), ("0", 0.0), ("30", 30.0), ("-1", 5.0), ("soon", 5.0), ("inf", 5.0)):
+        monkeypatch.setenv("KTS_STEP_RETRY_DELAY_S", value)
+        assert settings.step_retry_delay_s() == expected, value

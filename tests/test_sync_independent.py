@@ -151,7 +151,8 @@ class TierSetup:
         # kts's defaults but the ones named here, KTS_CLI_SERVER's included: the syncs run in the
         # standing CLI server, as a user's do, and it is stopped when the test ends.
         # Spark is the session's (tests/fixtures_spark.py: its Connect server, or the engine chosen).
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KTS_") or k.startswith("KTS_SPARK_")}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KTS_") or k.startswith("KTS_SPARK_")
+                    or k == "KTS_STEP_RETRY_DELAY_S"}  # the suite's short step retries (conftest)
         self.env.update(KTS_DATABASE_URL=database_url, KTS_LOG_DIRS=str(self.log_dir), KTS_HOME=str(tmp / "home"),
                         DAGSTER_HOME=str(dagster_home), **self.remote.env)
         request.addfinalizer(lambda: subprocess.run([sys.executable, "-m", "kts_assets.cli", "services", "stop"],

@@ -7,8 +7,9 @@
 - takes a slot of the ``spark`` pool (dagster.yaml), so a busy tick never runs two Spark steps at once
   on a host; beside a cluster the pool is the broker's (``spark_broker_<id>``, kts_assets.broker_scope),
   so no broker's run waits for another broker's slot;
-- retries a failure twice (5 s, then 10 s): a store or bucket that was briefly away. A check that
-  cannot run fails without a retry (``kts_assets.checks.checks_that_must_run``);
+- retries a failure twice (5 s, then 10 s; ``KTS_STEP_RETRY_DELAY_S`` sets the first wait): a store
+  or bucket that was briefly away. A check that cannot run fails without a retry
+  (``kts_assets.checks.checks_that_must_run``);
 - runs its partitions with one skeleton (``for_each_partition``): each partition's work, its
   report as the partition's metadata, a failure that is that partition's alone;
 - ends with ``end_step``: the run's last step fails the run for the partitions that failed in it, so
@@ -30,13 +31,14 @@ from kts_assets.dagster_internals import add_partition_metadata
 from kts_assets.partition_outcome import fail_run_for_failed_partitions
 from kts_assets.partitions import topic_partitions
 from kts_assets.sizes import size_first
+from kts_resources import settings
 
 PIPELINE_STEP = dict(
     partitions_def=topic_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
     can_subset=True,
     pool=broker_scope.current().pool,
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=settings.step_retry_delay_s(), backoff=dg.Backoff.EXPONENTIAL),
 )
 
 # The steps in the order a run runs them: each depends on those before it when both are in a run

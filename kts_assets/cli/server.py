@@ -67,7 +67,7 @@ def code_fingerprint() -> str:
     """What the code this process would run is: the interpreter, the installed packages (pip
     touches site-packages), every file of kts's two packages (path, size, modification time), and
     what names its Definitions take (a broker's, with KTS_DAGSTER_PER_BROKER: the server imported
-    them under its first client's environment). Stat calls only: a client computes it in a few
+    them under its first client's environment) and the steps' retry delay they hold. Stat calls only: a client computes it in a few
     milliseconds before every command."""
     import kts_assets
     import kts_resources
@@ -75,7 +75,7 @@ def code_fingerprint() -> str:
 
     digest = hashlib.sha256()
     digest.update(f"{sys.executable}\0{sys.version}\0{os.environ.get('PYTHONPATH', '')}\0".encode())
-    digest.update(f"{settings.dagster_scope_inputs()!r}\0".encode())
+    digest.update(f"{settings.dagster_scope_inputs()!r}\0{settings.step_retry_delay_s()!r}\0".encode())
     for entry in sys.path:
         if entry.endswith("site-packages"):
             try:
