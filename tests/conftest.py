@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,34 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # per test's KTS_HOME would outlive the test. tests/test_cli_server.py turns it on where it tests it,
 # and tests/test_sync_independent.py runs on kts's defaults (so in the server), stopping it after.
 os.environ["KTS_CLI_SERVER"] = "off"
+
+
+class SignalStateLeak(UserWarning):
+    """A test left the worker's main thread with SIGINT/SIGTERM blocked or ignored."""
+
+
+_TERMINATING = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_found(request):
+    """Each test starts with the worker's SIGINT/SIGTERM as the one before found them, and a test
+    that changed them is named. A blocked or ignored SIGTERM is inherited by every process a later
+    test starts (through exec): Dagster's ``tail -F`` log mirrors then outlive a sync's ``terminate``
+    and hold its stdout open, and a server the test stops ignores it (seen once in CI)."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    handlers = {signum: signal.getsignal(signum) for signum in _TERMINATING}
+    yield
+    changed = []
+    if signal.pthread_sigmask(signal.SIG_BLOCK, []) != mask:
+        changed.append(f"blocked signals {sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))}")
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    for signum, handler in handlers.items():
+        if signal.getsignal(signum) is not handler:
+            changed.append(f"{signal.Signals(signum).name} handler {signal.getsignal(signum)!r}")
+            signal.signal(signum, handler)
+    if changed:
+        warnings.warn(SignalStateLeak(f"{request.node.nodeid} left {', '.join(changed)}; restored"), stacklevel=1)
 
 
 def shared_dir() -> Path:
