@@ -27,26 +27,37 @@ class SignalStateLeak(UserWarning):
 
 _TERMINATING = (signal.SIGINT, signal.SIGTERM)
 
+# A worker started in the background by a non-interactive shell has SIGINT ignored, and Dagster's
+# in-process execution maps SIGTERM to SIGINT's handler (for k8s) without mapping it back: SIGTERM
+# was then ignored by every process the worker started later, which an ignored disposition keeps
+# through exec. Dagster's `tail -F` log mirrors outlived a sync's `terminate()` and held its stdout
+# open, hanging its test, and a server a test stopped ignored the SIGTERM (one CI run). SIGINT as
+# Python sets it for a program is what pytest expects anyway.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture(autouse=True)
 def _signals_as_found(request):
-    """Each test starts with the worker's SIGINT/SIGTERM as the one before found them, and a test
-    that changed them is named. A blocked or ignored SIGTERM is inherited by every process a later
-    test starts (through exec): Dagster's ``tail -F`` log mirrors then outlive a sync's ``terminate``
-    and hold its stdout open, and a server the test stops ignores it (seen once in CI)."""
+    """Each test starts with the worker's signal mask and SIGINT/SIGTERM handlers as the one before
+    found them (in-process Dagster runs leave theirs), and a test that left one blocked or ignored —
+    which every process a later test starts would inherit — is named."""
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     handlers = {signum: signal.getsignal(signum) for signum in _TERMINATING}
     yield
-    changed = []
-    if signal.pthread_sigmask(signal.SIG_BLOCK, []) != mask:
-        changed.append(f"blocked signals {sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))}")
+    inherited = []
+    now = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if now != mask:
+        inherited.append(f"blocked signals {sorted(now)}")
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     for signum, handler in handlers.items():
-        if signal.getsignal(signum) is not handler:
-            changed.append(f"{signal.Signals(signum).name} handler {signal.getsignal(signum)!r}")
+        current = signal.getsignal(signum)
+        if current is not handler:
+            if current is signal.SIG_IGN:
+                inherited.append(f"{signal.Signals(signum).name} ignored")
             signal.signal(signum, handler)
-    if changed:
-        warnings.warn(SignalStateLeak(f"{request.node.nodeid} left {', '.join(changed)}; restored"), stacklevel=1)
+    if inherited:
+        warnings.warn(SignalStateLeak(f"{request.node.nodeid} left {', '.join(inherited)}; restored"), stacklevel=1)
 
 
 def shared_dir() -> Path:
