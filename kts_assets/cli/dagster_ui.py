@@ -157,18 +157,35 @@ def cmd_code_server(args) -> int:
     command = [str(dagster), "code-server", "start", "-m", DEFINITIONS_MODULE, "--location-name", location,
                "-h", args.host, "-p", str(args.port)]
     reach = socket.getfqdn() if args.host in ("0.0.0.0", "::", "") else args.host
-    print(f"kts code-server: location {location} on {args.host}:{args.port} ({settings.HOME}={env[settings.HOME]}, "
-          f"{settings.LOG_DIRS}={env[settings.LOG_DIRS]}); its workspace entry: "
-          f"- grpc_server: {{host: {reach}, port: {args.port}, location_name: {location}}}; Ctrl-C stops it",
-          file=sys.stderr, flush=True)
-    return _run_until_stopped(command, env)
+    probe = "127.0.0.1" if args.host in ("0.0.0.0", "") else "::1" if args.host == "::" else args.host
+
+    def serving() -> None:
+        # Said once the port answers: a webserver that loads the entry earlier shows the location
+        # failed until someone reloads it (a launch from it then fails).
+        print(f"kts code-server: location {location} on {args.host}:{args.port} ({settings.HOME}={env[settings.HOME]}, "
+              f"{settings.LOG_DIRS}={env[settings.LOG_DIRS]}); its workspace entry: "
+              f"- grpc_server: {{host: {reach}, port: {args.port}, location_name: {location}}}; Ctrl-C stops it",
+              file=sys.stderr, flush=True)
+
+    return _run_until_stopped(command, env, ready=lambda: _port_accepts(probe, args.port), then=serving)
 
 
-def _run_until_stopped(command: list[str], env: dict[str, str]) -> int:
-    """Run ``command`` until it exits (its status) or this process gets SIGINT/SIGTERM (then 0)."""
+def _port_accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _run_until_stopped(command: list[str], env: dict[str, str], *, ready=lambda: False, then=lambda: None) -> int:
+    """Run ``command`` until it exits (its status) or this process gets SIGINT/SIGTERM (then 0);
+    ``then()`` once ``ready()``."""
     with _Services(env) as services:
         services.start(command)
-        services.wait(lambda: False)
+        if services.wait(ready):
+            then()
+            services.wait(lambda: False)
     return services.status
 
 
