@@ -23,6 +23,8 @@ from dagster import Field
 from dagster_postgres import DagsterPostgresStorage
 from sqlalchemy.engine import make_url
 
+from kts_resources.dagster_event_log import KtsEventLogStorage
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "dagster"
@@ -41,7 +43,11 @@ class KtsDagsterStorage(DagsterPostgresStorage):
         url = dagster_database_url(schema, server_url)
         # Each of Dagster's three storages otherwise opens a connection and reflects the schema's
         # tables to see whether to create them (~0.1 s of every process that loads the instance).
-        super().__init__(url, should_autocreate_tables=not _prepare_schema(url, schema), inst_data=inst_data)
+        autocreate = not _prepare_schema(url, schema)
+        super().__init__(url, should_autocreate_tables=autocreate, inst_data=inst_data)
+        # The event log with a run's bookkeeping batched (kts_resources.dagster_event_log), in place
+        # of the one just made (which made the tables if they were missing; this one only looks).
+        self._event_log_storage = KtsEventLogStorage(url, should_autocreate_tables=autocreate)
         # One pooled connection per process, as Dagster's webserver keeps (storages otherwise open a
         # connection per statement); no statement timeout in a run (a webserver sets its own).
         for storage in (self.run_storage, self.event_log_storage, self.schedule_storage):

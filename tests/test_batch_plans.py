@@ -21,7 +21,8 @@ from kts_resources.tiering.batch_plans import partition_views, retention_plans
 from kts_resources.tiering.expiry import plan_partition
 from kts_resources.tiering.partition_numbers import partition_numbers
 from kts_resources.tiering.partition_view import partition_view
-from kts_resources.tiering.tiers import locate_partitions, topic_id_partition
+from kts_resources.tiering.status import status_rows_and_lost
+from kts_resources.tiering.tiers import locate_partitions, log_dir_partitions, topic_id_partition
 from tests.simulated_copies import copied_world
 
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -115,6 +116,31 @@ def test_views_with_alarms_give_each_partitions_numbers_as_read_alone_in_a_few_q
         subset = dict(list(located.items())[:size])
         read[size] = _store_statements(pg_url, lambda subset=subset: numbers(partition_views(subset, store, alarms=True)))
     assert read[2] == read[6] <= 6, read
+
+
+def test_status_rows_read_the_store_a_chunk_of_partitions_at_a_time_with_each_partitions_own_numbers(
+        tmp_path, metadata_store, pg_url, monkeypatch):
+    """`kts status` and the end of `kts sync` list every partition's numbers: the same as read for
+    each alone, in as many store statements for three partitions as for nine."""
+    store = metadata_store
+    read = {}
+    for partitions in (1, 3):
+        world = tmp_path / f"world-{partitions}"
+        log_dir = copied_world(world, store, (f"orders{partitions}", f"fresh{partitions}", f"clicks{partitions}"),
+                               partitions, copy_topics=(f"orders{partitions}", f"clicks{partitions}"))
+        monkeypatch.setenv("KTS_LOG_DIRS", str(log_dir))
+        orders_0 = topic_id_partition(next(p for p in LogDir(log_dir).partitions() if p.partition == 0
+                                           and p.topic.startswith("orders")), store)
+        store.record_lost_range(orders_0, 3, 5, "test")
+        located = [loc for loc in log_dir_partitions([log_dir])]
+        alone = sorted((loc.partition.topic, loc.partition.partition,
+                        partition_numbers(partition_view(loc, store)).as_dict()["lost_ranges"]) for loc in located)
+        rows = status_rows_and_lost(store)
+        assert sorted((row["topic"], row["partition"], row["lost_ranges"]) for row, _ in rows) == alone
+        assert len(rows) == 3 * partitions and [3, 5] in next(row for row, _ in rows if row["topic"] == orders_0.topic
+                                                            and row["partition"] == 0)["lost_ranges"]
+        read[partitions] = _store_statements(pg_url, lambda: status_rows_and_lost(store))
+    assert read[1] == read[3] <= 8, read
 
 
 def _store_statements(pg_url, tick) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kts_resources.remote_log import RemoteResourceNotFoundError, TopicIdPartition
 from kts_resources.tiering.expiry import PartitionRetention, plan_partition
@@ -28,10 +28,11 @@ if TYPE_CHECKING:
 # Partitions whose store rows are read in one query (and held at once): a sensor tick works
 # through a few hundred partitions in its time budget, and rows read past it are wasted.
 PARTITIONS_PER_QUERY = 250
+K = TypeVar("K")  # how the caller names a located partition (its key, or its place in a listing)
 
 
-def partition_views(located: Mapping[str, LocatedPartition], store: "RemoteLogMetadataStore", *,
-                    chunk: int = PARTITIONS_PER_QUERY, alarms: bool = False) -> Iterator[tuple[str, PartitionView | Exception]]:
+def partition_views(located: Mapping[K, LocatedPartition], store: "RemoteLogMetadataStore", *,
+                    chunk: int = PARTITIONS_PER_QUERY, alarms: bool = False) -> Iterator[tuple[K, PartitionView | Exception]]:
     """Each located partition's view, in ``located``'s order, with its store rows (state, finished
     segments; with ``alarms``, also its open lost ranges and damaged segments, which
     ``partition_numbers`` reports) read a chunk of partitions per query. The topic id is partition.metadata's, else the
@@ -41,7 +42,7 @@ def partition_views(located: Mapping[str, LocatedPartition], store: "RemoteLogMe
     topic_ids: dict[str, uuid.UUID] | None = None  # the store's, read once if a partition has no partition.metadata
     keys = list(located)
     for first in range(0, len(keys), chunk):
-        tips: dict[str, TopicIdPartition | None | Exception] = {}
+        tips: dict[K, TopicIdPartition | None | Exception] = {}
         for key in keys[first:first + chunk]:
             partition = located[key].partition
             try:

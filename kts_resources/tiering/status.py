@@ -9,7 +9,7 @@ from kts_resources import settings
 from kts_resources.kafka.errors import KafkaFormatError, os_error_line
 from kts_resources.tiering.leadership import broker_replicas
 from kts_resources.tiering.partition_numbers import partition_numbers
-from kts_resources.tiering.partition_view import partition_view
+from kts_resources.tiering.batch_plans import partition_views
 from kts_resources.tiering.tiers import log_dir_partitions
 
 STATUS_FIELDS = (
@@ -31,23 +31,29 @@ def status_rows_and_lost(store, unreadable: dict[str, str] | None = None) -> lis
             raise
         unreadable["metadata log"] = str(e)
         role = lambda tp: "unknown"  # noqa: E731
+    # Keyed by position: a partition in two log dirs is two rows, as the broker's dirs hold them.
+    located = dict(enumerate(log_dir_partitions(settings.log_dirs())))
     rows = []
-    for located in log_dir_partitions(settings.log_dirs()):
-        partition = located.partition
+    # The store's rows a chunk of partitions per query: four reads a partition were most of a
+    # `kts status` (and of the end of a `kts sync`) at a broker's size.
+    for index, view in partition_views(located, store, alarms=True):
+        partition, key = located[index].partition, located[index].key
         try:
-            numbers = partition_numbers(partition_view(located, store))
+            if isinstance(view, Exception):
+                raise view
+            numbers = partition_numbers(view)
         except ConnectionError:
             raise  # the store is down: not this partition's problem
         except OSError as e:
             if unreadable is None:
                 raise
-            unreadable.setdefault(located.key, os_error_line(e))
+            unreadable.setdefault(key, os_error_line(e))
             continue
         except KafkaFormatError as e:  # a log dir's corrupt checkpoint: one line (file, position) for all its partitions
             if unreadable is None:
                 raise
             if str(e) not in unreadable.values():
-                unreadable[located.key] = str(e)
+                unreadable[key] = str(e)
             continue
         row = {"topic": partition.topic, "partition": partition.partition, **numbers.as_dict(),
                "replica": role(partition.topic_partition)}
