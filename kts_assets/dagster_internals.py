@@ -1,5 +1,6 @@
-"""The one module that uses Dagster's private API (``dagster._core``), and why each use has no
-public road in Dagster 1.13.
+"""The one module of the pipeline that uses Dagster's private API (``dagster._core``), and why
+each use has no public road in Dagster 1.13. (The instance's event log storage,
+``kts_resources.dagster_event_log``, subclasses Dagster's PostgreSQL one and says why there.)
 
 * :func:`materialization_target` — an ``AssetCheckEvaluation`` for one partition of a ranged run
   must name the materialisation it checked (without it the UI counts the evaluation as stale and

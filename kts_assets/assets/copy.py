@@ -9,7 +9,7 @@ from kts_assets.dagster_internals import add_partition_metadata
 from kts_assets.assets.segments import local_segments
 from kts_assets.assets.steps import PartitionFailed, PartitionStep, for_each_partition
 from kts_assets.partition_outcome import fail_if_no_partition_is_found
-from kts_assets.sizes import counted, human_bytes, size_first
+from kts_assets.sizes import counted, human_bytes
 from kts_resources import settings
 from kts_resources.tiering.copier import PartitionCopyResult, copy_partition
 from kts_resources.kafka.errors import KafkaFormatError
@@ -120,34 +120,30 @@ def copy_pass(
     tier_totals = {"copied_bytes": 0, "throttle_time_ms": 0}  # the run's, for remote_tier's plots
     stopped: list[str] = []  # partitions whose pass a segment or an upload stopped (copy_completed fails them)
 
-    copied: dict[str, PartitionCopyResult] = {}  # each partition's result, reported once every copy is done
-
-    def note(key: str, _loc: LocatedPartition, result: PartitionCopyResult) -> dict[str, object]:
+    def report(done: dict[str, tuple[LocatedPartition, PartitionCopyResult]]):
         nonlocal copied_total
-        if result.skipped:
-            context.log.info(f"{key}: skipped: {result.skipped}")
-        if result.stopped:
-            stopped.append(key)
-            context.log.error(f"{key}: copy stopped: {result.stopped}")
-        for line in result.damaged_left:
-            context.log.error(f"{key}: damaged remote segment: {line}")
-        copied_total += len(result.copied)
-        tier_totals["copied_bytes"] += result.copied_bytes
-        tier_totals["throttle_time_ms"] += result.throttle_ms
-        copied[key] = result
-        return {}  # its metadata below, with both tiers' numbers
+        for key, (_loc, result) in done.items():
+            if result.skipped:
+                context.log.info(f"{key}: skipped: {result.skipped}")
+            if result.stopped:
+                stopped.append(key)
+                context.log.error(f"{key}: copy stopped: {result.stopped}")
+            for line in result.damaged_left:
+                context.log.error(f"{key}: damaged remote segment: {line}")
+            copied_total += len(result.copied)
+            tier_totals["copied_bytes"] += result.copied_bytes
+            tier_totals["throttle_time_ms"] += result.throttle_ms
+        # Both tiers as `kts status` computes them (Lz's bound: the exact one costs a read), after
+        # every copy: the store's rows of a chunk of partitions per query, not a few reads per partition.
+        for key, view in partition_views({key: loc for key, (loc, _) in done.items()}, store, alarms=True):
+            if isinstance(view, Exception):
+                raise view  # an unreadable partition.metadata, as reading it here would have raised
+            yield key, copy_metadata(done[key][1], partition_numbers(view, exact_log_end_offset=False))
 
     # Partitions copy side by side (each under its own partition lock); one partition's failure
     # (lock timeout, unreachable bucket, …) must not cost the others their copy.
-    failed = for_each_partition(context, COPY_STEP, located, copy_one, note,
+    failed = for_each_partition(context, COPY_STEP, located, copy_one, report_together=report,
                                 threads=max(1, parallel_partitions))
-    # Both tiers as `kts status` computes them (Lz's bound: the exact one costs a read), after every
-    # copy: the store's rows of a chunk of partitions per query, not a few reads per partition.
-    for key, view in partition_views({key: located[key] for key in copied}, store, alarms=True):
-        if isinstance(view, Exception):
-            raise view  # an unreadable partition.metadata, as reading it here would have raised
-        add_partition_metadata(context, size_first(copy_metadata(copied[key], partition_numbers(view, exact_log_end_offset=False))),
-                               asset_key=remote_segments.key, partition_key=key)
     failed_count = len(failed) + len(stopped)
     context.log.info(f"copied {counted(copied_total, 'segment')} over {counted(len(located), 'partition')} ({failed_count} failed)")
     # Run totals go on the run, not on every partition the run materialises; what the run did to the

@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TypeVar
@@ -79,20 +79,28 @@ def for_each_partition(
     step: PartitionStep,
     work: Mapping[str, T],
     do: Callable[[str, T], R],
-    report: Callable[[str, T, R], Mapping[str, object]],
+    report: Callable[[str, T, R], Mapping[str, object]] | None = None,
     *,
+    report_together: Callable[[Mapping[str, tuple[T, R]]], Iterable[tuple[str, Mapping[str, object]]]] | None = None,
     threads: int = 0,
 ) -> list[str]:
-    """The skeleton of a step over the run's partitions: ``do`` each partition's work, ``report``
-    what it did as the partition's metadata, and fail a partition alone when its work raised
+    """The skeleton of a step over the run's partitions: ``do`` each partition's work, report what
+    it did as the partition's metadata, and fail a partition alone when its work raised
     ``PartitionFailed`` (logged as an error, recorded under the step's keys). ``dg.Failure`` when
     every partition failed: nothing worked (the store or the bucket is down), so the RetryPolicy
     tries again. Returns the failed partitions' keys.
 
+    Reported by one of: ``report``, each partition's metadata as its work is done; or
+    ``report_together``, handed every partition whose work was done (key → work, result) once all
+    are, giving each one's metadata: for numbers read for many partitions at once.
+
     ``threads``: 0, each partition in turn in the step's thread; n, n partitions side by side in
     worker threads (each procedure takes its own partition lock), reported in the step's thread as
     they finish."""
+    if (report is None) == (report_together is None):
+        raise TypeError("for_each_partition reports with one of report and report_together")
     failed: list[str] = []
+    succeeded: dict[str, tuple[T, R]] = {}
 
     def done(key: str, item: T, outcome: Callable[[], R]) -> None:
         try:
@@ -104,9 +112,11 @@ def for_each_partition(
                 raise
             failure = step.unexpected(e)
         else:
-            metadata = report(key, item, result)
-            if metadata:  # empty: the step reports it later (the copy, with every partition's numbers at once)
-                add_partition_metadata(context, size_first(dict(metadata)), asset_key=step.asset_key, partition_key=key)
+            if report is None:
+                succeeded[key] = (item, result)
+            else:
+                add_partition_metadata(context, size_first(dict(report(key, item, result))),
+                                       asset_key=step.asset_key, partition_key=key)
             return
         failed.append(key)
         context.log.error(f"{key}: {failure.line}")
@@ -122,6 +132,9 @@ def for_each_partition(
             for future in as_completed(futures):
                 key, item = futures[future]
                 done(key, item, future.result)
+    if report_together is not None and succeeded:
+        for key, metadata in report_together(succeeded):
+            add_partition_metadata(context, size_first(dict(metadata)), asset_key=step.asset_key, partition_key=key)
     if work and len(failed) == len(work):
         raise dg.Failure(f"{step.name} failed for every partition of the run: {', '.join(failed[:20])}")
     return failed

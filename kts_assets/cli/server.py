@@ -67,8 +67,8 @@ def code_fingerprint() -> str:
     """What the code this process would run is: the interpreter, the installed packages (pip
     touches site-packages), every file of kts's two packages (path, size, modification time), and
     what names its Definitions take (a broker's, with KTS_DAGSTER_PER_BROKER: the server imported
-    them under its first client's environment) and the steps' retry delay they hold. Stat calls only: a client computes it in a few
-    milliseconds before every command."""
+    them under its first client's environment) and the steps' retry delay they hold. Stat calls
+    only: a client computes it in a few milliseconds before every command."""
     import kts_assets
     import kts_resources
     from kts_resources import settings

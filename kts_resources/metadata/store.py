@@ -953,11 +953,7 @@ class RemoteLogMetadataStore:
 
     def partition_states_of(self, tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, PartitionState]:
         """``partition_state`` of each of ``tips``, in one query (the initial state for one never recorded)."""
-        wanted = {(t.topic_id, t.partition): t for t in tips}
-        pairs = _tips_table(list(wanted.values()))
-        stmt = sa.select(PARTITIONS).join(pairs, sa.and_(PARTITIONS.c.topic_id == pairs.c.topic_id,
-                                                         PARTITIONS.c.partition == pairs.c.partition))
-        rows = self._tx(lambda conn, _: conn.execute(stmt).all()) if wanted else []
+        wanted, rows = self._rows_of_tips(tips, lambda pairs: sa.select(PARTITIONS).join(pairs, _on_tips(PARTITIONS, pairs)))
         states = {tip: PartitionState() for tip in wanted.values()}
         states.update({wanted[(row.topic_id, row.partition)]: _partition_state(row) for row in rows})
         return states
@@ -965,14 +961,11 @@ class RemoteLogMetadataStore:
     def finished_segments_of(self, tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, list[RemoteLogSegmentMetadata]]:
         """Each of ``tips``' COPY_SEGMENT_FINISHED segments by start offset, in one query: what
         ``list_remote_log_segments(tip, states={COPY_SEGMENT_FINISHED})`` gives, for many partitions."""
-        wanted = {(t.topic_id, t.partition): t for t in tips}
-        pairs = _tips_table(list(wanted.values()))
-        stmt = (sa.select(SEGMENTS)
-                .join(pairs, sa.and_(SEGMENTS.c.topic_id == pairs.c.topic_id, SEGMENTS.c.partition == pairs.c.partition))
-                .where(SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name)
-                .order_by(SEGMENTS.c.topic_id, SEGMENTS.c.partition, SEGMENTS.c.start_offset, SEGMENTS.c.created_at,
-                          SEGMENTS.c.segment_id))
-        rows = self._tx(lambda conn, _: conn.execute(stmt).all()) if wanted else []
+        wanted, rows = self._rows_of_tips(tips, lambda pairs: (
+            sa.select(SEGMENTS).join(pairs, _on_tips(SEGMENTS, pairs))
+            .where(SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name)
+            .order_by(SEGMENTS.c.topic_id, SEGMENTS.c.partition, SEGMENTS.c.start_offset, SEGMENTS.c.created_at,
+                      SEGMENTS.c.segment_id)))
         finished: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]] = {tip: [] for tip in wanted.values()}
         for row in rows:
             tip = wanted[(row.topic_id, row.partition)]
@@ -981,13 +974,10 @@ class RemoteLogMetadataStore:
 
     def lost_ranges_of(self, tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, list[LostOffsetRange]]:
         """``lost_ranges(tip)`` (the open ones) of each of ``tips``, in one query."""
-        wanted = {(t.topic_id, t.partition): t for t in tips}
-        pairs = _tips_table(list(wanted.values()))
-        stmt = (sa.select(LOST)
-                .join(pairs, sa.and_(LOST.c.topic_id == pairs.c.topic_id, LOST.c.partition == pairs.c.partition))
-                .where(LOST.c.acknowledged_at.is_(None))
-                .order_by(LOST.c.topic_id, LOST.c.partition, LOST.c.start_offset, LOST.c.end_offset))
-        rows = self._tx(lambda conn, _: conn.execute(stmt).all()) if wanted else []
+        wanted, rows = self._rows_of_tips(tips, lambda pairs: (
+            sa.select(LOST).join(pairs, _on_tips(LOST, pairs))
+            .where(LOST.c.acknowledged_at.is_(None))
+            .order_by(LOST.c.topic_id, LOST.c.partition, LOST.c.start_offset, LOST.c.end_offset)))
         lost: dict[TopicIdPartition, list[LostOffsetRange]] = {tip: [] for tip in wanted.values()}
         for row in rows:
             tip = wanted[(row.topic_id, row.partition)]
@@ -996,16 +986,24 @@ class RemoteLogMetadataStore:
 
     def damaged_counts_of(self, tips: Iterable[TopicIdPartition]) -> dict[TopicIdPartition, int]:
         """``len(damaged_segments(tip))`` of each of ``tips``, in one query."""
-        wanted = {(t.topic_id, t.partition): t for t in tips}
-        pairs = _tips_table(list(wanted.values()))
-        stmt = (sa.select(SEGMENTS.c.topic_id, SEGMENTS.c.partition, sa.func.count())
-                .join(pairs, sa.and_(SEGMENTS.c.topic_id == pairs.c.topic_id, SEGMENTS.c.partition == pairs.c.partition))
-                .where(SEGMENTS.c.damage.is_not(None), SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name)
-                .group_by(SEGMENTS.c.topic_id, SEGMENTS.c.partition))
-        rows = self._tx(lambda conn, _: conn.execute(stmt).all()) if wanted else []
+        wanted, rows = self._rows_of_tips(tips, lambda pairs: (
+            sa.select(SEGMENTS.c.topic_id, SEGMENTS.c.partition, sa.func.count())
+            .join(pairs, _on_tips(SEGMENTS, pairs))
+            .where(SEGMENTS.c.damage.is_not(None), SEGMENTS.c.state == S.COPY_SEGMENT_FINISHED.name)
+            .group_by(SEGMENTS.c.topic_id, SEGMENTS.c.partition)))
         counts = dict.fromkeys(wanted.values(), 0)
         counts.update({wanted[(topic_id, partition)]: n for topic_id, partition, n in rows})
         return counts
+
+    def _rows_of_tips(self, tips: Iterable[TopicIdPartition], query: Callable[[sa.Subquery], sa.Select]
+                      ) -> tuple[dict[tuple[uuid.UUID, int], TopicIdPartition], list[sa.Row]]:
+        """The rows of ``query`` (handed ``tips`` as a table to join on, ``_tips_table``) in one
+        statement, and ``tips`` by (topic id, partition), to put each row with its partition."""
+        wanted = {(t.topic_id, t.partition): t for t in tips}
+        if not wanted:
+            return wanted, []
+        statement = query(_tips_table(list(wanted.values())))
+        return wanted, self._tx(lambda conn, _: conn.execute(statement).all())
 
     def all_topic_configs(self) -> dict[str, TopicConfig]:
         """Every known topic's configs by name, in one query (``topic_configs`` of each)."""
@@ -1398,6 +1396,11 @@ def _tips_table(tips: list[TopicIdPartition]) -> sa.Subquery:
     # unnest of two arrays in one select list zips them (PostgreSQL 10 on).
     return sa.select(sa.func.unnest(_uuid_array([t.topic_id for t in tips]), type_=sa.Uuid()).label("topic_id"),
                      sa.func.unnest(partitions, type_=sa.Integer()).label("partition")).subquery("wanted")
+
+
+def _on_tips(table: sa.Table, pairs: sa.Subquery):
+    """``table``'s rows of the partitions in ``pairs`` (``_tips_table``)."""
+    return sa.and_(table.c.topic_id == pairs.c.topic_id, table.c.partition == pairs.c.partition)
 
 
 def _row_tip(row: sa.Row) -> TopicIdPartition:
