@@ -23,13 +23,18 @@ def instance():
         yield instance
 
 
-def run(instance, do, *, step: PartitionStep = STEP, threads: int = 0) -> dg.ExecuteInProcessResult:
-    """One run over every partition of a step whose work for a partition is ``do(key, its number)``."""
+def run(instance, do, *, step: PartitionStep = STEP, threads: int = 0, together=None) -> dg.ExecuteInProcessResult:
+    """One run over every partition of a step whose work for a partition is ``do(key, its number)``,
+    reported by each partition (``together``: None) or for all at once by ``together``."""
     @dg.asset(name="stepped", partitions_def=dg.StaticPartitionsDefinition(KEYS),
               backfill_policy=dg.BackfillPolicy.single_run())
     def stepped(context: dg.AssetExecutionContext) -> None:
-        for_each_partition(context, step, {key: int(key[-1]) for key in context.partition_keys}, do,
-                           lambda key, number, result: {"done": result, step.failed_key: 0}, threads=threads)
+        work = {key: int(key[-1]) for key in context.partition_keys}
+        if together is not None:
+            for_each_partition(context, step, work, do, report_together=together, threads=threads)
+        else:
+            for_each_partition(context, step, work, do, lambda key, number, result: {"done": result, step.failed_key: 0},
+                               threads=threads)
 
     return dg.materialize([stepped], instance=instance, tags=WHOLE_RANGE, raise_on_error=False)
 
@@ -66,6 +71,30 @@ def test_each_partition_reports_its_own_outcome_and_a_failure_is_that_partitions
     }
     assert sorted(logged(instance, result, logging.ERROR)) == [
         "orders-1: not built: the disk is gone", "orders-2: test step failed: ValueError: no such segment"]
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_a_step_can_report_its_done_partitions_together_once_all_are_done_and_failures_as_they_come(instance, threads):
+    calls = []
+
+    def do(key: str, number: int) -> int:
+        if number == 1:
+            raise PartitionFailed("not built: the disk is gone", "the disk is gone")
+        return number * 10
+
+    def together(done):
+        calls.append(dict(done))
+        for key, (number, result) in done.items():
+            yield key, {"done": result, "number": number, "reported_with": len(done)}
+
+    result = run(instance, do, threads=threads, together=together)
+    assert result.success
+    assert calls == [{"orders-0": (0, 0), "orders-2": (2, 20)}]  # once, with every partition done
+    assert metadata(result) == {
+        "orders-0": {"done": 0, "number": 0, "reported_with": 2},
+        "orders-1": {"test_failed": 1, "test_error": "the disk is gone"},
+        "orders-2": {"done": 20, "number": 2, "reported_with": 2},
+    }
 
 
 @pytest.mark.parametrize("threads", [0, 2])
