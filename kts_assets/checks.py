@@ -235,7 +235,10 @@ def _remote_segments_in_bucket(loc: LocatedPartition, store, storage, view: Part
     finished = finished_segments(tip, store) if view is None else view.finished
     if tip is None or not finished:
         return True, {"remote_segments": 0, "objects_checked": 0, "damaged_segments": 0}, "nothing remote"
-    found = inspect_finished_segments(storage, tip, finished)
+    # An object read whole before, and listed at the same version since, is not read again.
+    found = inspect_finished_segments(storage, tip, finished,
+                                      verified=store.verified_objects_of(md.segment_id.id for md in finished))
+    store.record_verified_objects(found.verified_now)
     if found.none_present:  # another tier, not damage in this one: nothing to re-copy
         return False, {"remote_segments": len(finished), "objects_checked": found.objects_checked,
                        "damaged_segments": 0, "objects_missing": found.objects_missing}, found.wrong_tier_line(storage, tip)

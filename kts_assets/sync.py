@@ -272,7 +272,7 @@ class _Unchanged:
 
         same = sync_skip.unchanged(self.keys, self.now, sync_skip.last_planned(self.instance, self.keys), self.before,
                                    self.now_ms)
-        return sync_skip.tier_intact(same, self.now, storage) if same else set()
+        return sync_skip.tier_intact(same, self.now, storage, self.store) if same else set()
 
     def record(self, ran: list[str], failed: Mapping[str, list[str]], left_out: set[str]) -> None:
         """After the runs: the fingerprints of the partitions they took cleanly, as the runs left them."""

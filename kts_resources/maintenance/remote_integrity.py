@@ -4,7 +4,11 @@ read back and their checksum recomputed.
 
 The remote_segments_in_bucket check runs it after every copy pass and records what it finds on the
 segments (``RemoteLogMetadataStore.record_segment_damage``); the next copy pass re-copies a damaged
-segment from its local segment while that exists (``copier.recopy_damaged``).
+segment from its local segment while that exists (``copier.recopy_damaged``). Given what was
+verified before (``verified``: the store's ``verified_objects``), a routine look reads an object
+again only when the tier lists it at another version (``ObjectInfo.tag``) or it was never read:
+every pass would otherwise read every small object of every remote segment again, a cost that grows
+with retention rather than with what changed. `kts scrub --deep` reads every byte regardless.
 
 A segment's .log object is a Kafka segment: ``scan_log_object`` reads what it holds (offsets,
 leader epochs, max timestamp, every batch's CRC) from the object alone, so a segment the store
@@ -14,6 +18,7 @@ does not know can be judged (the scrub) or described again (``kts recover``, a l
 from __future__ import annotations
 
 import tempfile
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +26,7 @@ from kts_resources.kafka.crc import crc32c
 
 from kts_resources.kafka.files import mapped
 from kts_resources.kafka.records import NO_TIMESTAMP, verify_segment
+from kts_resources.metadata.models import VerifiedObject
 from kts_resources.remote_log import RemoteLogSegmentMetadata, TopicIdPartition
 from kts_resources.remote_storage.base import (
     RemoteStorageError,
@@ -45,6 +51,9 @@ class TierInspection:
     # Segments whose data is whole but whose recorded manifest is missing or wrong: the tier no
     # longer describes them (``kts recover`` would not find them); the copy pass writes it again.
     manifests_lost: list[tuple[RemoteLogSegmentMetadata, str]] = field(default_factory=list)
+    objects_read: int = 0  # read back for their checksum (the rest: checked by size, or verified at this version before)
+    # Objects read and found whole at a version the tier listed: for ``store.record_verified_objects``.
+    verified_now: list[VerifiedObject] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -79,24 +88,43 @@ def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartiti
                               finished: Sequence[RemoteLogSegmentMetadata], *,
                               verify_crc_max_bytes: int = VERIFY_CRC_MAX_BYTES,
                               listed: Mapping[str, int] | None = None,
-                              compare_manifests: bool = False) -> TierInspection:
+                              compare_manifests: bool = False,
+                              verified: Mapping[tuple[uuid.UUID, str], VerifiedObject] | None = None) -> TierInspection:
     """Every object each finished segment recorded is listed with its recorded size; those up to
     ``verify_crc_max_bytes`` also match their recorded checksum (read in chunks: memory stays
     bounded whatever the object's size). A segment with no log object recorded is damaged too (it
     could never be read). ``listed``: key → size of a listing already made (the scrub's).
     A whole segment's manifest must be there with its recorded bytes; ``compare_manifests`` (a
     deep scrub) also parses it and compares it with the store's row, and checks the manifest of
-    a segment that has none recorded when the tier has one."""
+    a segment that has none recorded when the tier has one.
+
+    ``verified`` (with a listing made here): an object the tier lists at the size and version it
+    was verified at, whose recorded checksum is the one verified, is not read again; what is read
+    and found whole goes into ``verified_now``."""
     found = TierInspection()
     if not finished:
         return found
+    tags: Mapping[str, str | None] = {}
     if listed is None:
-        listed = {o.key: o.size for o in storage.list_objects(storage.keys.partition_prefix(tip))}
+        infos = list(storage.list_objects(storage.keys.partition_prefix(tip)))
+        listed = {o.key: o.size for o in infos}
+        tags = {o.key: o.tag for o in infos}
+
+    def still_verified(md: RemoteLogSegmentMetadata, key: str, size: int, crc: int) -> bool:
+        before = verified.get((md.segment_id.id, key)) if verified is not None else None
+        return before is not None and (before.size, before.tag, before.crc32c) == (size, tags.get(key), crc)
+
+    def remember(md: RemoteLogSegmentMetadata, key: str, size: int, crc: int) -> None:
+        tag = tags.get(key)
+        if verified is not None and tag is not None:
+            found.verified_now.append(VerifiedObject(md.segment_id.id, key, size, tag, crc))
+
     for md in finished:
         problems: list[str] = []
         objects = stored_objects(md.custom_metadata)
         if "log" not in objects:
             problems.append(f"segment {md.start_offset}: no log object recorded")
+        read: list[StoredObject] = []
         for obj in objects.values():
             found.objects_checked += 1
             size = listed.get(obj.key)
@@ -105,22 +133,42 @@ def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartiti
                 problems.append(f"{storage.location(obj.key)}: missing")
             elif size != obj.size:
                 problems.append(f"{storage.location(obj.key)}: {size} bytes, recorded {obj.size}")
-            elif obj.size <= verify_crc_max_bytes:
+            elif obj.size <= verify_crc_max_bytes and not still_verified(md, obj.key, obj.size, obj.crc32c):
+                found.objects_read += 1
                 try:
                     problem = object_checksum_problem(storage, obj)
                 except RemoteStorageError as e:
                     problem = str(e)
                 if problem is not None:
                     problems.append(problem)
+                else:
+                    read.append(obj)
+        for obj in read:
+            remember(md, obj.key, obj.size, obj.crc32c)
         if problems:
             found.damaged.append((md, problems))
             continue
         if "manifest.key" in md.custom_metadata:
             found.objects_checked += 1
+        recorded = _recorded_manifest_or_none(md)
+        if recorded is not None and not compare_manifests and still_verified(md, recorded.key, recorded.size, recorded.crc32c) \
+                and listed.get(recorded.key) == recorded.size:
+            continue
+        if recorded is not None and listed.get(recorded.key) is not None:
+            found.objects_read += 1  # manifest_problem reads it
         problem = manifest_problem(storage, md, listed, compare=compare_manifests)
         if problem is not None:
             found.manifests_lost.append((md, problem))
+        elif recorded is not None and listed.get(recorded.key) == recorded.size:
+            remember(md, recorded.key, recorded.size, recorded.crc32c)
     return found
+
+
+def _recorded_manifest_or_none(md: RemoteLogSegmentMetadata) -> StoredObject | None:
+    try:
+        return recorded_manifest(md.custom_metadata)
+    except ValueError:
+        return None  # manifest_problem says what is wrong with it
 
 
 def manifest_problem(storage: RemoteStorageManager, md: RemoteLogSegmentMetadata, listed: Mapping[str, int], *,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
@@ -244,6 +244,31 @@ group_offsets = sa.Table(
     sa.Column("leader_epoch", sa.Integer, nullable=False, server_default=sa.text("-1")),
     sa.Column("metadata", sa.Text, nullable=True),
     sa.Column("committed_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+)
+
+class VerifiedObject(NamedTuple):
+    """A tier object whose bytes were read and matched ``crc32c``, when the tier listed it at
+    ``size`` and version ``tag`` (``ObjectInfo.tag``)."""
+
+    segment_id: uuid.UUID
+    key: str
+    size: int
+    tag: str
+    crc32c: int
+
+
+# Tier objects whose bytes were read and matched their recorded CRC-32C, with the version the
+# tier listed them at (a file's inode and times, S3's ETag): the routine bucket check reads an
+# object again only when it changed since (maintenance/verified_objects.py owns their use).
+verified_objects = sa.Table(
+    "verified_objects",
+    Base.metadata,
+    sa.Column("segment_id", sa.Uuid, sa.ForeignKey("remote_segments.segment_id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("tag", sa.Text, nullable=False),
+    sa.Column("crc32c", sa.BigInteger, nullable=False),
+    sa.Column("verified_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
 )
 
 metadata = Base.metadata

@@ -48,7 +48,9 @@ from kts_resources.metadata.models import (
     RemoteSegment,
     RemoteSegmentLeaderEpoch,
     Topic,
+    VerifiedObject,
     broker_configs,
+    verified_objects,
 )
 from kts_resources.metadata.quota_config import QuotaConfig
 from kts_resources.metadata.topic_config import TopicConfig, parse_value
@@ -74,6 +76,7 @@ SEGMENTS = RemoteSegment.__table__
 EPOCHS = RemoteSegmentLeaderEpoch.__table__
 EVENTS = RemoteLogEvent.__table__
 LOST = LostRange.__table__
+VERIFIED = verified_objects
 
 # A finished segment whose manifest the store has not recorded (the partial index
 # "remote_segments_without_manifest" holds exactly these rows, so the copy pass's check is cheap).
@@ -539,8 +542,10 @@ class RemoteLogMetadataStore:
                     )
                     details["highest_copied_offset"] = after.end_offset
             elif new_state is S.DELETE_SEGMENT_STARTED:
-                # No longer readable; still listed, so a failed delete is retried.
+                # No longer readable; still listed, so a failed delete is retried. Its objects go:
+                # what was verified of them no longer matters.
                 conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id == sid).values(referenced=False))
+                conn.execute(VERIFIED.delete().where(VERIFIED.c.segment_id == sid))
             _event(conn, EventKind.SEGMENT_STATE_CHANGED, tip=tip, segment_id=sid,
                    old_state=before.state.name, new_state=new_state.name, details=details)
             return after
@@ -606,6 +611,7 @@ class RemoteLogMetadataStore:
             if new_state is S.DELETE_SEGMENT_STARTED:
                 # No longer readable; still listed, so a failed delete is retried.
                 conn.execute(EPOCHS.update().where(EPOCHS.c.segment_id == sa.any_(moved)).values(referenced=False))
+                conn.execute(VERIFIED.delete().where(VERIFIED.c.segment_id == sa.any_(moved)))
             moved_ids = set(moving)
             return [replace(before[s], state=new_state, event_timestamp_ms=event_timestamp_ms) if s in moved_ids else before[s]
                     for s in sids]
@@ -994,6 +1000,40 @@ class RemoteLogMetadataStore:
         counts = dict.fromkeys(wanted.values(), 0)
         counts.update({wanted[(topic_id, partition)]: n for topic_id, partition, n in rows})
         return counts
+
+    def verified_objects_of(self, segment_ids: Iterable[uuid.UUID]) -> dict[tuple[uuid.UUID, str], VerifiedObject]:
+        """What was verified of these segments' objects (``record_verified_objects``), by
+        (segment id, object key), in one query."""
+        sids = list(dict.fromkeys(segment_ids))
+        if not sids:
+            return {}
+        rows = self._tx(lambda conn, _: conn.execute(
+            sa.select(VERIFIED.c.segment_id, VERIFIED.c.key, VERIFIED.c.size, VERIFIED.c.tag, VERIFIED.c.crc32c)
+            .where(VERIFIED.c.segment_id == sa.any_(_uuid_array(sids)))).all())
+        return {(row.segment_id, row.key): VerifiedObject(row.segment_id, row.key, row.size, row.tag, row.crc32c)
+                for row in rows}
+
+    def record_verified_objects(self, verified: Iterable[VerifiedObject]) -> None:
+        """Remember objects whose bytes were just read and matched their recorded CRC-32C, at the
+        version the tier listed them (the latest look replaces an earlier one). A segment no
+        longer in the store is skipped: its objects are gone or going."""
+        rows = {(v.segment_id, v.key): v for v in verified}
+        if not rows:
+            return
+        values = list(rows.values())
+        # One statement however many: the rows as arrays, a segment's only while it is FINISHED
+        # (an expiry that began meanwhile deletes them, and must not find them again).
+        statement = sa.text(
+            "INSERT INTO verified_objects (segment_id, key, size, tag, crc32c) "
+            "SELECT v.segment_id, v.key, v.size, v.tag, v.crc32c "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:keys AS text[]), CAST(:sizes AS bigint[]), CAST(:tags AS text[]), "
+            "CAST(:crcs AS bigint[])) AS v(segment_id, key, size, tag, crc32c) "
+            "WHERE EXISTS (SELECT 1 FROM remote_segments s WHERE s.segment_id = v.segment_id AND s.state = :finished) "
+            "ON CONFLICT (segment_id, key) DO UPDATE SET size = excluded.size, tag = excluded.tag, "
+            "crc32c = excluded.crc32c, verified_at = now()"
+        ).bindparams(ids=[str(v.segment_id) for v in values], keys=[v.key for v in values], sizes=[v.size for v in values],
+                     tags=[v.tag for v in values], crcs=[v.crc32c for v in values], finished=S.COPY_SEGMENT_FINISHED.name)
+        self._tx(lambda conn, _: conn.execute(statement))
 
     def _rows_of_tips(self, tips: Iterable[TopicIdPartition], query: Callable[[sa.Subquery], sa.Select]
                       ) -> tuple[dict[tuple[uuid.UUID, int], TopicIdPartition], list[sa.Row]]:

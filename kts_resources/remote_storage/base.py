@@ -65,11 +65,14 @@ class SourceChangedError(RemoteStorageError):
 
 class ObjectInfo(NamedTuple):
     """One object as listed: its full key (prefix included), size, and modification time (epoch
-    seconds) so a scrub can leave young objects of a copy still in flight alone."""
+    seconds) so a scrub can leave young objects of a copy still in flight alone. ``tag``: its
+    version as the tier says it, which any write changes (S3's ETag; a file's inode, modification
+    and change times): an object verified at a tag is still those bytes while the tag holds."""
 
     key: str
     size: int
     last_modified: float | None = None
+    tag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -284,7 +284,7 @@ class FileSystemRemoteStorage(RemoteStorageManager):
             except (FileNotFoundError, ValueError):
                 continue  # deleted meanwhile, or a name kts never writes
             if stat.S_ISREG(st.st_mode):
-                yield ObjectInfo(key, st.st_size, st.st_mtime)
+                yield ObjectInfo(key, st.st_size, st.st_mtime, f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}")
 
     def abort_incomplete_uploads(self, older_than_s: float) -> int:
         """Remove temporary files of interrupted uploads (a crash mid-copy) older than ``older_than_s``."""

@@ -324,7 +324,9 @@ class S3RemoteStorage(RemoteStorageManager):
             for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
                 for item in page.get("Contents", []):
                     modified = item.get("LastModified")
-                    yield ObjectInfo(item["Key"], int(item["Size"]), modified.timestamp() if modified else None)
+                    etag = item.get("ETag")
+                    yield ObjectInfo(item["Key"], int(item["Size"]), modified.timestamp() if modified else None,
+                                     f"{etag}@{modified.timestamp() if modified else ''}" if etag else None)
         except (ClientError, BotoCoreError) as e:
             raise self._error(full, e) from e
 
