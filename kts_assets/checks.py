@@ -18,7 +18,7 @@ Assets are named by their keys (``kts_assets.asset_keys``), not imported: the as
 check specs from here.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -257,19 +257,22 @@ def _remote_segments_in_bucket(loc: LocatedPartition, store, storage, view: Part
     return True, metadata, f"{found.objects_checked} objects present and intact"
 
 
-def _no_uncopied_segment_lost(loc: LocatedPartition, store, topic_configs: dict[str, TopicConfig] | None = None) -> Verdict:
-    """``topic_configs``: every topic's, if the caller read them (once for many partitions)."""
+def _no_uncopied_segment_lost(loc: LocatedPartition, store, topic_configs: dict[str, TopicConfig] | None = None, *,
+                              look: bool = True) -> Verdict:
+    """``topic_configs``: every topic's, if the caller read them (once for many partitions).
+    ``look``: False when the copy pass of the same step has just looked (under the lock, at its end)."""
     tip = topic_id_partition(loc.partition, store)
     if tip is None:
         return True, {"lost_offsets": 0, "lost_ranges": 0, "owned_log_dir": loc.owned}, "nothing copied yet"
     # Look now rather than wait for the next copy pass, but only while no copy runs: one that
     # finishes between the two reads would look like loss, and a recorded loss never goes away.
     # With copying off (remote.log.copy.disable), what the local retention deletes is expired, not lost.
-    config = topic_configs.get(tip.topic) if topic_configs is not None else None
-    copying = (config if config is not None else store.topic_configs(tip.topic)).copy_enabled(tip.topic)
-    with store.try_partition_lock(tip) as lock:
-        if lock is not None and copying:
-            detect_lost_ranges(store, tip, loc.partition.segments(), how_found="no_uncopied_segment_lost check")
+    if look:
+        config = topic_configs.get(tip.topic) if topic_configs is not None else None
+        copying = (config if config is not None else store.topic_configs(tip.topic)).copy_enabled(tip.topic)
+        with store.try_partition_lock(tip) as lock:
+            if lock is not None and copying:
+                detect_lost_ranges(store, tip, loc.partition.segments(), how_found="no_uncopied_segment_lost check")
     every = store.lost_ranges(tip, include_acknowledged=True)
     open_ranges = [r for r in every if not r.acknowledged]
     metadata = {"lost_offsets": sum(r.offsets for r in open_ranges), "lost_ranges": len(open_ranges),
@@ -334,8 +337,11 @@ SEGMENTS_CHECK_SPECS = [
 
 
 def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogDirsResource,
-                    metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource) -> Iterator:
-    """The results of the SEGMENTS_CHECK_SPECS the step runs (those selected), for its partitions."""
+                    metadata_store: MetadataStoreResource, remote_tier: RemoteTierResource, *,
+                    looked_for_lost_ranges: Collection[str] = ()) -> Iterator:
+    """The results of the SEGMENTS_CHECK_SPECS the step runs (those selected), for its partitions.
+    ``looked_for_lost_ranges``: partitions whose copy pass has just looked for lost ranges under
+    their lock, which no_uncopied_segment_lost reads without looking again."""
     selected = context.selected_asset_check_keys
     keys = _partition_keys(context)
     if CRC_CLEAN in selected:
@@ -362,7 +368,8 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
     if NO_UNCOPIED_SEGMENT_LOST in selected:
         topic_configs = store.all_topic_configs()
         yield from _report(context, REMOTE_SEGMENTS, NO_UNCOPIED_SEGMENT_LOST.name,
-                           located.verdicts(lambda loc: _no_uncopied_segment_lost(loc, store, topic_configs)), records=records)
+                           located.verdicts(lambda loc: _no_uncopied_segment_lost(
+                               loc, store, topic_configs, look=loc.key not in looked_for_lost_ranges)), records=records)
     if COPY_COMPLETED in selected:
         verdicts = located.verdicts(_pass_completed(records, flag="copy_failed", error="copy_error", what="copy"))
         yield from _report(context, REMOTE_SEGMENTS, COPY_COMPLETED.name, verdicts, records=records)

@@ -159,6 +159,41 @@ def test_a_segment_deleted_before_it_was_copied_raises_the_data_loss_alarm(log_d
     assert f"offsets {segments[1].base_offset}..{segments[2].base_offset - 1}" in evaluation.description
 
 
+def test_in_the_copy_step_the_loss_check_reports_what_the_copy_pass_just_found_without_looking_again(
+        log_dir, pg_url, tmp_path, kts_home, instance, monkeypatch):
+    """The copy pass looks for lost ranges at its end, under the partition lock; the check of the
+    same step reads what it recorded (a second look moments later finds nothing new), while a check
+    run alone still looks for itself (above)."""
+    from kts_resources.tiering import lost_ranges
+
+    checkpoint = log_dir / "replication-offset-checkpoint"
+    hws = read_offset_checkpoint(checkpoint)
+    partition = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0")
+    segments = partition.segments()
+    write_offset_checkpoint(checkpoint, {**hws, partition.topic_partition: segments[1].base_offset})
+    run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0")
+    write_offset_checkpoint(checkpoint, hws)
+    for segment in segments[:2]:
+        for path in (segment.log, segment.offset_index, segment.time_index):
+            path.unlink(missing_ok=True)
+    looks = []
+    detect = lost_ranges.detect_lost_ranges
+
+    def counted(*args, how_found, **kwargs):
+        looks.append(how_found)
+        return detect(*args, how_found=how_found, **kwargs)
+
+    monkeypatch.setattr(lost_ranges, "detect_lost_ranges", counted)
+    monkeypatch.setattr("kts_resources.tiering.copier.detect_lost_ranges", counted)
+    monkeypatch.setattr("kts_assets.checks.detect_lost_ranges", counted)
+    result = run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=[remote_segments.key],
+                 partition_key="orders-0")
+    assert looks == ["copy pass"]
+    [evaluation] = [e for e in result.get_asset_check_evaluations() if e.check_name == NO_UNCOPIED_SEGMENT_LOST.name]
+    assert not evaluation.passed
+    assert f"offsets {segments[1].base_offset}..{segments[2].base_offset - 1}" in evaluation.description
+
+
 def test_a_multi_partition_run_records_one_evaluation_per_partition_and_nothing_else(log_dir, pg_url, tmp_path, kts_home, instance):
     victim = eligible(log_dir, "orders-1")[0].log
     data = bytearray(victim.read_bytes())

@@ -78,9 +78,11 @@ def copy_pass(
     remote_tier: RemoteTierResource,
     copy_quota: CopyQuotaResource,
     parallel_partitions: int,
-) -> None:
+) -> set[str]:
     """The copy procedure over the run's partitions, each partition's outcome and both tiers as
-    its metadata; dg.Failure when it failed for every one (the store or the bucket is down)."""
+    its metadata; dg.Failure when it failed for every one (the store or the bucket is down).
+    Returns the partitions whose pass ended looking for lost ranges under their lock, as a pass
+    does (the no_uncopied_segment_lost check need not look again right after)."""
     keys = list(context.partition_keys)
     located, missing = locate_partitions(kafka_log_dirs.paths(), keys, owned_log_dirs=kafka_log_dirs.owned_paths())
     fail_if_no_partition_is_found(keys, missing, kafka_log_dirs.paths())
@@ -120,9 +122,13 @@ def copy_pass(
     tier_totals = {"copied_bytes": 0, "throttle_time_ms": 0}  # the run's, for remote_tier's plots
     stopped: list[str] = []  # partitions whose pass a segment or an upload stopped (copy_completed fails them)
 
+    looked: set[str] = set()
+
     def report(done: dict[str, tuple[LocatedPartition, PartitionCopyResult]]):
         nonlocal copied_total
         for key, (_loc, result) in done.items():
+            if result.looked_for_lost_ranges:
+                looked.add(key)
             if result.skipped:
                 context.log.info(f"{key}: skipped: {result.skipped}")
             if result.stopped:
@@ -154,3 +160,4 @@ def copy_pass(
                            "size": f"{human_bytes(tier_totals['copied_bytes'])} copied by this run over "
                                    f"{counted(len(located), 'partition')}, "
                                    f"{tier_totals['throttle_time_ms'] / 1000:,.1f} s waiting on the copy quota"})
+    return looked

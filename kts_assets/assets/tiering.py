@@ -64,6 +64,7 @@ def local_and_remote_segments(
     selected = context.selected_asset_keys
     plan = scan = None
     failure: BaseException | None = None
+    looked_for_lost_ranges: set[str] = set()  # partitions whose copy pass just looked, under their lock
     # Dagster's context is used in this thread only: the scan thread touches Spark and files.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kts-inventory") as background:
         if local_segments.key in selected:
@@ -73,7 +74,8 @@ def local_and_remote_segments(
             scan = background.submit(scan_inventory, pyspark, plan, beside_copy=beside_copy)
         if remote_segments.key in selected:
             try:
-                copy_pass(context, kafka_log_dirs, metadata_store, remote_tier, copy_quota, config.parallel_partitions)
+                looked_for_lost_ranges = copy_pass(context, kafka_log_dirs, metadata_store, remote_tier, copy_quota,
+                                                   config.parallel_partitions)
             except Exception as e:  # noqa: BLE001 - raised below, once the inventory is reported
                 failure = e
         if scan is not None:
@@ -92,6 +94,7 @@ def local_and_remote_segments(
         raise failure
     if remote_segments.key in selected:
         yield dg.MaterializeResult(asset_key=remote_segments.key)
-    yield from checks_that_must_run(segments_checks(context, kafka_log_dirs, metadata_store, remote_tier),
+    yield from checks_that_must_run(segments_checks(context, kafka_log_dirs, metadata_store, remote_tier,
+                                                    looked_for_lost_ranges=looked_for_lost_ranges),
                                     "local_segments and remote_segments")
     end_step(context)  # the run's last step fails it for the partitions that failed in it

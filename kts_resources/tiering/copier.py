@@ -247,6 +247,8 @@ class PartitionCopyResult:
     throttle_ms: int = 0
     # The offset this replica's lineage diverges from the partition's at (it copies only below).
     behind_lineage: int | None = None
+    # The pass looked for lost ranges at its end, under the partition lock (detect_lost_ranges).
+    looked_for_lost_ranges: bool = False
 
     @property
     def copied_bytes(self) -> int:
@@ -409,6 +411,7 @@ def copy_partition(
                     on_copied(tp, finished)
         # After the copies, still under the lock: the local listing first, then the remote tier.
         result.lost = detect_lost_ranges(store, tip, partition.segments(), how_found="copy pass")
+        result.looked_for_lost_ranges = True
         for start, end in result.lost:
             log.error("%s: offsets %d..%d %s", tp, start, end, LOST_CAUSE)
     return result
