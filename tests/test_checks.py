@@ -140,19 +140,28 @@ def test_a_lost_manifest_fails_the_bucket_check_until_the_next_copy_writes_it_ag
     assert check_only(log_dir, pg_url, tmp_path, instance, REMOTE_SEGMENTS_IN_BUCKET, "orders-0").passed
 
 
-def test_a_segment_deleted_before_it_was_copied_raises_the_data_loss_alarm(log_dir, pg_url, tmp_path, kts_home, instance):
+def _copy_only_the_first_segment_of_orders_0(log_dir, pg_url, tmp_path, instance) -> list:
+    """Only orders-0's first segment committed when kts copies it; its segments."""
     checkpoint = log_dir / "replication-offset-checkpoint"
     hws = read_offset_checkpoint(checkpoint)
     partition = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0")
     segments = partition.segments()
-    # Only the first segment is committed when kts copies; then the broker's retention removes two.
     write_offset_checkpoint(checkpoint, {**hws, partition.topic_partition: segments[1].base_offset})
     run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0")
     write_offset_checkpoint(checkpoint, hws)
-    assert check_only(log_dir, pg_url, tmp_path, instance, NO_UNCOPIED_SEGMENT_LOST, "orders-0").passed
-    for segment in segments[:2]:
+    return segments
+
+
+def _broker_retention_removes(segments) -> None:
+    for segment in segments:
         for path in (segment.log, segment.offset_index, segment.time_index):
             path.unlink(missing_ok=True)
+
+
+def test_a_segment_deleted_before_it_was_copied_raises_the_data_loss_alarm(log_dir, pg_url, tmp_path, kts_home, instance):
+    segments = _copy_only_the_first_segment_of_orders_0(log_dir, pg_url, tmp_path, instance)
+    assert check_only(log_dir, pg_url, tmp_path, instance, NO_UNCOPIED_SEGMENT_LOST, "orders-0").passed
+    _broker_retention_removes(segments[:2])
     evaluation = check_only(log_dir, pg_url, tmp_path, instance, NO_UNCOPIED_SEGMENT_LOST, "orders-0")
     assert not evaluation.passed
     assert evaluation.metadata["lost_offsets"].value == segments[2].base_offset - segments[1].base_offset
@@ -166,16 +175,8 @@ def test_in_the_copy_step_the_loss_check_reports_what_the_copy_pass_just_found_w
     run alone still looks for itself (above)."""
     from kts_resources.tiering import lost_ranges
 
-    checkpoint = log_dir / "replication-offset-checkpoint"
-    hws = read_offset_checkpoint(checkpoint)
-    partition = next(p for p in LogDir(log_dir).partitions() if p.topic_partition.dir_name == "orders-0")
-    segments = partition.segments()
-    write_offset_checkpoint(checkpoint, {**hws, partition.topic_partition: segments[1].base_offset})
-    run(log_dir, pg_url, tmp_path, instance, [local_and_remote_segments], selection=[remote_segments.key], partition_key="orders-0")
-    write_offset_checkpoint(checkpoint, hws)
-    for segment in segments[:2]:
-        for path in (segment.log, segment.offset_index, segment.time_index):
-            path.unlink(missing_ok=True)
+    segments = _copy_only_the_first_segment_of_orders_0(log_dir, pg_url, tmp_path, instance)
+    _broker_retention_removes(segments[:2])
     looks = []
     detect = lost_ranges.detect_lost_ranges
 
