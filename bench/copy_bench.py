@@ -124,7 +124,7 @@ READ_CHUNK = MiB
 BASE_TIMESTAMP = 1_700_000_000_000
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 STORE_TABLES = ("topics", "partitions", "remote_segments", "remote_segment_leader_epochs", "remote_log_events", "quota_samples",
-                "lost_ranges")
+                "lost_ranges", "verified_objects")
 
 # Sizes: (full, --quick).
 DEFAULTS = {
