@@ -36,7 +36,7 @@ from kts_resources.kafka.errors import KafkaFormatError
 from kts_resources.reading.remote_index_check import check_partition_index
 from kts_resources.remote_log import RemoteStorageError
 from kts_resources.maintenance.local_indexes import repair_hint, segments_to_reindex
-from kts_resources.maintenance.remote_integrity import inspect_finished_segments
+from kts_resources.maintenance.remote_integrity import RoutineLooks
 from kts_resources.metadata.topic_config import TopicConfig
 from kts_resources.tiering.lost_ranges import describe, detect_lost_ranges
 from kts_resources.resources import KafkaLogDirsResource, MetadataStoreResource, RemoteTierResource
@@ -128,20 +128,20 @@ class _Located:
         return self._with_missing(self._judged(list(self.partitions), lambda key: judge(self.partitions[key])))
 
     def verdicts_with_views(self, store, judge: Callable[[LocatedPartition, PartitionView], Verdict], *,
-                            chunk_store: "_VerifiedObjects | None" = None) -> dict[str, Verdict]:
+                            looks: RoutineLooks | None = None) -> dict[str, Verdict]:
         """``verdicts`` of a judge that also takes the partition's view holding its store rows
         (partition row, finished segments), read when the check starts a chunk of partitions per
         query (``batch_plans.partition_views``) rather than a few reads per partition; a
         partition.metadata that cannot be read is that partition's judge's exception.
-        ``chunk_store``: more rows read for each chunk's views before its judges run, and what
-        they found written after, a statement each."""
+        ``looks``: what was verified of each chunk's finished segments, read before its judges
+        run, and what they read whole written after, a statement each."""
         verdicts: dict[str, Verdict] = {}
         keys = list(self.partitions)
         for first in range(0, len(keys), PARTITIONS_PER_QUERY):
             chunk = {key: self.partitions[key] for key in keys[first:first + PARTITIONS_PER_QUERY]}
             views = dict(partition_views(chunk, store))
-            if chunk_store is not None:
-                chunk_store.read([view for view in views.values() if not isinstance(view, Exception)])
+            if looks is not None:
+                looks.read(md for view in views.values() if not isinstance(view, Exception) for md in view.finished)
 
             def judged(key: str) -> Verdict:
                 view = views[key]
@@ -150,8 +150,8 @@ class _Located:
                 return judge(chunk[key], view)
 
             verdicts.update(self._judged(list(chunk), judged))
-            if chunk_store is not None:
-                chunk_store.write()
+            if looks is not None:
+                looks.write()
         return self._with_missing(verdicts)
 
     def _judged(self, keys: list[str], judge: Callable[[str], Verdict]) -> dict[str, Verdict]:
@@ -236,39 +236,22 @@ def _offset_invariants(loc: LocatedPartition, view: PartitionView, follower_role
     return not problems, metadata, "; ".join(problems) or in_order
 
 
-class _VerifiedObjects:
-    """The bucket check's record of objects read whole before (``store.verified_objects``): a
-    chunk's read in one query before its judges run, what they read whole written in one after."""
-
-    def __init__(self, store):
-        self.store = store
-        self.known: dict = {}
-        self.found: list = []  # appended to by the judges' threads (list.append is atomic)
-
-    def read(self, views: list[PartitionView]) -> None:
-        self.known = self.store.verified_objects_of(md.segment_id.id for view in views if view.tip is not None
-                                                    for md in view.finished)
-
-    def write(self) -> None:
-        found, self.found = self.found, []
-        self.store.record_verified_objects(found)
-
-
 def _remote_segments_in_bucket(loc: LocatedPartition, store, storage, view: PartitionView | None = None,
-                               verified: _VerifiedObjects | None = None) -> Verdict:
+                               looks: RoutineLooks | None = None) -> Verdict:
     """``view``: the partition's store rows if the caller read them (many partitions' at once);
-    ``verified``: what was verified of them, read likewise (else read here)."""
+    ``looks``: what was verified of them, read likewise (else read and written here)."""
     tip = topic_id_partition(loc.partition, store) if view is None else view.tip
     finished = finished_segments(tip, store) if view is None else view.finished
     if tip is None or not finished:
         return True, {"remote_segments": 0, "objects_checked": 0, "damaged_segments": 0}, "nothing remote"
     # An object read whole before, and listed at the same version since, is not read again.
-    known = verified.known if verified is not None else store.verified_objects_of(md.segment_id.id for md in finished)
-    found = inspect_finished_segments(storage, tip, finished, verified=known)
-    if verified is not None:
-        verified.found.extend(found.verified_now)
-    else:
-        store.record_verified_objects(found.verified_now)
+    alone = looks is None
+    if alone:
+        looks = RoutineLooks(store, storage)
+        looks.read(finished)
+    found = looks.inspect(tip, finished)
+    if alone:
+        looks.write()
     if found.none_present:  # another tier, not damage in this one: nothing to re-copy
         return False, {"remote_segments": len(finished), "objects_checked": found.objects_checked,
                        "damaged_segments": 0, "objects_missing": found.objects_missing}, found.wrong_tier_line(storage, tip)
@@ -392,11 +375,11 @@ def segments_checks(context: dg.AssetExecutionContext, kafka_log_dirs: KafkaLogD
                            records=records)
     if REMOTE_SEGMENTS_IN_BUCKET in selected:
         storage = remote_tier.storage()
-        verified = _VerifiedObjects(store)
+        looks = RoutineLooks(store, storage)
         yield from _report(context, REMOTE_SEGMENTS, REMOTE_SEGMENTS_IN_BUCKET.name,
                            located.verdicts_with_views(
-                               store, lambda loc, view: _remote_segments_in_bucket(loc, store, storage, view, verified),
-                               chunk_store=verified),
+                               store, lambda loc, view: _remote_segments_in_bucket(loc, store, storage, view, looks),
+                               looks=looks),
                            records=records)
     if NO_UNCOPIED_SEGMENT_LOST in selected:
         topic_configs = store.all_topic_configs()

@@ -88,24 +88,22 @@ def tier_intact(keys: Iterable[str], fingerprints: Mapping[str, Fingerprint], st
     objects all in the tier with their recorded sizes and checksums and their manifests there (as
     ``remote_segments_in_bucket`` judges: an object verified before at the version the tier lists
     is not read again)."""
-    from kts_resources.maintenance.remote_integrity import inspect_finished_segments
+    from kts_resources.maintenance.remote_integrity import RoutineLooks
 
     keys = list(keys)
-    verified = store.verified_objects_of(md.segment_id.id for key in keys for md in fingerprints[key].finished)
-    read_whole = []
+    looks = RoutineLooks(store, storage)
+    looks.read(md for key in keys for md in fingerprints[key].finished)
 
     def intact(key: str) -> bool:
         fingerprint = fingerprints[key]
         try:
-            found = inspect_finished_segments(storage, fingerprint.tip, list(fingerprint.finished), verified=verified)
+            return looks.inspect(fingerprint.tip, list(fingerprint.finished)).intact
         except Exception:  # noqa: BLE001 - the pass's check says what; here it only means "take it"
             return False
-        read_whole.extend(found.verified_now)
-        return found.intact
 
     with ThreadPoolExecutor(max_workers=max(1, min(INSPECTORS, len(keys))), thread_name_prefix="kts-tier-inspect") as pool:
         whole = {key for key, ok in zip(keys, pool.map(intact, keys)) if ok}
-    store.record_verified_objects(read_whole)
+    looks.write()
     return whole
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
-from dagster import DagsterEventType, EventLogEntry
+from dagster import DagsterEventType, DagsterInvariantViolationError, EventLogEntry
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
 from dagster_postgres import PostgresEventLogStorage
@@ -96,8 +96,6 @@ class KtsEventLogStorage(PostgresEventLogStorage):
             if rows_updated == 0:
                 conn.execute(_EXECUTIONS.insert().values(**key, **execution, evaluation_event_storage_id=stored_id))
         if rows_updated > 1:
-            from dagster import DagsterInvariantViolationError
-
             raise DagsterInvariantViolationError(
                 f"Updated {rows_updated} rows for asset check evaluation {evaluation.asset_check_key} "
                 "as a result of duplicate AssetCheckPlanned events.")

@@ -11,7 +11,7 @@ import pytest
 
 from kts_resources.kafka.logdir import LogDir
 from kts_resources.kafka.simulator.simulate import SimulationConfig, simulate
-from kts_resources.maintenance.remote_integrity import inspect_finished_segments
+from kts_resources.maintenance.remote_integrity import RoutineLooks, inspect_finished_segments
 from kts_resources.remote_log import RemoteLogSegmentState, TopicIdPartition
 from kts_resources.remote_storage.base import stored_objects
 from .partition_steps import copy_each_partition
@@ -33,9 +33,10 @@ def copied(tmp_path, metadata_store, remote_storage):
 
 def _look(store, storage, tip, finished):
     """A routine look, as the bucket check makes it: with what was verified, recording what it read whole."""
-    found = inspect_finished_segments(storage, tip, finished,
-                                      verified=store.verified_objects_of(md.segment_id.id for md in finished))
-    store.record_verified_objects(found.verified_now)
+    looks = RoutineLooks(store, storage)
+    looks.read(finished)
+    found = looks.inspect(tip, finished)
+    looks.write()
     return found
 
 

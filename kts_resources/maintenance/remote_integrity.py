@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kts_resources.kafka.crc import crc32c
@@ -162,6 +162,30 @@ def inspect_finished_segments(storage: RemoteStorageManager, tip: TopicIdPartiti
         elif recorded is not None and listed.get(recorded.key) == recorded.size:
             remember(md, recorded.key, recorded.size, recorded.crc32c)
     return found
+
+
+class RoutineLooks:
+    """Looks at partitions' finished segments in the tier as a routine pass makes them (the bucket
+    check, a no-op sync's look at what it leaves out): what was verified before of many segments
+    read in one query (``read``), each partition inspected without reading those objects again
+    (``inspect``, from any thread), and what was read whole recorded in one statement (``write``)."""
+
+    def __init__(self, store, storage: RemoteStorageManager):
+        self.store, self.storage = store, storage
+        self.known: Mapping[tuple[uuid.UUID, str], VerifiedObject] = {}
+        self.found: list[VerifiedObject] = []  # list.extend from the inspecting threads is atomic
+
+    def read(self, finished: Iterable[RemoteLogSegmentMetadata]) -> None:
+        self.known = self.store.verified_objects_of(md.segment_id.id for md in finished)
+
+    def inspect(self, tip: TopicIdPartition, finished: Sequence[RemoteLogSegmentMetadata]) -> TierInspection:
+        found = inspect_finished_segments(self.storage, tip, finished, verified=self.known)
+        self.found.extend(found.verified_now)
+        return found
+
+    def write(self) -> None:
+        found, self.found = self.found, []
+        self.store.record_verified_objects(found)
 
 
 def _recorded_manifest_or_none(md: RemoteLogSegmentMetadata) -> StoredObject | None:
